@@ -1,0 +1,116 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"hash"
+	"hash/maphash"
+	"strconv"
+	"sync"
+)
+
+// Header names of a delivery. http.Header canonicalises names, so these match
+// whatever case a request used.
+const (
+	HeaderEvent     = "X-Service-Event"     // the event kind; not covered by the signature
+	HeaderTimestamp = "X-Service-Timestamp" // Unix time in milliseconds, decimal
+	HeaderSignature = "X-Service-Signature" // SignaturePrefix + lowercase hex HMAC-SHA256
+)
+
+// SignaturePrefix starts every value of [HeaderSignature].
+const SignaturePrefix = "sha256="
+
+// signatureLen is the length of a complete signature header value.
+const signatureLen = len(SignaturePrefix) + 2*sha256.Size
+
+// Sign returns the value of [HeaderSignature] for a delivery: [SignaturePrefix]
+// followed by the lowercase hex HMAC-SHA256, keyed with secret, of the
+// decimal timestampMillis, a period and body.
+//
+// Sign keeps the keyed hash state of recently used secrets (a bounded number)
+// so that signing skips key setup; it is safe for concurrent use.
+func Sign(secret string, timestampMillis int64, body []byte) string {
+	var buf [signatureLen]byte
+	return string(AppendSignature(buf[:0], secret, timestampMillis, body))
+}
+
+// AppendSignature appends the value [Sign] returns to dst and returns the
+// extended slice. It does not allocate when dst has room for the 71 bytes.
+func AppendSignature(dst []byte, secret string, timestampMillis int64, body []byte) []byte {
+	var sum [sha256.Size]byte
+	cachedKey(secret).sum(timestampMillis, body, &sum)
+	dst = append(dst, SignaturePrefix...)
+	return hex.AppendEncode(dst, sum[:])
+}
+
+// keyedMAC computes the HMAC of one secret. hmac.New costs as much as hashing
+// a kilobyte, so keyed states are pooled and Reset between uses.
+type keyedMAC struct {
+	pool sync.Pool // of *macState
+}
+
+type macState struct {
+	mac     hash.Hash
+	scratch [sha256.Size]byte // room for the timestamp digits, then the sum
+}
+
+var period = []byte{'.'}
+
+func newKeyedMAC(secret string) *keyedMAC {
+	key := []byte(secret)
+	k := new(keyedMAC)
+	k.pool.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
+	return k
+}
+
+// sum writes the HMAC of "<ts>.<body>" to out.
+func (k *keyedMAC) sum(ts int64, body []byte, out *[sha256.Size]byte) {
+	st := k.pool.Get().(*macState)
+	st.mac.Reset()
+	st.mac.Write(strconv.AppendInt(st.scratch[:0], ts, 10))
+	st.mac.Write(period)
+	st.mac.Write(body)
+	copy(out[:], st.mac.Sum(st.scratch[:0]))
+	k.pool.Put(st)
+}
+
+// The cache of keyed states behind Sign and Verify: sharded maps behind
+// mutexes (a string key in a sync.Map would allocate on every lookup), each
+// shard bounded so a sender with many connections cannot grow it forever.
+const (
+	keyShards      = 32
+	keysPerShard   = 128
+	keyCacheMaxLen = keyShards * keysPerShard
+)
+
+type keyShard struct {
+	mu   sync.Mutex
+	keys map[string]*keyedMAC
+}
+
+var (
+	keySeed  = maphash.MakeSeed()
+	keyCache [keyShards]keyShard
+)
+
+func cachedKey(secret string) *keyedMAC {
+	s := &keyCache[maphash.String(keySeed, secret)%keyShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k, ok := s.keys[secret]; ok {
+		return k
+	}
+	if s.keys == nil {
+		s.keys = make(map[string]*keyedMAC)
+	}
+	if len(s.keys) >= keysPerShard {
+		for old := range s.keys { // evict one arbitrary entry
+			delete(s.keys, old)
+			break
+		}
+	}
+	k := newKeyedMAC(secret)
+	s.keys[secret] = k
+	return k
+}
