@@ -1,0 +1,421 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+)
+
+const testSecret = "whsec_test_secret"
+
+// testNow is the receiver's clock in verifier tests.
+var testNow = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+// signedHeader returns the headers of a delivery of body signed at ts.
+func signedHeader(secret string, ts int64, body []byte) http.Header {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(webhook.HeaderEvent, webhook.EventUserIdentified)
+	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(webhook.HeaderSignature, webhook.Sign(secret, ts, body))
+	return h
+}
+
+func newTestVerifier(t testing.TB, secrets ...string) *webhook.Verifier {
+	t.Helper()
+	if len(secrets) == 0 {
+		secrets = []string{testSecret}
+	}
+	v, err := webhook.NewVerifier(secrets, &webhook.VerifierOptions{
+		Now:          func() time.Time { return testNow },
+		MaxBodyBytes: 4096,
+	})
+	require.NoError(t, err)
+	return v
+}
+
+func TestVerify_KnownAnswers(t *testing.T) {
+	for i, v := range loadVectors(t) {
+		h := http.Header{}
+		h.Set(webhook.HeaderEvent, webhook.EventUserIdentified)
+		h.Set(webhook.HeaderTimestamp, strconv.FormatInt(v.timestamp, 10))
+		h.Set(webhook.HeaderSignature, v.signature)
+		ver, err := webhook.NewVerifier([]string{v.secret}, &webhook.VerifierOptions{
+			Now: func() time.Time { return time.UnixMilli(v.timestamp) },
+		})
+		require.NoError(t, err)
+		assert.NoError(t, ver.Verify(h, v.body), "vector %d", i)
+	}
+}
+
+func TestVerify_PackageFunctionUsesTheClock(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	now := time.Now().UnixMilli()
+	require.NoError(t, webhook.Verify(testSecret, signedHeader(testSecret, now, body), body))
+	err := webhook.Verify(testSecret, signedHeader(testSecret, now-301_000, body), body)
+	assert.ErrorIs(t, err, webhook.ErrTimestampExpired)
+	err = webhook.Verify("another secret", signedHeader(testSecret, now, body), body)
+	assert.ErrorIs(t, err, webhook.ErrSignatureMismatch)
+}
+
+func TestVerifier_Verify(t *testing.T) {
+	body := readTestdata(t, "body_user_identified.json")
+	now := testNow.UnixMilli()
+	sec := time.Second.Milliseconds()
+
+	tests := []struct {
+		name    string
+		header  func() http.Header
+		body    []byte
+		wantErr error
+		wantMsg string // a part of the message, when it matters
+	}{
+		{"valid", func() http.Header { return signedHeader(testSecret, now, body) }, body, nil, ""},
+		{"299 s old", func() http.Header { return signedHeader(testSecret, now-299*sec, body) }, body, nil, ""},
+		{"exactly 300 s old", func() http.Header { return signedHeader(testSecret, now-300*sec, body) }, body, nil, ""},
+		{"299 s ahead", func() http.Header { return signedHeader(testSecret, now+299*sec, body) }, body, nil, ""},
+		{"301 s old", func() http.Header { return signedHeader(testSecret, now-301*sec, body) }, body, webhook.ErrTimestampExpired, "5m1s old"},
+		{"300.001 s old", func() http.Header { return signedHeader(testSecret, now-300*sec-1, body) }, body, webhook.ErrTimestampExpired, ""},
+		{"301 s in the future", func() http.Header { return signedHeader(testSecret, now+301*sec, body) }, body, webhook.ErrTimestampInFuture, "ahead"},
+		{"timestamp in seconds", func() http.Header { return signedHeader(testSecret, now/1000, body) }, body, webhook.ErrTimestampExpired, "looks like Unix seconds"},
+		{"ancient timestamp", func() http.Header { return signedHeader(testSecret, 0, body) }, body, webhook.ErrTimestampExpired, "old"},
+		{"far-future timestamp", func() http.Header { return signedHeader(testSecret, 999_999_999_999_999_999, body) }, body, webhook.ErrTimestampInFuture, "years"},
+		{"wrong secret", func() http.Header { return signedHeader("whsec_other", now, body) }, body, webhook.ErrSignatureMismatch, ""},
+		{"body tampered by one byte", func() http.Header { return signedHeader(testSecret, now, body) }, flipLastByte(body), webhook.ErrSignatureMismatch, ""},
+		{"timestamp changed after signing", func() http.Header {
+			h := signedHeader(testSecret, now, body)
+			h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now+1, 10))
+			return h
+		}, body, webhook.ErrSignatureMismatch, ""},
+		{"missing event header", without(webhook.HeaderEvent, signedHeader(testSecret, now, body)), body, webhook.ErrMissingHeader, webhook.HeaderEvent},
+		{"missing timestamp header", without(webhook.HeaderTimestamp, signedHeader(testSecret, now, body)), body, webhook.ErrMissingHeader, webhook.HeaderTimestamp},
+		{"missing signature header", without(webhook.HeaderSignature, signedHeader(testSecret, now, body)), body, webhook.ErrMissingHeader, webhook.HeaderSignature},
+		{"empty signature", with(webhook.HeaderSignature, "", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedSignature, "empty"},
+		{"prefix only", with(webhook.HeaderSignature, "sha256=", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedSignature, ""},
+		{"wrong prefix", func() http.Header {
+			h := signedHeader(testSecret, now, body)
+			h.Set(webhook.HeaderSignature, "sha1="+strings.TrimPrefix(h.Get(webhook.HeaderSignature), "sha256="))
+			return h
+		}, body, webhook.ErrMalformedSignature, "must start with"},
+		{"no prefix", func() http.Header {
+			h := signedHeader(testSecret, now, body)
+			h.Set(webhook.HeaderSignature, strings.TrimPrefix(h.Get(webhook.HeaderSignature), "sha256="))
+			return h
+		}, body, webhook.ErrMalformedSignature, ""},
+		{"digest too short", with(webhook.HeaderSignature, "sha256=abcd", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedSignature, "64 hex digits"},
+		{"digest not hex", with(webhook.HeaderSignature, "sha256="+strings.Repeat("zz", 32), signedHeader(testSecret, now, body)), body, webhook.ErrMalformedSignature, "hex"},
+		{"two signatures", func() http.Header {
+			h := signedHeader(testSecret, now, body)
+			h.Add(webhook.HeaderSignature, h.Get(webhook.HeaderSignature))
+			return h
+		}, body, webhook.ErrMalformedSignature, "2 times"},
+		{"uppercase hex accepted", func() http.Header {
+			h := signedHeader(testSecret, now, body)
+			h.Set(webhook.HeaderSignature, "sha256="+strings.ToUpper(strings.TrimPrefix(h.Get(webhook.HeaderSignature), "sha256=")))
+			return h
+		}, body, nil, ""},
+		{"empty timestamp", with(webhook.HeaderTimestamp, "", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, "empty"},
+		{"non-decimal timestamp", with(webhook.HeaderTimestamp, "0x19a", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, "decimal digits"},
+		{"signed timestamp", with(webhook.HeaderTimestamp, "+"+strconv.FormatInt(now, 10), signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
+		{"negative timestamp", with(webhook.HeaderTimestamp, "-1", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
+		{"spaced timestamp", with(webhook.HeaderTimestamp, " "+strconv.FormatInt(now, 10), signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
+		{"fractional timestamp", with(webhook.HeaderTimestamp, strconv.FormatInt(now, 10)+".5", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
+		{"ISO timestamp", with(webhook.HeaderTimestamp, "2026-11-21T10:00:00.000Z", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
+		{"timestamp overflowing int64", with(webhook.HeaderTimestamp, strings.Repeat("9", 25), signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
+		{"body over the limit", func() http.Header { return signedHeader(testSecret, now, bytes.Repeat([]byte("x"), 4097)) }, bytes.Repeat([]byte("x"), 4097), webhook.ErrBodyTooLarge, "4096"},
+		{"body at the limit", func() http.Header { return signedHeader(testSecret, now, bytes.Repeat([]byte("x"), 4096)) }, bytes.Repeat([]byte("x"), 4096), nil, ""},
+		{"header names in lower case", func() http.Header {
+			h := http.Header{}
+			for k, v := range signedHeader(testSecret, now, body) {
+				h[strings.ToLower(k)] = v
+			}
+			return h
+		}, body, nil, ""},
+	}
+	v := newTestVerifier(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := v.Verify(tc.header(), tc.body)
+			if tc.wantErr == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tc.wantErr)
+			assert.ErrorIs(t, err, webhook.ErrVerification)
+			assert.Contains(t, err.Error(), tc.wantMsg)
+			assert.True(t, strings.HasPrefix(err.Error(), "webhook: "), "message %q", err)
+			assert.NotContains(t, err.Error(), testSecret)
+			assert.NotContains(t, err.Error(), webhook.Sign(testSecret, now, tc.body)[7:], "an expected signature leaked")
+		})
+	}
+}
+
+func flipLastByte(b []byte) []byte {
+	out := bytes.Clone(b)
+	out[len(out)-1] ^= 1
+	return out
+}
+
+func without(name string, h http.Header) func() http.Header {
+	return func() http.Header { h.Del(name); return h }
+}
+
+func with(name, value string, h http.Header) func() http.Header {
+	return func() http.Header { h.Set(name, value); return h }
+}
+
+func TestVerifier_SecretRotation(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	now := testNow.UnixMilli()
+	v := newTestVerifier(t, "whsec_old", "whsec_new")
+	assert.NoError(t, v.Verify(signedHeader("whsec_old", now, body), body), "old secret")
+	assert.NoError(t, v.Verify(signedHeader("whsec_new", now, body), body), "new secret")
+	assert.ErrorIs(t, v.Verify(signedHeader("whsec_neither", now, body), body), webhook.ErrSignatureMismatch)
+}
+
+func TestNewVerifier_RefusesBadOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		secrets []string
+		opts    *webhook.VerifierOptions
+		wantMsg string
+	}{
+		{"no secret", nil, nil, "at least one secret"},
+		{"empty secret", []string{"a", ""}, nil, "secret 2 of 2 is empty"},
+		{"negative tolerance", []string{"a"}, &webhook.VerifierOptions{Tolerance: -time.Second}, "Tolerance"},
+		{"negative body limit", []string{"a"}, &webhook.VerifierOptions{MaxBodyBytes: -1}, "MaxBodyBytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := webhook.NewVerifier(tc.secrets, tc.opts)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantMsg)
+		})
+	}
+}
+
+func TestVerifier_ToleranceOption(t *testing.T) {
+	body := []byte(`{}`)
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+		Tolerance: 10 * time.Second,
+		Now:       func() time.Time { return testNow },
+	})
+	require.NoError(t, err)
+	assert.NoError(t, v.Verify(signedHeader(testSecret, testNow.UnixMilli()-10_000, body), body))
+	assert.ErrorIs(t, v.Verify(signedHeader(testSecret, testNow.UnixMilli()-10_001, body), body), webhook.ErrTimestampExpired)
+}
+
+// newSignedRequest returns a request as the service sends it.
+func newSignedRequest(secret string, ts int64, body []byte) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, "/webhooks", bytes.NewReader(body))
+	for k, v := range signedHeader(secret, ts, body) {
+		r.Header[k] = v
+	}
+	return r
+}
+
+func TestVerifyRequest_RestoresIdenticalBody(t *testing.T) {
+	body := readTestdata(t, "body_user_identified.json")
+	r := newSignedRequest(testSecret, testNow.UnixMilli(), body)
+	got, err := newTestVerifier(t).VerifyRequest(r)
+	require.NoError(t, err)
+	assert.Equal(t, body, got)
+	again, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	assert.Equal(t, body, again, "r.Body after VerifyRequest")
+}
+
+func TestVerifyRequest_BodyOverLimitWithoutContentLength(t *testing.T) {
+	body := bytes.Repeat([]byte("a"), 5000)
+	r := newSignedRequest(testSecret, testNow.UnixMilli(), body)
+	r.ContentLength = -1
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body))) // hides the length
+	_, err := newTestVerifier(t).VerifyRequest(r)
+	assert.ErrorIs(t, err, webhook.ErrBodyTooLarge)
+}
+
+func TestMiddleware(t *testing.T) {
+	body := readTestdata(t, "body_user_identified.json")
+	now := testNow.UnixMilli()
+	tests := []struct {
+		name       string
+		req        func() *http.Request
+		wantStatus int
+	}{
+		{"valid", func() *http.Request { return newSignedRequest(testSecret, now, body) }, http.StatusOK},
+		{"tampered body", func() *http.Request {
+			r := newSignedRequest(testSecret, now, body)
+			r.Body = io.NopCloser(bytes.NewReader(flipLastByte(body)))
+			return r
+		}, http.StatusUnauthorized},
+		{"expired", func() *http.Request { return newSignedRequest(testSecret, now-301_000, body) }, http.StatusUnauthorized},
+		{"unsigned", func() *http.Request {
+			return httptest.NewRequest(http.MethodPost, "/webhooks", bytes.NewReader(body))
+		}, http.StatusUnauthorized},
+		{"too large", func() *http.Request {
+			big := bytes.Repeat([]byte("x"), 5000)
+			return newSignedRequest(testSecret, now, big)
+		}, http.StatusRequestEntityTooLarge},
+		{"body read fails", func() *http.Request {
+			r := newSignedRequest(testSecret, now, body)
+			r.Body = io.NopCloser(&failingReader{})
+			r.ContentLength = -1
+			return r
+		}, http.StatusBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+				Now:          func() time.Time { return testNow },
+				MaxBodyBytes: 4096,
+				Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			require.NoError(t, err)
+			var seen []byte
+			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen, _ = io.ReadAll(r.Body)
+				w.WriteHeader(http.StatusOK)
+			})
+			rec := httptest.NewRecorder()
+			v.Middleware(next).ServeHTTP(rec, tc.req())
+			assert.Equal(t, tc.wantStatus, rec.Code, "status")
+			if tc.wantStatus == http.StatusOK {
+				assert.Equal(t, body, seen, "body seen by next")
+				assert.Empty(t, logs.String())
+				return
+			}
+			assert.Nil(t, seen, "next must not be called")
+			assert.Contains(t, logs.String(), "request refused")
+			assert.NotContains(t, rec.Body.String(), "webhook:", "the reason must not reach the client")
+		})
+	}
+}
+
+type failingReader struct{}
+
+func (*failingReader) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+
+func TestMiddleware_ErrorHandler(t *testing.T) {
+	var got error
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			got = err
+			http.Error(w, "nope", http.StatusForbidden)
+		},
+	})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	v.Middleware(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}")))
+	assert.Equal(t, http.StatusForbidden, rec.Code)
+	assert.ErrorIs(t, got, webhook.ErrMissingHeader)
+}
+
+func TestNewHandler(t *testing.T) {
+	now := testNow.UnixMilli()
+	body := readTestdata(t, "body_user_identified.json")
+	errBoom := errors.New("database down")
+	tests := []struct {
+		name       string
+		req        func() *http.Request
+		onErr      error
+		wantStatus int
+		wantCalled bool
+		wantLog    string
+	}{
+		{"delivered", func() *http.Request { return newSignedRequest(testSecret, now, body) }, nil, http.StatusOK, true, ""},
+		{"function fails", func() *http.Request { return newSignedRequest(testSecret, now, body) }, errBoom, http.StatusInternalServerError, true, "database down"},
+		{"bad signature", func() *http.Request { return newSignedRequest("whsec_other", now, body) }, nil, http.StatusUnauthorized, false, ""},
+		{"unknown event", func() *http.Request {
+			return newSignedRequest(testSecret, now, []byte(`{"event":"user.deleted","user":{"id":"usr_1"}}`))
+		}, nil, http.StatusOK, false, "user.deleted"},
+		{"unknown event with another shape", func() *http.Request {
+			return newSignedRequest(testSecret, now, []byte(`{"event":"app.renamed","user":"not an object"}`))
+		}, nil, http.StatusOK, false, "app.renamed"},
+		{"signed body is not JSON", func() *http.Request { return newSignedRequest(testSecret, now, []byte(`hello`)) }, nil, http.StatusBadRequest, false, "not a payload"},
+		{"signed body has no event", func() *http.Request { return newSignedRequest(testSecret, now, []byte(`{"user":{}}`)) }, nil, http.StatusBadRequest, false, "not a payload"},
+		{"signed body has a wrong type", func() *http.Request {
+			return newSignedRequest(testSecret, now, []byte(`{"event":"user.identified","user":"ada"}`))
+		}, nil, http.StatusBadRequest, false, "not a payload"},
+		{"event header disagrees with body", func() *http.Request {
+			r := newSignedRequest(testSecret, now, body)
+			r.Header.Set(webhook.HeaderEvent, "user.deleted")
+			return r
+		}, nil, http.StatusOK, true, "disagrees"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			var called bool
+			h := webhook.NewHandler(newTestVerifier(t), func(ctx context.Context, p webhook.Payload) error {
+				called = true
+				assert.Equal(t, "usr_8f3a2b", p.User.ID)
+				return tc.onErr
+			}, &webhook.HandlerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, tc.req())
+			assert.Equal(t, tc.wantStatus, rec.Code)
+			assert.Equal(t, tc.wantCalled, called, "function called")
+			assert.Contains(t, logs.String(), tc.wantLog)
+			if tc.wantStatus == http.StatusOK {
+				assert.JSONEq(t, `{"ok":true}`, rec.Body.String())
+				assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			}
+		})
+	}
+}
+
+// FuzzVerify checks that no header value or body panics, and that whatever
+// verifies carries the signature Sign computes. Run beyond the seed corpus with
+//
+//	go test -run '^$' -fuzz FuzzVerify
+func FuzzVerify(f *testing.F) {
+	now := testNow.UnixMilli()
+	body := readTestdata(f, "body_user_identified.json")
+	f.Add(strconv.FormatInt(now, 10), webhook.Sign(testSecret, now, body), body)
+	f.Add(strconv.FormatInt(now/1000, 10), webhook.Sign(testSecret, now/1000, body), body)
+	f.Add("", "", []byte{})
+	f.Add("-0", "sha256=", []byte("{"))
+	f.Add("99999999999999999999999", "sha256="+strings.Repeat("A", 64), []byte("\x00"))
+	f.Add(strconv.FormatInt(now, 10), "sha256="+strings.Repeat("g", 64), body)
+	v := newTestVerifier(f)
+	f.Fuzz(func(t *testing.T, ts, sig string, body []byte) {
+		h := http.Header{}
+		h.Set(webhook.HeaderEvent, webhook.EventUserIdentified)
+		h.Set(webhook.HeaderTimestamp, ts)
+		h.Set(webhook.HeaderSignature, sig)
+		err := v.Verify(h, body)
+		if err == nil {
+			n, perr := strconv.ParseInt(ts, 10, 64)
+			require.NoError(t, perr, "accepted timestamp %q", ts)
+			require.True(t, strings.EqualFold(webhook.Sign(testSecret, n, body), sig), "accepted signature %q", sig)
+			return
+		}
+		require.ErrorIs(t, err, webhook.ErrVerification)
+	})
+}
+
+func TestVerify_DoesNotAllocateOnSuccess(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items")
+	}
+	body := readTestdata(t, "body_user_identified.json")
+	h := signedHeader(testSecret, testNow.UnixMilli(), body)
+	v := newTestVerifier(t)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = v.Verify(h, body) }), "Verifier.Verify")
+	h = signedHeader(testSecret, time.Now().UnixMilli(), body)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = webhook.Verify(testSecret, h, body) }), "Verify")
+}
