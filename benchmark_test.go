@@ -1,0 +1,186 @@
+package webhook_test
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"hash"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook"
+)
+
+// The benchmarks put the library beside the floor, a hand-written
+// HMAC-SHA256 of the same scheme that keeps keyed state per secret, in one
+// run, so that a ratio is one benchstat away:
+//
+//	go test -run '^$' -bench . -count 10 > bench.txt
+//	benchstat -col /impl bench.txt
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"1KiB", 1 << 10}, {"16KiB", 16 << 10}}
+
+// floorSigner is the floor: a sync.Pool of keyed HMACs, Reset between uses.
+type floorSigner struct{ pool sync.Pool }
+
+type floorState struct {
+	mac hash.Hash
+	buf [64]byte
+}
+
+func newFloorSigner(secret string) *floorSigner {
+	f := &floorSigner{}
+	f.pool.New = func() any { return &floorState{mac: hmac.New(sha256.New, []byte(secret))} }
+	return f
+}
+
+// sum computes the raw HMAC of "<ts>.<body>" into out.
+func (f *floorSigner) sum(ts int64, body []byte, out *[32]byte) {
+	st := f.pool.Get().(*floorState)
+	st.mac.Reset()
+	st.mac.Write(strconv.AppendInt(st.buf[:0], ts, 10))
+	st.mac.Write(floorDot)
+	st.mac.Write(body)
+	copy(out[:], st.mac.Sum(st.buf[:0]))
+	f.pool.Put(st)
+}
+
+func (f *floorSigner) sign(ts int64, body []byte) string {
+	var sum [32]byte
+	f.sum(ts, body, &sum)
+	var out [7 + 64]byte
+	copy(out[:], "sha256=")
+	hex.Encode(out[7:], sum[:])
+	return string(out[:])
+}
+
+func (f *floorSigner) verify(ts int64, body []byte, sig string) bool {
+	var got, want [32]byte
+	if len(sig) != 71 {
+		return false
+	}
+	if _, err := hex.Decode(got[:], []byte(sig[7:])); err != nil {
+		return false
+	}
+	f.sum(ts, body, &want)
+	return hmac.Equal(got[:], want[:])
+}
+
+var (
+	sinkString string
+	floorDot   = []byte{'.'}
+)
+
+func BenchmarkSign(b *testing.B) {
+	const ts = 1763719200000
+	for _, size := range benchSizes {
+		body := bytes.Repeat([]byte("a"), size.n)
+		floor := newFloorSigner(testSecret)
+		b.Run("impl=floor/size="+size.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(size.n))
+			for b.Loop() {
+				sinkString = floor.sign(ts, body)
+			}
+		})
+		b.Run("impl=webhook/size="+size.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(size.n))
+			for b.Loop() {
+				sinkString = webhook.Sign(testSecret, ts, body)
+			}
+		})
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	ts := testNow.UnixMilli()
+	for _, size := range benchSizes {
+		body := bytes.Repeat([]byte("a"), size.n)
+		h := signedHeader(testSecret, ts, body)
+		sig := h.Get(webhook.HeaderSignature)
+		floor := newFloorSigner(testSecret)
+		v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+			Now:          func() time.Time { return testNow },
+			MaxBodyBytes: 1 << 20,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("impl=floor/size="+size.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(size.n))
+			for b.Loop() {
+				if !floor.verify(ts, body, sig) {
+					b.Fatal("floor refused")
+				}
+			}
+		})
+		b.Run("impl=webhook/size="+size.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(size.n))
+			for b.Loop() {
+				if err := v.Verify(h, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMiddleware serves one signed 1 KiB request through the
+// middleware, beside a bare handler that only reads the body.
+func BenchmarkMiddleware(b *testing.B) {
+	body := bytes.Repeat([]byte("a"), 1<<10)
+	h := signedHeader(testSecret, testNow.UnixMilli(), body)
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{Now: func() time.Time { return testNow }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := bytes.NewBuffer(make([]byte, 0, r.ContentLength+1))
+		buf.ReadFrom(r.Body)
+		w.WriteHeader(http.StatusOK)
+	})
+	run := func(b *testing.B, handler http.Handler) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		rd := bytes.NewReader(body)
+		req := httptest.NewRequest(http.MethodPost, "/", rd)
+		req.Header = h
+		w := &statusWriter{header: http.Header{}}
+		for b.Loop() {
+			rd.Reset(body)
+			req.Body = readCloser{rd}
+			w.code = 0
+			handler.ServeHTTP(w, req)
+			if w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	}
+	b.Run("impl=bare", func(b *testing.B) { run(b, bare) })
+	b.Run("impl=middleware", func(b *testing.B) { run(b, v.Middleware(bare)) })
+}
+
+type readCloser struct{ *bytes.Reader }
+
+// statusWriter is the cheapest ResponseWriter: it keeps only the status.
+type statusWriter struct {
+	header http.Header
+	code   int
+}
+
+func (w *statusWriter) Header() http.Header         { return w.header }
+func (w *statusWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *statusWriter) WriteHeader(code int)        { w.code = code }
+
+func (readCloser) Close() error { return nil }
