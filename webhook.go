@@ -2,6 +2,23 @@
 // deliveries of user.identified events, signed with HMAC-SHA256 over
 // "<timestamp>.<body>".
 //
+// # Sending
+//
+// The service's backend delivers a [Payload] to each [Connection] a customer
+// configured with a [Sender]. [Sender.Send] validates the connection, encodes
+// the payload once, signs every attempt with a fresh timestamp over the
+// identical body, retries failures by its [RetryPolicy], and returns the
+// delivery-attempt log as a [Result]; when every attempt failed the error is
+// a [*DeliveryError] holding them all. [Sender.SendAll] delivers to several
+// connections at once, [Sender.SendTest] is the dashboard's "Send Test" with
+// a diagnosis a person can act on, and [Sender.Attempt] makes a single try
+// for a job queue that owns the retries.
+//
+//	s, err := webhook.NewSender(nil)
+//	...
+//	res, err := s.Send(ctx, conn, payload)
+//	for _, a := range res.Attempts { ... } // the log, also on failure
+//
 // # Receiving
 //
 // A customer's endpoint checks each delivery with a [Verifier]: the
@@ -18,16 +35,876 @@
 //		return crm.Upsert(ctx, p.User) // an error answers 500 and the service retries
 //	}, nil))
 //
+// # Retries
+//
+// By default ([DefaultRetryPolicy]) a delivery makes one attempt and up to 3
+// retries, waiting 1 s, 2 s and 4 s, and retries every failure: a non-2xx
+// answer, a network error, or no answer within the attempt timeout
+// ([DefaultAttemptTimeout], 30 s per attempt). A 3xx answer is a failure;
+// redirects are never followed. Nothing is retried after the caller's
+// context is done, when the destination was refused before sending, or when
+// the wait would end past the context's deadline. [ExponentialBackoff],
+// [WithJitter] and [WithRetryAfter] build other schedules.
+//
 // # Security
+//
+// Only https:// URLs are accepted. The default transport refuses, at dial
+// time and after DNS resolution, loopback, private, link-local (cloud
+// metadata), shared, multicast and other non-public addresses
+// ([ErrBlockedDestination]), and uses no proxy. Custom headers cannot replace
+// Content-Type, the X-Service-* headers or the transport's own headers.
+// Secrets never appear in a delivery, an error, a log line or the formatting
+// of a [Connection]; neither do URL query strings nor custom header values.
+// Nothing is printed unless a *slog.Logger is given.
 //
 // Verification uses the raw body as received, compares signatures in
 // constant time with [hmac.Equal], checks the signature before the window
 // (so an expired-timestamp error is only ever given for an authentic
-// delivery), accepts several secrets at once for rotation, and never puts a
-// secret or an expected signature in an error or a log line. The event
-// header is not signed: [NewHandler] dispatches on the signed body.
+// delivery), accepts several secrets at once for rotation, and never puts an
+// expected signature in an error. The event header is not signed:
+// [NewHandler] dispatches on the signed body.
 //
 // [Sign] and [Verify] keep the keyed hash state of a bounded number of
 // recently used secrets in memory, to skip key setup; a [Verifier] keeps its
 // own.
 package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/signedhook/webhook/internal/dialguard"
+)
+
+// ErrInvalidConnection is matched by every error returned by
+// [Connection.Validate], and so by [Sender.Send] for an invalid connection.
+var ErrInvalidConnection = errors.New("webhook: invalid connection")
+
+// ErrBlockedDestination is matched by the error of an attempt that the
+// default transport refused to make because the connection's host resolved
+// to a loopback, private, link-local, shared, multicast or otherwise
+// non-public address. See SenderOptions.AllowPrivateNetworks.
+var ErrBlockedDestination = dialguard.ErrBlocked
+
+// Connection is a webhook connection a customer configured: where and how
+// deliveries are sent, and the secret they are signed with.
+//
+// Its String, GoString and LogValue methods show the name, the method, and
+// the URL without credentials or query, and never the secret or the values
+// of custom headers, which may carry credentials too.
+type Connection struct {
+	Name    string            // a label for people; may be empty
+	URL     string            // absolute https:// URL with a host
+	Method  string            // POST, PUT or PATCH; empty means POST
+	Headers map[string]string // custom headers added to every delivery
+	Secret  string            // the signing secret; never sent
+}
+
+// reservedHeaders may not be set by a connection's custom headers: the
+// library or the transport owns them. Keys are in canonical form.
+var reservedHeaders = map[string]bool{
+	"Content-Type":      true,
+	"Host":              true,
+	"Content-Length":    true,
+	"Transfer-Encoding": true,
+	"Connection":        true,
+	"Keep-Alive":        true,
+	"Proxy-Connection":  true,
+	"Te":                true,
+	"Trailer":           true,
+	"Upgrade":           true,
+}
+
+// Validate reports the first thing wrong with c, as a [*FieldError] naming
+// the field and matching [ErrInvalidConnection]: a URL that is not an
+// absolute https:// URL with a host, a method other than POST, PUT or PATCH,
+// an empty secret, or a custom header with an invalid name or value (control
+// characters such as CR and LF) or one that would replace Content-Type, an
+// X-Service-* header or a header the transport owns (Host, Content-Length,
+// Transfer-Encoding, Connection and the other hop-by-hop headers), compared
+// without regard to case. Plain http:// is refused; there is no switch.
+func (c Connection) Validate() error {
+	if err := validateURL(c.URL); err != nil {
+		return err
+	}
+	switch c.Method {
+	case "", http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return connError("Method", fmt.Sprintf("want POST, PUT or PATCH, got %q", c.Method))
+	}
+	if c.Secret == "" {
+		return connError("Secret", "must not be empty")
+	}
+	names := make([]string, 0, len(c.Headers))
+	for name := range c.Headers {
+		names = append(names, name)
+	}
+	slices.Sort(names) // report the same header first every time
+	for _, name := range names {
+		if err := validateHeader(name, c.Headers[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateURL(raw string) error {
+	if raw == "" {
+		return connError("URL", "must not be empty")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return connError("URL", "is not a URL")
+	}
+	switch {
+	case u.Scheme != "https":
+		return connError("URL", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
+	case u.Host == "" || u.Hostname() == "":
+		return connError("URL", "has no host")
+	}
+	return nil
+}
+
+func validateHeader(name, value string) error {
+	field := "Headers[" + strconv.Quote(name) + "]"
+	if !validHeaderName(name) {
+		return connError(field, "is not a valid header name")
+	}
+	canonical := http.CanonicalHeaderKey(name)
+	if reservedHeaders[canonical] || strings.HasPrefix(canonical, "X-Service-") {
+		return connError(field, "would replace a header the library or the transport sets")
+	}
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return connError(field, fmt.Sprintf("value has a control character (%q) at offset %d", c, i))
+		}
+	}
+	return nil
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110, 5.6.2).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func connError(field, reason string) error {
+	return &FieldError{Field: field, Reason: reason, kind: ErrInvalidConnection}
+}
+
+func (c Connection) method() string {
+	if c.Method == "" {
+		return http.MethodPost
+	}
+	return c.Method
+}
+
+// String returns a description of c without secrets, such as
+// `webhook connection "CRM" (POST https://crm.example.com/hooks)`.
+func (c Connection) String() string {
+	return fmt.Sprintf("webhook connection %q (%s %s)", c.Name, c.method(), redactURL(c.URL))
+}
+
+// GoString is String, so that %#v does not print the secret either.
+func (c Connection) GoString() string { return c.String() }
+
+// LogValue returns c's name, method, redacted URL and custom header names.
+func (c Connection) LogValue() slog.Value {
+	names := make([]string, 0, len(c.Headers))
+	for name := range c.Headers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return slog.GroupValue(
+		slog.String("name", c.Name),
+		slog.String("method", c.method()),
+		slog.String("url", redactURL(c.URL)),
+		slog.Any("headers", names),
+	)
+}
+
+// redactURL returns raw without user information, query or fragment, which
+// may carry credentials.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	hasQuery := u.RawQuery != "" || u.ForceQuery
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	s := u.String()
+	if hasQuery {
+		s += "?…"
+	}
+	return s
+}
+
+// FailureKind says why an attempt failed, so a program can switch on it.
+// The empty kind, KindNone, is a success.
+type FailureKind string
+
+// Failure kinds.
+const (
+	KindNone     FailureKind = ""         // the receiver answered 2xx
+	KindInvalid  FailureKind = "invalid"  // the connection is invalid; nothing was sent
+	KindBlocked  FailureKind = "blocked"  // the address is not public; nothing was sent
+	KindDNS      FailureKind = "dns"      // the host name did not resolve
+	KindRefused  FailureKind = "refused"  // the connection was refused
+	KindReset    FailureKind = "reset"    // the connection was reset or closed early
+	KindTimeout  FailureKind = "timeout"  // no complete answer within the attempt timeout
+	KindTLS      FailureKind = "tls"      // the TLS handshake or certificate failed
+	KindRedirect FailureKind = "redirect" // a 3xx answer: redirects are never followed
+	KindStatus   FailureKind = "status"   // another non-2xx answer
+	KindCanceled FailureKind = "canceled" // the caller's context was done
+	KindOther    FailureKind = "other"    // any other failure
+)
+
+// Attempt is one try of a delivery: an entry of the delivery-attempt log.
+type Attempt struct {
+	N            int           // 1 for the first attempt
+	Start        time.Time     // when it was signed and sent
+	Duration     time.Duration // until the answer was read, or the failure
+	Timestamp    int64         // the X-Service-Timestamp it was signed with (Unix ms)
+	StatusCode   int           // the receiver's status; 0 when none came
+	Err          error         // nil on success; otherwise why it failed
+	Kind         FailureKind   // KindNone on success
+	ResponseBody []byte        // at most the first 4 KiB of the answer's body
+	Retry        bool          // whether a retry was scheduled (Send) or is due (Sender.Attempt)
+	RetryIn      time.Duration // the wait before that retry; 0 when Retry is false
+}
+
+// OK reports whether the attempt succeeded: a 2xx answer.
+func (a *Attempt) OK() bool { return a.Err == nil }
+
+// Result is the delivery-attempt log of one delivery to one connection.
+type Result struct {
+	Connection string    // the connection's Name
+	Attempts   []Attempt // in order; empty when the connection was invalid
+	Err        error     // nil when the last attempt succeeded; see Sender.Send
+}
+
+// DeliveryError is the error of a delivery whose every attempt failed, or
+// that was stopped between attempts. It holds the whole attempt log.
+type DeliveryError struct {
+	Connection string    // the connection's Name
+	Attempts   []Attempt // every attempt made, in order
+	Err        error     // the last cause: the last attempt's error, or the context's
+}
+
+// Error says how many attempts were made and the last cause.
+func (e *DeliveryError) Error() string {
+	return fmt.Sprintf("webhook: delivery to %q failed after %d attempt(s): %v", e.Connection, len(e.Attempts), e.Err)
+}
+
+// Unwrap returns the last cause.
+func (e *DeliveryError) Unwrap() error { return e.Err }
+
+// DefaultAttemptTimeout is how long one attempt may take, from dialling to
+// reading the answer.
+const DefaultAttemptTimeout = 30 * time.Second
+
+// DefaultMaxConcurrency is how many deliveries [Sender.SendAll] makes at once.
+const DefaultMaxConcurrency = 16
+
+// Response bodies: the log keeps the start, the rest is drained up to a
+// bound so the connection can be reused.
+const (
+	maxLoggedBody  = 4 << 10
+	maxDrainedBody = 64 << 10
+)
+
+// SenderOptions configures a [Sender]. A nil *SenderOptions, or a zero
+// field, selects the documented default.
+type SenderOptions struct {
+	// Client makes the requests. It is copied, never modified: the copy
+	// does not follow redirects (a 3xx answer is a failed attempt) and
+	// AttemptTimeout replaces its Timeout. Nil means a client on the default
+	// transport: no proxy, TLS 1.2 or later, an idle-connection pool as
+	// large as the concurrency it serves, and the private-network guard
+	// (see AllowPrivateNetworks). A Client of your own has no such guard.
+	Client *http.Client
+
+	// Retry is the retry policy. Nil means DefaultRetryPolicy(): to turn
+	// retries off, give a policy with MaxRetries 0.
+	Retry *RetryPolicy
+
+	// AttemptTimeout bounds each attempt. Zero means DefaultAttemptTimeout.
+	AttemptTimeout time.Duration
+
+	// Logger receives each attempt: failures at level Warn, successes at
+	// Debug. Nil means no logging; nothing is ever printed to stderr.
+	Logger *slog.Logger
+
+	// OnAttempt, if not nil, is called after each attempt with its entry
+	// of the log, from the goroutine that called Send. It must not block
+	// for long: the delivery waits for it.
+	OnAttempt func(Attempt)
+
+	// AllowPrivateNetworks lets the default transport connect to loopback,
+	// private, link-local and other non-public addresses, which it refuses
+	// otherwise, after DNS resolution. It has no effect with a Client.
+	AllowPrivateNetworks bool
+
+	// Now returns the current time, used for timestamps and durations. Nil
+	// means time.Now.
+	Now func() time.Time
+
+	// MaxConcurrency bounds how many deliveries SendAll makes at once. Zero
+	// means DefaultMaxConcurrency.
+	MaxConcurrency int
+}
+
+// Sender delivers payloads to connections, signing each attempt and
+// retrying failures by its policy. It keeps no state between deliveries
+// apart from its connection pool, and is safe for concurrent use.
+type Sender struct {
+	client    *http.Client
+	transport *http.Transport // the default transport, or nil with a Client
+	policy    RetryPolicy
+	logger    *slog.Logger
+	onAttempt func(Attempt)
+	now       func() time.Time
+	maxConc   int
+}
+
+// NewSender returns a Sender configured by opts, which may be nil. It fails
+// when an option is out of range.
+func NewSender(opts *SenderOptions) (*Sender, error) {
+	if opts == nil {
+		opts = &SenderOptions{}
+	}
+	s := &Sender{
+		logger:    opts.Logger,
+		onAttempt: opts.OnAttempt,
+		now:       opts.Now,
+		maxConc:   opts.MaxConcurrency,
+	}
+	policy := opts.Retry
+	if policy == nil {
+		policy = DefaultRetryPolicy()
+	}
+	if policy.MaxRetries < 0 {
+		return nil, fmt.Errorf("webhook: RetryPolicy.MaxRetries must not be negative, got %d", policy.MaxRetries)
+	}
+	s.policy = *policy
+	if s.policy.Backoff == nil {
+		s.policy.Backoff = defaultBackoff
+	}
+	timeout := opts.AttemptTimeout
+	switch {
+	case timeout < 0:
+		return nil, fmt.Errorf("webhook: AttemptTimeout must not be negative, got %v", timeout)
+	case timeout == 0:
+		timeout = DefaultAttemptTimeout
+	}
+	switch {
+	case s.maxConc < 0:
+		return nil, fmt.Errorf("webhook: MaxConcurrency must not be negative, got %d", s.maxConc)
+	case s.maxConc == 0:
+		s.maxConc = DefaultMaxConcurrency
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	var client http.Client
+	if opts.Client != nil {
+		client = *opts.Client
+	} else {
+		s.transport = newTransport(opts.AllowPrivateNetworks)
+		client.Transport = s.transport
+	}
+	rt := client.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	client.Transport = &attemptTransport{rt: rt, timeout: timeout}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client.Timeout = 0 // attemptTransport bounds each attempt, without a goroutine per request
+	s.client = &client
+	return s, nil
+}
+
+// attemptTransport bounds each request, from dialling to the end of the
+// response body, by a timeout. It also hides its RoundTripper's
+// CloseIdleConnections: go-retryablehttp closes the client's idle
+// connections whenever a delivery gives up, which on a shared pool would cost
+// every other delivery its connections.
+type attemptTransport struct {
+	rt      http.RoundTripper
+	timeout time.Duration
+}
+
+func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
+	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases an attempt's timer when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// newTransport returns the default transport. Its idle pool per host is as
+// large as the concurrency a sender serves: a pool smaller than that opens
+// a new TLS connection for most requests.
+func newTransport(allowPrivate bool) *http.Transport {
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	if !allowPrivate {
+		dialer.Control = dialguard.Control
+	}
+	return &http.Transport{
+		Proxy:                 nil, // a proxy would hide the destination from the guard
+		DialContext:           dialer.DialContext,
+		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   10 * time.Second,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          0, // no limit overall
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// CloseIdleConnections closes the idle connections of the Sender's pool.
+// Deliveries in progress are not affected.
+func (s *Sender) CloseIdleConnections() {
+	if c, ok := s.client.Transport.(*attemptTransport).rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// Send encodes p once and delivers it to c: signed with a fresh timestamp
+// for each attempt over the identical body, retried by the Sender's policy.
+// It blocks until the delivery succeeds, the policy gives up, or ctx is done
+// (also in the middle of a wait).
+//
+// The Result is never nil and holds every attempt. The error is nil when
+// the last attempt succeeded; otherwise it is a [*FieldError] matching
+// [ErrInvalidConnection] when c is invalid (nothing is sent), or a
+// [*DeliveryError] holding every attempt and the last cause. Result.Err is
+// the same error.
+func (s *Sender) Send(ctx context.Context, c Connection, p Payload) (*Result, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		err = fmt.Errorf("webhook: encoding payload: %w", err)
+		return &Result{Connection: c.Name, Err: err}, err
+	}
+	return s.SendBytes(ctx, c, p.Event, body)
+}
+
+// SendBytes is Send for a body encoded already: event goes in the
+// X-Service-Event header and body is sent byte for byte.
+func (s *Sender) SendBytes(ctx context.Context, c Connection, event string, body []byte) (*Result, error) {
+	d := s.newDelivery(c, event, body, 1)
+	d.run(ctx, d.maxRetries)
+	return d.result()
+}
+
+// SendAll delivers p to every connection in cs, at most
+// SenderOptions.MaxConcurrency at once, each independently of the others'
+// failures. It returns one Result per connection, in the order of cs; a
+// failed delivery has its Result.Err set. p is encoded once.
+func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Result {
+	results := make([]*Result, len(cs))
+	body, err := json.Marshal(p)
+	if err != nil {
+		err = fmt.Errorf("webhook: encoding payload: %w", err)
+		for i, c := range cs {
+			results[i] = &Result{Connection: c.Name, Err: err}
+		}
+		return results
+	}
+	sem := make(chan struct{}, s.maxConc)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i], _ = s.SendBytes(ctx, c, p.Event, body)
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// Attempt makes exactly one try, numbered n (1 for the first), of
+// delivering body to c, and returns its log entry, in which Retry and
+// RetryIn say whether the Sender's policy would retry it and after how long.
+// It is the primitive for a durable job queue that owns the retries across
+// restarts: store the Attempt, schedule attempt n+1 after RetryIn if Retry.
+// An invalid connection gives an attempt of kind [KindInvalid], with nothing
+// sent.
+func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body []byte, n int) Attempt {
+	d := s.newDelivery(c, event, body, max(n, 1))
+	d.run(ctx, 0)
+	if len(d.attempts) == 0 {
+		return Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: KindInvalid}
+	}
+	return d.attempts[0]
+}
+
+// SendTest is the dashboard's "Send Test": it makes one attempt, without
+// retries, to deliver a complete, valid [EventUserIdentified] payload with
+// obviously sample data (see [TestPayload]), signed like any other delivery.
+// The Result's single attempt says what happened; its [Attempt.Diagnosis]
+// says it in words a person can act on. The error is as for Send.
+func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
+	body, err := json.Marshal(TestPayload(s.now()))
+	if err != nil { // cannot happen: the payload is fixed
+		return &Result{Connection: c.Name, Err: err}, err
+	}
+	d := s.newDelivery(c, EventUserIdentified, body, 1)
+	d.maxRetries = 0 // a test is never retried
+	d.run(ctx, 0)
+	return d.result()
+}
+
+// TestPayload returns the payload SendTest delivers: an [EventUserIdentified]
+// event at now about an obviously fictitious user.
+func TestPayload(now time.Time) Payload {
+	t := NewTime(now)
+	return Payload{
+		Event:     EventUserIdentified,
+		Timestamp: t,
+		User: User{
+			ID:        UserID("test_0000"),
+			Email:     "test.user@example.com",
+			Name:      "Test User",
+			FirstName: "Test",
+			LastName:  "User",
+			Phone:     "+1 555 0100",
+			Metadata:  Metadata{"plan": "test", "source": "send_test"},
+			CreatedAt: t,
+			UpdatedAt: t,
+		},
+		Application: Application{ID: ApplicationID("test_0000"), Name: "Send Test"},
+	}
+}
+
+// Diagnosis describes the attempt in one sentence a person can act on: what
+// happened and, for a failure, what to check.
+func (a *Attempt) Diagnosis() string {
+	took := roundDuration(a.Duration)
+	switch a.Kind {
+	case KindNone:
+		return fmt.Sprintf("delivered: the endpoint answered %d in %v", a.StatusCode, took)
+	case KindInvalid:
+		return fmt.Sprintf("not sent: %v", a.Err)
+	case KindBlocked:
+		return "not sent: the URL's host resolves to a private or otherwise non-public address, which deliveries never reach"
+	case KindDNS:
+		return "failed: the URL's host name does not resolve; check its spelling and DNS"
+	case KindRefused:
+		return "failed: the connection was refused; check that the server listens on that port and that the firewall admits incoming requests"
+	case KindReset:
+		return "failed: the server closed the connection before answering; check the server's logs"
+	case KindTLS:
+		return fmt.Sprintf("failed: the TLS handshake failed (%v); the endpoint needs a valid certificate for its host name", errors.Unwrap(a.Err))
+	case KindTimeout:
+		return fmt.Sprintf("failed: no answer within %v; answer within 5 seconds and do heavy work in the background", took)
+	case KindRedirect:
+		return fmt.Sprintf("failed: %v; configure the final URL", a.Err)
+	case KindStatus:
+		if a.StatusCode == http.StatusUnauthorized || a.StatusCode == http.StatusForbidden {
+			return fmt.Sprintf("failed: the endpoint answered %d; check that it verifies with this connection's secret, over the raw body", a.StatusCode)
+		}
+		return fmt.Sprintf("failed: the endpoint answered %d in %v; any 2xx status means success", a.StatusCode, took)
+	case KindCanceled:
+		return "not completed: the request was canceled"
+	}
+	return fmt.Sprintf("failed: %v", a.Err)
+}
+
+// roundDuration keeps two or three significant digits: 3.2ms, 410µs, 1.25s.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(10 * time.Microsecond)
+}
+
+// delivery is the state of one Send: the attempt log and the hooks that
+// go-retryablehttp calls between attempts.
+type delivery struct {
+	s          *Sender
+	conn       Connection
+	event      string
+	body       []byte
+	first      int // the number of the first attempt made
+	maxRetries int // the policy's, or 0 for a test delivery
+	attempts   []Attempt
+	start      time.Time     // of the attempt in flight
+	ts         int64         // its timestamp
+	wait       time.Duration // decided after the last attempt, for Backoff
+	err        error         // set when nothing could be sent, or by cancellation
+}
+
+func (s *Sender) newDelivery(c Connection, event string, body []byte, first int) *delivery {
+	return &delivery{s: s, conn: c, event: event, body: body, first: first, maxRetries: s.policy.MaxRetries,
+		attempts: make([]Attempt, 0, 1+s.policy.MaxRetries)}
+}
+
+// run makes the delivery, with at most maxRetries retries.
+func (d *delivery) run(ctx context.Context, maxRetries int) {
+	if err := d.conn.Validate(); err != nil {
+		d.err = err
+		return
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, d.conn.method(), d.conn.URL, d.body)
+	if err != nil { // Validate accepted the URL, so this is unexpected
+		d.err = fmt.Errorf("webhook: building request: %w", err)
+		return
+	}
+	h := req.Header
+	for name, value := range d.conn.Headers {
+		h.Set(name, value)
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set(HeaderEvent, d.event)
+	d.sign(h)
+	rc := &retryablehttp.Client{
+		HTTPClient:     d.s.client,
+		Logger:         nil, // never go-retryablehttp's stderr logger
+		RetryMax:       maxRetries,
+		RequestLogHook: func(retryablehttp.Logger, *http.Request, int) { d.start = d.s.now() },
+		CheckRetry:     d.checkRetry,
+		Backoff:        func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
+		PrepareRetry: func(r *http.Request) error {
+			r.Header = r.Header.Clone() // the previous attempt's request keeps its own
+			d.sign(r.Header)
+			return nil
+		},
+		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
+	}
+	resp, err := rc.Do(req)
+	if resp != nil {
+		resp.Body.Close() // read in checkRetry already
+	}
+	if err != nil && ctx.Err() != nil && (len(d.attempts) == 0 || d.attempts[len(d.attempts)-1].Retry) {
+		// Stopped while waiting for a retry: the log ends on a failure
+		// whose retry never came.
+		d.err = fmt.Errorf("webhook: stopped before the next attempt: %w", context.Cause(ctx))
+	}
+}
+
+// sign sets a fresh timestamp and the signature over the unchanged body.
+func (d *delivery) sign(h http.Header) {
+	d.ts = d.s.now().UnixMilli()
+	var sig [signatureLen]byte
+	h.Set(HeaderTimestamp, strconv.FormatInt(d.ts, 10))
+	h.Set(HeaderSignature, string(AppendSignature(sig[:0], d.conn.Secret, d.ts, d.body)))
+}
+
+// checkRetry records the attempt that just ended and decides on a retry.
+func (d *delivery) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	a := Attempt{
+		N:         d.first + len(d.attempts),
+		Start:     d.start,
+		Timestamp: d.ts,
+	}
+	if resp != nil {
+		a.StatusCode = resp.StatusCode
+		a.ResponseBody = readResponseBody(resp)
+	}
+	a.Duration = d.s.now().Sub(d.start)
+	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL)
+	if a.Err != nil {
+		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
+	}
+	d.wait = a.RetryIn
+	d.attempts = append(d.attempts, a)
+	d.log(ctx, &a)
+	if d.s.onAttempt != nil {
+		d.s.onAttempt(a)
+	}
+	return a.Retry, nil
+}
+
+// decide applies the policy to the failed attempt a.
+func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) (bool, time.Duration) {
+	p := &d.s.policy
+	if a.Kind == KindCanceled || a.Kind == KindBlocked || a.N > d.maxRetries {
+		return false, 0
+	}
+	if p.ShouldRetry != nil && !p.ShouldRetry(resp, a.Err) {
+		return false, 0
+	}
+	wait := max(p.Backoff(a.N, resp), 0)
+	if deadline, ok := ctx.Deadline(); ok && !d.s.now().Add(wait).Before(deadline) {
+		return false, 0 // the deadline cannot cover the wait
+	}
+	return true, wait
+}
+
+// readResponseBody returns the start of resp's body, drains a bounded rest
+// so the connection can be reused, and closes it. A read error (the attempt
+// timing out, say) shows as a shorter body: the status has already come.
+func readResponseBody(resp *http.Response) []byte {
+	defer resp.Body.Close()
+	buf := bodyBuffers.Get().(*[maxLoggedBody]byte)
+	defer bodyBuffers.Put(buf)
+	n, _ := io.ReadFull(resp.Body, buf[:])
+	if n == len(buf) {
+		io.CopyN(io.Discard, resp.Body, maxDrainedBody)
+	}
+	resp.Body = http.NoBody
+	if n == 0 {
+		return nil
+	}
+	return bytes.Clone(buf[:n])
+}
+
+var bodyBuffers = sync.Pool{New: func() any { return new([maxLoggedBody]byte) }}
+
+func (d *delivery) log(ctx context.Context, a *Attempt) {
+	level := slog.LevelDebug
+	if a.Err != nil {
+		level = slog.LevelWarn
+	}
+	if !d.s.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.Any("connection", d.conn),
+		slog.Int("attempt", a.N),
+		slog.Int("status", a.StatusCode),
+		slog.Duration("duration", a.Duration),
+	}
+	if a.Err != nil {
+		attrs = append(attrs, slog.String("kind", string(a.Kind)), slog.String("error", a.Err.Error()),
+			slog.Bool("retry", a.Retry), slog.Duration("retry_in", a.RetryIn))
+	}
+	d.s.logger.LogAttrs(ctx, level, "webhook: delivery attempt", attrs...)
+}
+
+// result returns the Result of the delivery and its error.
+func (d *delivery) result() (*Result, error) {
+	r := &Result{Connection: d.conn.Name, Attempts: d.attempts}
+	switch {
+	case len(d.attempts) == 0:
+		r.Err = d.err
+	case d.err != nil:
+		r.Err = &DeliveryError{Connection: d.conn.Name, Attempts: d.attempts, Err: d.err}
+	case d.attempts[len(d.attempts)-1].Err != nil:
+		r.Err = &DeliveryError{Connection: d.conn.Name, Attempts: d.attempts, Err: d.attempts[len(d.attempts)-1].Err}
+	}
+	return r, r.Err
+}
+
+// classify returns the kind and error of an attempt with answer resp or
+// transport error err. Errors never contain the URL's query.
+func classify(ctx context.Context, resp *http.Response, err error, rawURL string) (FailureKind, error) {
+	if err == nil {
+		code := resp.StatusCode
+		switch {
+		case code >= 200 && code < 300:
+			return KindNone, nil
+		case code >= 300 && code < 400:
+			msg := fmt.Sprintf("webhook: receiver answered %s; redirects are not followed", resp.Status)
+			if loc := resp.Header.Get("Location"); loc != "" {
+				msg += " (Location: " + redactURL(loc) + ")"
+			}
+			return KindRedirect, errors.New(msg)
+		}
+		return KindStatus, fmt.Errorf("webhook: receiver answered %s", resp.Status)
+	}
+	cause := err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		cause = ue.Err
+	}
+	kind := KindOther
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var recordErr tls.RecordHeaderError
+	var alertErr tls.AlertError
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalidCert x509.CertificateInvalidError
+	switch {
+	case errors.Is(err, ErrBlockedDestination):
+		kind = KindBlocked
+	case ctx.Err() != nil:
+		kind = KindCanceled
+	case errors.As(err, &dnsErr):
+		kind = KindDNS
+	case errors.As(err, &certErr), errors.As(err, &recordErr), errors.As(err, &alertErr),
+		errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidCert):
+		kind = KindTLS
+	case isTimeout(err):
+		kind = KindTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		kind = KindRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		kind = KindReset
+	}
+	return kind, fmt.Errorf("webhook: %s %s: %w", kindText[kind], redactURL(rawURL), cause)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+var kindText = map[FailureKind]string{
+	KindBlocked:  "refused to connect to",
+	KindCanceled: "canceled request to",
+	KindDNS:      "cannot resolve host of",
+	KindTLS:      "TLS failed with",
+	KindTimeout:  "timed out waiting for",
+	KindRefused:  "connection refused by",
+	KindReset:    "connection reset by",
+	KindOther:    "request failed to",
+}

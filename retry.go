@@ -1,0 +1,96 @@
+package webhook
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// RetryPolicy decides whether a failed attempt is retried and how long the
+// [Sender] waits before the retry. Whatever the policy, a delivery is never
+// retried after its context is done, after a destination was refused before
+// sending ([KindBlocked]), or when the wait would end past the context's
+// deadline.
+type RetryPolicy struct {
+	// MaxRetries is how many retries may follow the first attempt: a
+	// delivery makes at most MaxRetries+1 requests. Zero means no retry.
+	MaxRetries int
+
+	// Backoff returns the wait before retry number retry (1 for the first
+	// retry). resp is the failed attempt's response, or nil when there was
+	// none; its body has already been read. Nil means the default schedule:
+	// 1 s, 2 s, 4 s, doubling up to one minute.
+	Backoff BackoffFunc
+
+	// ShouldRetry reports whether a failed attempt is retried: resp is its
+	// response (nil when none came, body already read) and err the failure.
+	// It is not called for a success (a 2xx answer) nor for the failures
+	// that are never retried. Nil means every failure is retried.
+	ShouldRetry func(resp *http.Response, err error) bool
+}
+
+// BackoffFunc returns the wait before retry number retry (1 for the first
+// retry); resp is the failed attempt's response, or nil when there was none.
+type BackoffFunc func(retry int, resp *http.Response) time.Duration
+
+// DefaultRetryPolicy returns the service's schedule: 3 retries after the
+// first attempt, waiting exactly 1 s, 2 s and 4 s, retrying every failure.
+// Each call returns a new policy that the caller may change.
+func DefaultRetryPolicy() *RetryPolicy {
+	return &RetryPolicy{MaxRetries: 3, Backoff: defaultBackoff}
+}
+
+var defaultBackoff = ExponentialBackoff(time.Second, time.Minute)
+
+// ExponentialBackoff returns a BackoffFunc waiting base before the first
+// retry and doubling the wait for each further retry, up to limit.
+func ExponentialBackoff(base, limit time.Duration) BackoffFunc {
+	return func(retry int, _ *http.Response) time.Duration {
+		d := base
+		for i := 1; i < retry && d < limit; i++ {
+			d *= 2
+		}
+		return min(d, limit)
+	}
+}
+
+// WithJitter returns a BackoffFunc that waits a random duration between
+// (1-fraction) and 1 times what b returns, so that many senders failing at
+// once do not retry in step. fraction is clamped to [0, 1].
+func WithJitter(b BackoffFunc, fraction float64) BackoffFunc {
+	fraction = min(max(fraction, 0), 1)
+	return func(retry int, resp *http.Response) time.Duration {
+		d := b(retry, resp)
+		cut := time.Duration(float64(d) * fraction * rand.Float64())
+		return d - cut
+	}
+}
+
+// WithRetryAfter returns a BackoffFunc that waits what a response's
+// Retry-After header asks (seconds or an HTTP date), at most limit, and
+// falls back to b when there is no usable header. Either way the [Sender]
+// does not start a retry that its context's deadline cannot cover.
+func WithRetryAfter(b BackoffFunc, limit time.Duration) BackoffFunc {
+	return func(retry int, resp *http.Response) time.Duration {
+		if resp != nil {
+			if d, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+				return min(d, limit)
+			}
+		}
+		return b(retry, resp)
+	}
+}
+
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(secs) * time.Second, true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(now), 0), true
+	}
+	return 0, false
+}

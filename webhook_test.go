@@ -1,0 +1,530 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+)
+
+// delivered is one request a receiver got.
+type delivered struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// receiver is an HTTPS server on 127.0.0.1 that records what it gets and
+// answers with the statuses of script in turn (the last one repeating).
+type receiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	got    []delivered
+	script []int
+	handle func(w http.ResponseWriter, r *http.Request) bool // optional; true if it answered
+}
+
+func newReceiver(t *testing.T, script ...int) *receiver {
+	t.Helper()
+	rv := &receiver{script: script}
+	rv.Server = httptest.NewUnstartedServer(http.HandlerFunc(rv.serve))
+	rv.Config.ErrorLog = log.New(io.Discard, "", 0) // handshake failures are expected in some tests
+	rv.StartTLS()
+	t.Cleanup(rv.Close)
+	return rv
+}
+
+func (rv *receiver) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	rv.mu.Lock()
+	n := len(rv.got)
+	rv.got = append(rv.got, delivered{r.Method, r.URL.Path, r.Header.Clone(), body})
+	status := http.StatusOK
+	if len(rv.script) > 0 {
+		status = rv.script[min(n, len(rv.script)-1)]
+	}
+	handle := rv.handle
+	rv.mu.Unlock()
+	if handle != nil && handle(w, r) {
+		return
+	}
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"status":%d}`, status)
+}
+
+func (rv *receiver) deliveries() []delivered {
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	return slicesClone(rv.got)
+}
+
+func slicesClone[T any](s []T) []T { return append([]T(nil), s...) }
+
+// conn returns a valid connection to the receiver's path.
+func (rv *receiver) conn(path string) webhook.Connection {
+	return webhook.Connection{Name: "test", URL: rv.URL + path, Secret: testSecret}
+}
+
+// shortPolicy retries every failure up to max times, waiting 2 ms: long
+// enough for millisecond timestamps to differ, short enough for sockets.
+func shortPolicy(max int) *webhook.RetryPolicy {
+	return &webhook.RetryPolicy{
+		MaxRetries: max,
+		Backoff:    func(int, *http.Response) time.Duration { return 2 * time.Millisecond },
+	}
+}
+
+func newTestSender(t *testing.T, rv *receiver, opts *webhook.SenderOptions) *webhook.Sender {
+	t.Helper()
+	if opts == nil {
+		opts = &webhook.SenderOptions{}
+	}
+	if opts.Client == nil && rv != nil {
+		opts.Client = rv.Client()
+	}
+	if opts.Retry == nil {
+		opts.Retry = shortPolicy(3)
+	}
+	s, err := webhook.NewSender(opts)
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+	return s
+}
+
+func TestConnection_Validate(t *testing.T) {
+	valid := webhook.Connection{Name: "crm", URL: "https://crm.example.com/hooks?k=v", Secret: "s",
+		Headers: map[string]string{"Authorization": "Bearer abc", "X-Tenant": "42"}}
+	tests := []struct {
+		name      string
+		mutate    func(*webhook.Connection)
+		wantField string
+		wantMsg   string
+	}{
+		{"valid", func(*webhook.Connection) {}, "", ""},
+		{"PUT", func(c *webhook.Connection) { c.Method = "PUT" }, "", ""},
+		{"PATCH", func(c *webhook.Connection) { c.Method = "PATCH" }, "", ""},
+		{"no headers", func(c *webhook.Connection) { c.Headers = nil }, "", ""},
+		{"empty URL", func(c *webhook.Connection) { c.URL = "" }, "URL", "empty"},
+		{"http URL", func(c *webhook.Connection) { c.URL = "http://crm.example.com/hooks" }, "URL", "https://"},
+		{"relative URL", func(c *webhook.Connection) { c.URL = "/hooks" }, "URL", "https://"},
+		{"no host", func(c *webhook.Connection) { c.URL = "https:///hooks" }, "URL", "no host"},
+		{"port only", func(c *webhook.Connection) { c.URL = "https://:443/hooks" }, "URL", "no host"},
+		{"unparsable URL", func(c *webhook.Connection) { c.URL = "https://exa mple.com/%zz" }, "URL", "not a URL"},
+		{"GET", func(c *webhook.Connection) { c.Method = "GET" }, "Method", `got "GET"`},
+		{"lower-case post", func(c *webhook.Connection) { c.Method = "post" }, "Method", "POST, PUT or PATCH"},
+		{"empty secret", func(c *webhook.Connection) { c.Secret = "" }, "Secret", "empty"},
+		{"header name with space", func(c *webhook.Connection) { c.Headers = map[string]string{"X Tenant": "1"} }, `Headers["X Tenant"]`, "name"},
+		{"header name with colon", func(c *webhook.Connection) { c.Headers = map[string]string{"X-A:": "1"} }, `Headers["X-A:"]`, "name"},
+		{"empty header name", func(c *webhook.Connection) { c.Headers = map[string]string{"": "1"} }, `Headers[""]`, "name"},
+		{"CRLF in value", func(c *webhook.Connection) {
+			c.Headers = map[string]string{"X-Tenant": "1\r\nX-Injected: yes"}
+		}, `Headers["X-Tenant"]`, "control character"},
+		{"LF in value", func(c *webhook.Connection) { c.Headers = map[string]string{"X-Tenant": "1\n"} }, `Headers["X-Tenant"]`, "control character"},
+		{"NUL in value", func(c *webhook.Connection) { c.Headers = map[string]string{"X-Tenant": "a\x00"} }, `Headers["X-Tenant"]`, "control character"},
+		{"tab in value is fine", func(c *webhook.Connection) { c.Headers = map[string]string{"X-Tenant": "a\tb"} }, "", ""},
+	}
+	for _, name := range []string{"Content-Type", "content-type", "X-Service-Signature", "x-service-timestamp",
+		"X-SERVICE-EVENT", "X-Service-Anything", "Host", "Content-Length", "Transfer-Encoding", "connection", "Upgrade"} {
+		tests = append(tests, struct {
+			name      string
+			mutate    func(*webhook.Connection)
+			wantField string
+			wantMsg   string
+		}{"reserved " + name, func(c *webhook.Connection) { c.Headers = map[string]string{name: "x"} },
+			"Headers[" + strconv.Quote(name) + "]", "would replace"})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.wantField == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, webhook.ErrInvalidConnection)
+			var fe *webhook.FieldError
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, tc.wantField, fe.Field)
+			assert.Contains(t, err.Error(), tc.wantMsg)
+			assert.NotContains(t, err.Error(), "Bearer abc")
+		})
+	}
+}
+
+func TestConnection_FormattingHidesSecrets(t *testing.T) {
+	c := webhook.Connection{
+		Name:    "crm",
+		URL:     "https://user:pass@crm.example.com/hooks?token=tok123#frag",
+		Secret:  "whsec_very_secret",
+		Headers: map[string]string{"Authorization": "Bearer api-key-123"},
+	}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "connection", c)
+	for _, out := range []string{
+		fmt.Sprint(c), fmt.Sprintf("%v %+v %#v %s", c, c, c, c), fmt.Sprintf("%v", &c), logs.String(),
+	} {
+		for _, secret := range []string{"whsec_very_secret", "api-key-123", "tok123", "pass", "frag"} {
+			assert.NotContains(t, out, secret)
+		}
+		assert.Contains(t, out, "crm.example.com/hooks")
+	}
+	assert.Equal(t, `webhook connection "crm" (POST https://crm.example.com/hooks?…)`, c.String())
+	assert.Contains(t, logs.String(), `"headers":["Authorization"]`)
+}
+
+func TestSend_WireFormat(t *testing.T) {
+	for _, method := range []string{"", http.MethodPost, http.MethodPut, http.MethodPatch} {
+		t.Run("method="+method, func(t *testing.T) {
+			rv := newReceiver(t)
+			c := rv.conn("/hooks/crm")
+			c.Method = method
+			c.Headers = map[string]string{"Authorization": "Bearer api-key", "x-tenant": "42"}
+			s := newTestSender(t, rv, nil)
+			before := time.Now().UnixMilli()
+			res, err := s.Send(context.Background(), c, samplePayload())
+			require.NoError(t, err)
+			require.Len(t, res.Attempts, 1)
+
+			got := rv.deliveries()
+			require.Len(t, got, 1)
+			d := got[0]
+			wantMethod := method
+			if wantMethod == "" {
+				wantMethod = http.MethodPost
+			}
+			assert.Equal(t, wantMethod, d.Method)
+			assert.Equal(t, "/hooks/crm", d.Path)
+			assert.Equal(t, string(readTestdata(t, "body_user_identified.json")), string(d.Body))
+			assert.Equal(t, "application/json", d.Header.Get("Content-Type"))
+			assert.Equal(t, webhook.EventUserIdentified, d.Header.Get(webhook.HeaderEvent))
+			assert.Equal(t, "Bearer api-key", d.Header.Get("Authorization"))
+			assert.Equal(t, "42", d.Header.Get("X-Tenant"))
+			ts, err := strconv.ParseInt(d.Header.Get(webhook.HeaderTimestamp), 10, 64)
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, ts, before)
+			assert.Equal(t, res.Attempts[0].Timestamp, ts)
+			assert.Equal(t, webhook.Sign(testSecret, ts, d.Body), d.Header.Get(webhook.HeaderSignature))
+			assert.NoError(t, webhook.Verify(testSecret, d.Header, d.Body), "the receiver's check")
+			assert.Equal(t, []string{"Bearer api-key"}, d.Header.Values("Authorization"), "custom header sent once")
+			for name := range d.Header {
+				assert.NotContains(t, strings.ToLower(name), "secret")
+			}
+		})
+	}
+}
+
+func TestSend_RetriesResignOverIdenticalBody(t *testing.T) {
+	rv := newReceiver(t, 500, 500, 200)
+	var hooked []webhook.Attempt
+	s := newTestSender(t, rv, &webhook.SenderOptions{OnAttempt: func(a webhook.Attempt) { hooked = append(hooked, a) }})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.NoError(t, err)
+	require.Len(t, res.Attempts, 3)
+	got := rv.deliveries()
+	require.Len(t, got, 3)
+	var last int64
+	for i, d := range got {
+		assert.Equal(t, got[0].Body, d.Body, "body of attempt %d", i+1)
+		ts, err := strconv.ParseInt(d.Header.Get(webhook.HeaderTimestamp), 10, 64)
+		require.NoError(t, err)
+		assert.Greater(t, ts, last, "timestamp of attempt %d", i+1)
+		last = ts
+		assert.NoError(t, webhook.Verify(testSecret, d.Header, d.Body), "attempt %d", i+1)
+		assert.Equal(t, res.Attempts[i].Timestamp, ts)
+	}
+	for i, a := range res.Attempts {
+		assert.Equal(t, i+1, a.N)
+	}
+	assert.Equal(t, []int{500, 500, 200}, statuses(res.Attempts))
+	assert.Equal(t, []bool{true, true, false}, retries(res.Attempts))
+	assert.Equal(t, webhook.KindStatus, res.Attempts[0].Kind)
+	assert.Equal(t, `{"status":500}`, string(res.Attempts[0].ResponseBody))
+	assert.True(t, res.Attempts[2].OK())
+	if diff := cmp.Diff(res.Attempts, hooked, cmp.Comparer(sameError)); diff != "" {
+		t.Errorf("OnAttempt saw another log (-result +hook):\n%s", diff)
+	}
+}
+
+func sameError(a, b error) bool { return a == b }
+
+func statuses(as []webhook.Attempt) []int {
+	var out []int
+	for _, a := range as {
+		out = append(out, a.StatusCode)
+	}
+	return out
+}
+
+func retries(as []webhook.Attempt) []bool {
+	var out []bool
+	for _, a := range as {
+		out = append(out, a.Retry)
+	}
+	return out
+}
+
+func kinds(as []webhook.Attempt) []webhook.FailureKind {
+	var out []webhook.FailureKind
+	for _, a := range as {
+		out = append(out, a.Kind)
+	}
+	return out
+}
+
+func TestSend_GivesUpAfterFourAttempts(t *testing.T) {
+	rv := newReceiver(t, 500)
+	s := newTestSender(t, rv, nil)
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	var de *webhook.DeliveryError
+	require.ErrorAs(t, err, &de)
+	assert.Len(t, rv.deliveries(), 4)
+	assert.Len(t, de.Attempts, 4)
+	assert.Equal(t, res.Attempts, de.Attempts)
+	assert.Equal(t, err, res.Err)
+	assert.Equal(t, []int{500, 500, 500, 500}, statuses(de.Attempts))
+	assert.Equal(t, []bool{true, true, true, false}, retries(de.Attempts))
+	assert.Equal(t, `webhook: delivery to "test" failed after 4 attempt(s): webhook: receiver answered 500 Internal Server Error`, err.Error())
+}
+
+func TestSend_ResponseBodyIsCappedAndDrained(t *testing.T) {
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		w.WriteHeader(http.StatusAccepted)
+		w.Write(bytes.Repeat([]byte("y"), 10<<10))
+		return true
+	}
+	s := newTestSender(t, rv, nil)
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusAccepted, res.Attempts[0].StatusCode)
+	assert.Len(t, res.Attempts[0].ResponseBody, 4<<10)
+}
+
+func TestSend_AttemptTimeout(t *testing.T) {
+	rv := newReceiver(t)
+	release := make(chan struct{})
+	defer close(release)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		select { // hang until the sender gives up on this request
+		case <-r.Context().Done():
+		case <-release:
+		}
+		return true
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{AttemptTimeout: 50 * time.Millisecond, Retry: shortPolicy(1)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	assert.Equal(t, []webhook.FailureKind{webhook.KindTimeout, webhook.KindTimeout}, kinds(res.Attempts))
+	for _, a := range res.Attempts {
+		assert.GreaterOrEqual(t, a.Duration, 50*time.Millisecond)
+	}
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "answer within 5 seconds")
+}
+
+func TestSend_ConnectionResetIsAFailedAttempt(t *testing.T) {
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		require.NoError(t, err)
+		if tc, ok := conn.(interface{ NetConn() net.Conn }); ok {
+			if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
+				tcp.SetLinger(0) // close with RST
+			}
+		}
+		conn.Close()
+		return true
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: shortPolicy(1)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 2)
+	assert.Equal(t, webhook.KindReset, res.Attempts[0].Kind, "error: %v", res.Attempts[0].Err)
+	assert.Zero(t, res.Attempts[0].StatusCode)
+}
+
+func TestSend_ConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	s := newTestSender(t, nil, &webhook.SenderOptions{AllowPrivateNetworks: true, Retry: shortPolicy(0)})
+	res, err := s.Send(context.Background(), webhook.Connection{URL: "https://" + addr + "/?token=tok123", Secret: testSecret}, samplePayload())
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 1)
+	assert.Equal(t, webhook.KindRefused, res.Attempts[0].Kind, "error: %v", res.Attempts[0].Err)
+	assert.NotContains(t, err.Error(), "tok123", "the query string must not reach the error")
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "firewall")
+}
+
+func TestSend_UntrustedCertificate(t *testing.T) {
+	rv := newReceiver(t)
+	// The default transport does not trust the test server's certificate.
+	s := newTestSender(t, nil, &webhook.SenderOptions{AllowPrivateNetworks: true, Retry: shortPolicy(1)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	assert.Equal(t, []webhook.FailureKind{webhook.KindTLS, webhook.KindTLS}, kinds(res.Attempts))
+	assert.Empty(t, rv.deliveries())
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "certificate")
+}
+
+func TestSend_DoesNotFollowRedirect(t *testing.T) {
+	target := newReceiver(t)
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		http.Redirect(w, r, target.URL+"/stolen?key=k1", http.StatusFound)
+		return true
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: shortPolicy(0)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	assert.Empty(t, target.deliveries(), "the redirect target must see nothing")
+	require.Len(t, res.Attempts, 1)
+	a := res.Attempts[0]
+	assert.Equal(t, webhook.KindRedirect, a.Kind)
+	assert.Equal(t, http.StatusFound, a.StatusCode)
+	assert.Contains(t, a.Err.Error(), target.URL+"/stolen?…")
+	assert.NotContains(t, a.Err.Error(), "k1")
+}
+
+func TestSend_RefusesPrivateAddressesByDefault(t *testing.T) {
+	rv := newReceiver(t)
+	s, err := webhook.NewSender(nil) // the default transport, with its guard
+	require.NoError(t, err)
+	defer s.CloseIdleConnections()
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.ErrorIs(t, err, webhook.ErrBlockedDestination)
+	require.Len(t, res.Attempts, 1, "a blocked destination is never retried")
+	assert.Equal(t, webhook.KindBlocked, res.Attempts[0].Kind)
+	assert.False(t, res.Attempts[0].Retry)
+	assert.Empty(t, rv.deliveries())
+	assert.Contains(t, err.Error(), "127.0.0.1")
+}
+
+func TestSend_InvalidConnectionSendsNothing(t *testing.T) {
+	rv := newReceiver(t)
+	s := newTestSender(t, rv, nil)
+	c := rv.conn("/")
+	c.Headers = map[string]string{"X-Service-Signature": "sha256=forged"}
+	res, err := s.Send(context.Background(), c, samplePayload())
+	require.ErrorIs(t, err, webhook.ErrInvalidConnection)
+	assert.Empty(t, res.Attempts)
+	assert.Equal(t, err, res.Err)
+	assert.Empty(t, rv.deliveries())
+}
+
+func TestSendAll_IndependentResultsInOrder(t *testing.T) {
+	ok := newReceiver(t)
+	failing := newReceiver(t, 500)
+	// Both servers' certificates are the same test certificate.
+	s := newTestSender(t, ok, &webhook.SenderOptions{Retry: shortPolicy(1), MaxConcurrency: 2})
+	invalid := ok.conn("/")
+	invalid.Secret = ""
+	conns := []webhook.Connection{ok.conn("/a"), failing.conn("/b"), invalid, ok.conn("/c")}
+	results := s.SendAll(context.Background(), conns, samplePayload())
+	require.Len(t, results, 4)
+	assert.NoError(t, results[0].Err)
+	var de *webhook.DeliveryError
+	assert.ErrorAs(t, results[1].Err, &de)
+	assert.Len(t, results[1].Attempts, 2)
+	assert.ErrorIs(t, results[2].Err, webhook.ErrInvalidConnection)
+	assert.NoError(t, results[3].Err)
+	paths := map[string]bool{}
+	for _, d := range ok.deliveries() {
+		paths[d.Path] = true
+		assert.Equal(t, string(readTestdata(t, "body_user_identified.json")), string(d.Body))
+	}
+	assert.Equal(t, map[string]bool{"/a": true, "/c": true}, paths)
+}
+
+func TestSendTest(t *testing.T) {
+	rv := newReceiver(t)
+	v, err := webhook.NewVerifier([]string{testSecret}, nil)
+	require.NoError(t, err)
+	var got webhook.Payload
+	handler := webhook.NewHandler(v, func(_ context.Context, p webhook.Payload) error { got = p; return nil }, nil)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		handler.ServeHTTP(w, r)
+		return true
+	}
+	s := newTestSender(t, rv, nil)
+	res, err := s.SendTest(context.Background(), rv.conn("/"))
+	require.NoError(t, err)
+	require.Len(t, res.Attempts, 1)
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "delivered: the endpoint answered 200")
+	assert.NoError(t, got.Validate(), "the test payload is complete and valid")
+	assert.Equal(t, "Test User", got.User.Name)
+	assert.Equal(t, "test.user@example.com", got.User.Email)
+}
+
+func TestSendTest_DiagnosesWrongSecretWithoutRetrying(t *testing.T) {
+	rv := newReceiver(t, http.StatusUnauthorized)
+	s := newTestSender(t, rv, nil)
+	res, err := s.SendTest(context.Background(), rv.conn("/"))
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 1, "Send Test makes one attempt")
+	assert.False(t, res.Attempts[0].Retry)
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "this connection's secret")
+}
+
+func TestSender_Attempt(t *testing.T) {
+	rv := newReceiver(t, 503)
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: webhook.DefaultRetryPolicy()})
+	body, err := json.Marshal(samplePayload())
+	require.NoError(t, err)
+	want := map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 0}
+	for n := 1; n <= 4; n++ {
+		a := s.Attempt(context.Background(), rv.conn("/"), webhook.EventUserIdentified, body, n)
+		assert.Equal(t, n, a.N)
+		assert.Equal(t, 503, a.StatusCode)
+		assert.Equal(t, want[n] > 0, a.Retry, "attempt %d", n)
+		assert.Equal(t, want[n], a.RetryIn, "attempt %d", n)
+	}
+	assert.Len(t, rv.deliveries(), 4, "Attempt makes exactly one request")
+
+	a := s.Attempt(context.Background(), webhook.Connection{URL: "http://x"}, webhook.EventUserIdentified, body, 1)
+	assert.Equal(t, webhook.KindInvalid, a.Kind)
+	assert.ErrorIs(t, a.Err, webhook.ErrInvalidConnection)
+}
+
+func TestNewSender_RefusesBadOptions(t *testing.T) {
+	for _, opts := range []*webhook.SenderOptions{
+		{Retry: &webhook.RetryPolicy{MaxRetries: -1}},
+		{AttemptTimeout: -time.Second},
+		{MaxConcurrency: -1},
+	} {
+		_, err := webhook.NewSender(opts)
+		assert.Error(t, err, "%+v", opts)
+	}
+}
+
+func TestNewSender_DoesNotModifyTheClient(t *testing.T) {
+	rv := newReceiver(t, http.StatusMovedPermanently)
+	client := rv.Client()
+	before := *client
+	s := newTestSender(t, rv, &webhook.SenderOptions{Client: client, Retry: shortPolicy(0)})
+	_, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	assert.Zero(t, client.Timeout)
+	assert.Nil(t, client.CheckRedirect)
+	assert.Equal(t, before.Transport, client.Transport)
+}
