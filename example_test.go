@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/signedhook/webhook"
@@ -111,4 +112,150 @@ func ExampleNewHandler() {
 	// Output:
 	// identified Ada Lovelace <ada@example.com> on plan "pro"
 	// 200 OK {"ok":true}
+}
+
+// Example shows the whole loop: a receiver that verifies and handles
+// deliveries, and a Sender delivering to it.
+func Example() {
+	secret := "whsec_test_secret"
+
+	// Receiver side: verify, decode, handle.
+	v, err := webhook.NewVerifier([]string{secret}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(webhook.NewHandler(v, func(ctx context.Context, p webhook.Payload) error {
+		fmt.Printf("receiver: %s %s <%s> from %s\n", p.Event, p.User.ID, p.User.Email, p.Application.Name)
+		return nil
+	}, nil))
+	defer srv.Close()
+
+	// Sender side: the test server's client trusts its certificate.
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: srv.Client()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn := webhook.Connection{Name: "crm", URL: srv.URL + "/webhooks", Secret: secret}
+	res, err := s.Send(context.Background(), conn, webhook.Payload{
+		Event:       webhook.EventUserIdentified,
+		Timestamp:   webhook.NewTime(time.Now()),
+		User:        webhook.User{ID: webhook.UserID("8f3a2b"), Email: "ada@example.com", Name: "Ada Lovelace"},
+		Application: webhook.Application{ID: webhook.ApplicationID("42c0de"), Name: "Acme Sidebar"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("sender: %d attempt(s), status %d\n", len(res.Attempts), res.Attempts[0].StatusCode)
+	// Output:
+	// receiver: user.identified usr_8f3a2b <ada@example.com> from Acme Sidebar
+	// sender: 1 attempt(s), status 200
+}
+
+func ExampleSender_Send() {
+	// A receiver that is down for its first two deliveries.
+	var calls atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 2 {
+			http.Error(w, "warming up", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, `{"received":true}`)
+	}))
+	defer srv.Close()
+
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client: srv.Client(),
+		// The default waits 1 s, 2 s and 4 s; this example waits 10 ms.
+		Retry: &webhook.RetryPolicy{MaxRetries: 3, Backoff: webhook.ExponentialBackoff(10*time.Millisecond, time.Second)},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn := webhook.Connection{Name: "crm", URL: srv.URL, Secret: "whsec_test_secret"}
+	res, err := s.Send(context.Background(), conn, webhook.TestPayload(time.Now()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, a := range res.Attempts {
+		fmt.Printf("attempt %d: %d %s retry=%v in %v\n", a.N, a.StatusCode, bytes.TrimSpace(a.ResponseBody), a.Retry, a.RetryIn)
+	}
+	// Output:
+	// attempt 1: 503 warming up retry=true in 10ms
+	// attempt 2: 503 warming up retry=true in 20ms
+	// attempt 3: 200 {"received":true} retry=false in 0s
+}
+
+func ExampleSender_SendTest() {
+	// An endpoint configured with another secret answers 401.
+	v, err := webhook.NewVerifier([]string{"whsec_the_old_secret"}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(v.Middleware(http.NotFoundHandler()))
+	defer srv.Close()
+
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: srv.Client()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn := webhook.Connection{Name: "crm", URL: srv.URL, Secret: "whsec_the_new_secret"}
+	res, _ := s.SendTest(context.Background(), conn)
+	a := res.Attempts[0]
+	fmt.Println(a.Kind, a.StatusCode)
+	fmt.Println(a.Diagnosis())
+	// Output:
+	// status 401
+	// failed: the endpoint answered 401; check that it verifies with this connection's secret, over the raw body
+}
+
+func ExampleRetryPolicy() {
+	// Retry only server errors and timeouts, never a 4xx answer, and honour
+	// Retry-After up to a minute; wait 1 s, 2 s, 4 s, 8 s otherwise, with
+	// up to 20% jitter.
+	policy := &webhook.RetryPolicy{
+		MaxRetries: 4,
+		Backoff: webhook.WithRetryAfter(
+			webhook.WithJitter(webhook.ExponentialBackoff(time.Second, 30*time.Second), 0.2),
+			time.Minute),
+		ShouldRetry: func(resp *http.Response, err error) bool {
+			return resp == nil || resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests
+		},
+	}
+	s, err := webhook.NewSender(&webhook.SenderOptions{Retry: policy})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = s // s.Send(ctx, conn, payload) now follows the policy
+
+	fmt.Println(webhook.ExponentialBackoff(time.Second, 30*time.Second)(4, nil))
+	// Output: 8s
+}
+
+func ExampleDeliveryError() {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "database unavailable", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client: srv.Client(),
+		Retry:  &webhook.RetryPolicy{MaxRetries: 2, Backoff: webhook.ExponentialBackoff(time.Millisecond, time.Second)},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn := webhook.Connection{Name: "crm", URL: srv.URL, Secret: "whsec_test_secret"}
+	_, err = s.Send(context.Background(), conn, webhook.TestPayload(time.Now()))
+
+	var de *webhook.DeliveryError
+	if errors.As(err, &de) {
+		for _, a := range de.Attempts {
+			fmt.Printf("attempt %d: %s %d\n", a.N, a.Kind, a.StatusCode)
+		}
+		fmt.Println(de.Err)
+	}
+	// Output:
+	// attempt 1: status 500
+	// attempt 2: status 500
+	// attempt 3: status 500
+	// webhook: receiver answered 500 Internal Server Error
 }
