@@ -172,7 +172,7 @@ func ExampleSender_Send() {
 		log.Fatal(err)
 	}
 	conn := webhook.Connection{Name: "crm", URL: srv.URL, Secret: "whsec_test_secret"}
-	res, err := s.Send(context.Background(), conn, webhook.TestPayload(time.Now()))
+	res, err := s.Send(context.Background(), conn, webhook.SamplePayload(time.Now()))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func ExampleDeliveryError() {
 		log.Fatal(err)
 	}
 	conn := webhook.Connection{Name: "crm", URL: srv.URL, Secret: "whsec_test_secret"}
-	_, err = s.Send(context.Background(), conn, webhook.TestPayload(time.Now()))
+	_, err = s.Send(context.Background(), conn, webhook.SamplePayload(time.Now()))
 
 	var de *webhook.DeliveryError
 	if errors.As(err, &de) {

@@ -89,6 +89,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/hashicorp/go-retryablehttp"
 
@@ -276,7 +277,7 @@ type FailureKind string
 // Failure kinds.
 const (
 	KindNone     FailureKind = ""         // the receiver answered 2xx
-	KindInvalid  FailureKind = "invalid"  // the connection is invalid; nothing was sent
+	KindInvalid  FailureKind = "invalid"  // the connection or the event is invalid; nothing was sent
 	KindBlocked  FailureKind = "blocked"  // the address is not public; nothing was sent
 	KindDNS      FailureKind = "dns"      // the host name did not resolve
 	KindRefused  FailureKind = "refused"  // the connection was refused
@@ -395,6 +396,8 @@ type Sender struct {
 	onAttempt func(Attempt)
 	now       func() time.Time
 	maxConc   int
+
+	deliveries sync.Pool // of *delivery
 }
 
 // NewSender returns a Sender configured by opts, which may be nil. It fails
@@ -526,10 +529,14 @@ func (s *Sender) CloseIdleConnections() {
 //
 // The Result is never nil and holds every attempt. The error is nil when
 // the last attempt succeeded; otherwise it is a [*FieldError] matching
-// [ErrInvalidConnection] when c is invalid (nothing is sent), or a
+// [ErrInvalidConnection] or [ErrInvalidPayload] when c or p is invalid
+// (nothing is sent; see [Connection.Validate] and [Payload.Validate]), or a
 // [*DeliveryError] holding every attempt and the last cause. Result.Err is
 // the same error.
 func (s *Sender) Send(ctx context.Context, c Connection, p Payload) (*Result, error) {
+	if err := p.Validate(); err != nil {
+		return &Result{Connection: c.Name, Err: err}, err
+	}
 	body, err := json.Marshal(p)
 	if err != nil {
 		err = fmt.Errorf("webhook: encoding payload: %w", err)
@@ -539,7 +546,8 @@ func (s *Sender) Send(ctx context.Context, c Connection, p Payload) (*Result, er
 }
 
 // SendBytes is Send for a body encoded already: event goes in the
-// X-Service-Event header and body is sent byte for byte.
+// X-Service-Event header and body is sent byte for byte, unchecked. An empty
+// event, or one with control characters, is refused like an invalid payload.
 func (s *Sender) SendBytes(ctx context.Context, c Connection, event string, body []byte) (*Result, error) {
 	d := s.newDelivery(c, event, body, 1)
 	d.run(ctx, d.maxRetries)
@@ -579,10 +587,11 @@ func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Res
 // RetryIn say whether the Sender's policy would retry it and after how long.
 // It is the primitive for a durable job queue that owns the retries across
 // restarts: store the Attempt, schedule attempt n+1 after RetryIn if Retry.
-// An invalid connection gives an attempt of kind [KindInvalid], with nothing
-// sent.
+// An invalid connection or event gives an attempt of kind [KindInvalid],
+// with nothing sent.
 func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body []byte, n int) Attempt {
 	d := s.newDelivery(c, event, body, max(n, 1))
+	defer d.release()
 	d.run(ctx, 0)
 	if len(d.attempts) == 0 {
 		return Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: KindInvalid}
@@ -592,11 +601,11 @@ func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body [
 
 // SendTest is the dashboard's "Send Test": it makes one attempt, without
 // retries, to deliver a complete, valid [EventUserIdentified] payload with
-// obviously sample data (see [TestPayload]), signed like any other delivery.
+// obviously sample data (see [SamplePayload]), signed like any other delivery.
 // The Result's single attempt says what happened; its [Attempt.Diagnosis]
 // says it in words a person can act on. The error is as for Send.
 func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
-	body, err := json.Marshal(TestPayload(s.now()))
+	body, err := json.Marshal(SamplePayload(s.now()))
 	if err != nil { // cannot happen: the payload is fixed
 		return &Result{Connection: c.Name, Err: err}, err
 	}
@@ -606,9 +615,9 @@ func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
 	return d.result()
 }
 
-// TestPayload returns the payload SendTest delivers: an [EventUserIdentified]
-// event at now about an obviously fictitious user.
-func TestPayload(now time.Time) Payload {
+// SamplePayload returns the payload SendTest delivers: an
+// [EventUserIdentified] event at now about an obviously fictitious user.
+func SamplePayload(now time.Time) Payload {
 	t := NewTime(now)
 	return Payload{
 		Event:     EventUserIdentified,
@@ -677,6 +686,7 @@ func roundDuration(d time.Duration) time.Duration {
 // go-retryablehttp calls between attempts.
 type delivery struct {
 	s          *Sender
+	rc         *retryablehttp.Client // bound to this delivery's hooks
 	conn       Connection
 	event      string
 	body       []byte
@@ -689,15 +699,45 @@ type delivery struct {
 	err        error         // set when nothing could be sent, or by cancellation
 }
 
+// newDelivery returns a delivery from the Sender's pool, whose
+// go-retryablehttp client and hooks are bound once, not per delivery.
+// Return it with release once its attempts are handed out.
 func (s *Sender) newDelivery(c Connection, event string, body []byte, first int) *delivery {
-	return &delivery{s: s, conn: c, event: event, body: body, first: first, maxRetries: s.policy.MaxRetries,
-		attempts: make([]Attempt, 0, 1+s.policy.MaxRetries)}
+	d, _ := s.deliveries.Get().(*delivery)
+	if d == nil {
+		d = &delivery{s: s}
+		d.rc = &retryablehttp.Client{
+			HTTPClient:     s.client,
+			Logger:         nil, // never go-retryablehttp's stderr logger
+			RequestLogHook: func(retryablehttp.Logger, *http.Request, int) { d.start = d.s.now() },
+			CheckRetry:     d.checkRetry,
+			Backoff:        func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
+			PrepareRetry: func(r *http.Request) error {
+				r.Header = r.Header.Clone() // the previous attempt's request keeps its own
+				d.sign(r.Header)
+				return nil
+			},
+			ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
+		}
+	}
+	d.conn, d.event, d.body, d.first, d.maxRetries = c, event, body, first, s.policy.MaxRetries
+	return d
+}
+
+// release clears d, whose attempts now belong to the caller, and pools it.
+func (d *delivery) release() {
+	d.conn, d.event, d.body, d.attempts, d.err = Connection{}, "", nil, nil, nil
+	d.s.deliveries.Put(d)
 }
 
 // run makes the delivery, with at most maxRetries retries.
 func (d *delivery) run(ctx context.Context, maxRetries int) {
 	if err := d.conn.Validate(); err != nil {
 		d.err = err
+		return
+	}
+	if d.event == "" || strings.ContainsFunc(d.event, unicode.IsControl) {
+		d.err = payloadError("event", fmt.Sprintf("want a non-empty event kind without control characters, got %q", d.event))
 		return
 	}
 	req, err := retryablehttp.NewRequestWithContext(ctx, d.conn.method(), d.conn.URL, d.body)
@@ -712,21 +752,8 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderEvent, d.event)
 	d.sign(h)
-	rc := &retryablehttp.Client{
-		HTTPClient:     d.s.client,
-		Logger:         nil, // never go-retryablehttp's stderr logger
-		RetryMax:       maxRetries,
-		RequestLogHook: func(retryablehttp.Logger, *http.Request, int) { d.start = d.s.now() },
-		CheckRetry:     d.checkRetry,
-		Backoff:        func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
-		PrepareRetry: func(r *http.Request) error {
-			r.Header = r.Header.Clone() // the previous attempt's request keeps its own
-			d.sign(r.Header)
-			return nil
-		},
-		ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
-	}
-	resp, err := rc.Do(req)
+	d.rc.RetryMax = maxRetries
+	resp, err := d.rc.Do(req)
 	if resp != nil {
 		resp.Body.Close() // read in checkRetry already
 	}
@@ -827,7 +854,7 @@ func (d *delivery) log(ctx context.Context, a *Attempt) {
 	d.s.logger.LogAttrs(ctx, level, "webhook: delivery attempt", attrs...)
 }
 
-// result returns the Result of the delivery and its error.
+// result returns the Result of the delivery and its error, and releases d.
 func (d *delivery) result() (*Result, error) {
 	r := &Result{Connection: d.conn.Name, Attempts: d.attempts}
 	switch {
@@ -838,6 +865,7 @@ func (d *delivery) result() (*Result, error) {
 	case d.attempts[len(d.attempts)-1].Err != nil:
 		r.Err = &DeliveryError{Connection: d.conn.Name, Attempts: d.attempts, Err: d.attempts[len(d.attempts)-1].Err}
 	}
+	d.release()
 	return r, r.Err
 }
 

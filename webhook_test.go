@@ -432,6 +432,24 @@ func TestSend_InvalidConnectionSendsNothing(t *testing.T) {
 	assert.Empty(t, rv.deliveries())
 }
 
+func TestSend_InvalidPayloadSendsNothing(t *testing.T) {
+	rv := newReceiver(t)
+	s := newTestSender(t, rv, nil)
+	p := samplePayload()
+	p.User.ID = "8f3a2b" // no usr_ prefix
+	res, err := s.Send(context.Background(), rv.conn("/"), p)
+	require.ErrorIs(t, err, webhook.ErrInvalidPayload)
+	assert.Contains(t, err.Error(), "user.id")
+	assert.Empty(t, res.Attempts)
+
+	for _, event := range []string{"", "user.identified\r\nX-Injected: 1"} {
+		res, err = s.SendBytes(context.Background(), rv.conn("/"), event, []byte(`{}`))
+		require.ErrorIs(t, err, webhook.ErrInvalidPayload, "event %q", event)
+		assert.Empty(t, res.Attempts)
+	}
+	assert.Empty(t, rv.deliveries())
+}
+
 func TestSendAll_IndependentResultsInOrder(t *testing.T) {
 	ok := newReceiver(t)
 	failing := newReceiver(t, 500)
