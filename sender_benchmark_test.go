@@ -156,3 +156,52 @@ func BenchmarkDeliver(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSendInMemory measures the Sender's own cost per delivery, with
+// no network in the way: the same delivery as a raw net/http client (JSON
+// encoding, signing, one request) to an in-memory transport that answers 200.
+func BenchmarkSendInMemory(b *testing.B) {
+	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		io.Copy(io.Discard, r.Body)
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody}, nil
+	})}
+	conn := webhook.Connection{Name: "bench", URL: "https://crm.example.com/hooks", Secret: testSecret}
+	p := samplePayload()
+	ctx := context.Background()
+	b.Run("impl=raw", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			body, err := json.Marshal(p)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, conn.URL, bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ts := time.Now().UnixMilli()
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(webhook.HeaderEvent, p.Event)
+			req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
+			req.Header.Set(webhook.HeaderSignature, webhook.Sign(conn.Secret, ts, body))
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: client})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("impl=sender", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Send(ctx, conn, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
