@@ -197,9 +197,9 @@ func bodyTooLarge(limit int64) error {
 
 // Middleware returns a handler that verifies each request before passing it
 // to next, with r.Body holding the identical bytes. A refused request gets
-// 401 (413 when the body is over the limit) with a short generic body, or
-// VerifierOptions.ErrorHandler's answer; the precise reason goes to
-// VerifierOptions.Logger and ErrorHandler, never to the client.
+// 401 (413 when the body is over the limit, 400 when it cannot be read) with
+// a short generic body, or VerifierOptions.ErrorHandler's answer; the precise
+// reason goes to VerifierOptions.Logger and ErrorHandler, never to the client.
 //
 // Its shape fits routers' Use methods, such as chi's r.Use(v.Middleware).
 func (v *Verifier) Middleware(next http.Handler) http.Handler {

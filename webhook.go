@@ -305,7 +305,7 @@ type Attempt struct {
 }
 
 // OK reports whether the attempt succeeded: a 2xx answer.
-func (a *Attempt) OK() bool { return a.Err == nil }
+func (a Attempt) OK() bool { return a.Err == nil }
 
 // Result is the delivery-attempt log of one delivery to one connection.
 type Result struct {
@@ -534,15 +534,23 @@ func (s *Sender) CloseIdleConnections() {
 // [*DeliveryError] holding every attempt and the last cause. Result.Err is
 // the same error.
 func (s *Sender) Send(ctx context.Context, c Connection, p Payload) (*Result, error) {
-	if err := p.Validate(); err != nil {
-		return &Result{Connection: c.Name, Err: err}, err
-	}
-	body, err := json.Marshal(p)
+	body, err := encodePayload(&p)
 	if err != nil {
-		err = fmt.Errorf("webhook: encoding payload: %w", err)
 		return &Result{Connection: c.Name, Err: err}, err
 	}
 	return s.SendBytes(ctx, c, p.Event, body)
+}
+
+// encodePayload validates p and encodes it, once for every attempt.
+func encodePayload(p *Payload) ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: encoding payload: %w", err)
+	}
+	return body, nil
 }
 
 // SendBytes is Send for a body encoded already: event goes in the
@@ -557,12 +565,12 @@ func (s *Sender) SendBytes(ctx context.Context, c Connection, event string, body
 // SendAll delivers p to every connection in cs, at most
 // SenderOptions.MaxConcurrency at once, each independently of the others'
 // failures. It returns one Result per connection, in the order of cs; a
-// failed delivery has its Result.Err set. p is encoded once.
+// failed delivery has its Result.Err set. p is validated and encoded once.
+// It blocks until every delivery has ended.
 func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Result {
 	results := make([]*Result, len(cs))
-	body, err := json.Marshal(p)
+	body, err := encodePayload(&p)
 	if err != nil {
-		err = fmt.Errorf("webhook: encoding payload: %w", err)
 		for i, c := range cs {
 			results[i] = &Result{Connection: c.Name, Err: err}
 		}
@@ -639,7 +647,7 @@ func SamplePayload(now time.Time) Payload {
 
 // Diagnosis describes the attempt in one sentence a person can act on: what
 // happened and, for a failure, what to check.
-func (a *Attempt) Diagnosis() string {
+func (a Attempt) Diagnosis() string {
 	took := roundDuration(a.Duration)
 	switch a.Kind {
 	case KindNone:

@@ -474,6 +474,20 @@ func TestSendAll_IndependentResultsInOrder(t *testing.T) {
 	assert.Equal(t, map[string]bool{"/a": true, "/c": true}, paths)
 }
 
+func TestSendAll_InvalidPayloadSendsNothing(t *testing.T) {
+	rv := newReceiver(t)
+	s := newTestSender(t, rv, nil)
+	p := samplePayload()
+	p.Event = ""
+	results := s.SendAll(context.Background(), []webhook.Connection{rv.conn("/a"), rv.conn("/b")}, p)
+	require.Len(t, results, 2)
+	for _, r := range results {
+		assert.ErrorIs(t, r.Err, webhook.ErrInvalidPayload)
+		assert.Empty(t, r.Attempts)
+	}
+	assert.Empty(t, rv.deliveries())
+}
+
 func TestSendTest(t *testing.T) {
 	rv := newReceiver(t)
 	v, err := webhook.NewVerifier([]string{testSecret}, nil)
