@@ -52,19 +52,10 @@ func BenchmarkDeliver(b *testing.B) {
 	ctx := context.Background()
 
 	raw := func() error {
-		body, err := json.Marshal(p)
+		req, err := rawRequest(ctx, conn, p)
 		if err != nil {
 			return err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, conn.URL, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		ts := time.Now().UnixMilli()
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(webhook.HeaderEvent, p.Event)
-		req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
-		req.Header.Set(webhook.HeaderSignature, webhook.Sign(conn.Secret, ts, body))
 		resp, err := client.Do(req)
 		if err != nil {
 			return err
@@ -99,20 +90,15 @@ func BenchmarkDeliver(b *testing.B) {
 	rc.HTTPClient.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool}
 	b.Cleanup(rc.HTTPClient.CloseIdleConnections)
 	retryable := func() error {
-		body, err := json.Marshal(p)
+		req, err := rawRequest(ctx, conn, p)
 		if err != nil {
 			return err
 		}
-		req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, conn.URL, body)
+		rreq, err := retryablehttp.FromRequest(req)
 		if err != nil {
 			return err
 		}
-		ts := time.Now().UnixMilli()
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(webhook.HeaderEvent, p.Event)
-		req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
-		req.Header.Set(webhook.HeaderSignature, webhook.Sign(conn.Secret, ts, body))
-		resp, err := rc.Do(req)
+		resp, err := rc.Do(rreq)
 		if err != nil {
 			return err
 		}
@@ -171,19 +157,10 @@ func BenchmarkSendInMemory(b *testing.B) {
 	b.Run("impl=raw", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			body, err := json.Marshal(p)
+			req, err := rawRequest(ctx, conn, p)
 			if err != nil {
 				b.Fatal(err)
 			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, conn.URL, bytes.NewReader(body))
-			if err != nil {
-				b.Fatal(err)
-			}
-			ts := time.Now().UnixMilli()
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set(webhook.HeaderEvent, p.Event)
-			req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
-			req.Header.Set(webhook.HeaderSignature, webhook.Sign(conn.Secret, ts, body))
 			resp, err := client.Do(req)
 			if err != nil {
 				b.Fatal(err)
@@ -204,4 +181,23 @@ func BenchmarkSendInMemory(b *testing.B) {
 			}
 		}
 	})
+}
+
+// rawRequest is what the raw client does for each delivery: encode the
+// payload, build the request, sign it.
+func rawRequest(ctx context.Context, conn webhook.Connection, p webhook.Payload) (*http.Request, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, conn.URL, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	ts := time.Now().UnixMilli()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webhook.HeaderEvent, p.Event)
+	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(webhook.HeaderSignature, webhook.Sign(conn.Secret, ts, body))
+	return req, nil
 }
