@@ -405,8 +405,12 @@ type HandlerOptions struct {
 //   - 200 with the JSON acknowledgement {"ok":true} otherwise.
 //
 // on is called concurrently for concurrent requests. The service may deliver
-// an event more than once, so on should be idempotent.
+// an event more than once, so on should be idempotent. NewHandler panics if v
+// or on is nil, as a programming error.
 func NewHandler(v *Verifier, on func(ctx context.Context, p Payload) error, opts *HandlerOptions) http.Handler {
+	if v == nil || on == nil {
+		panic("webhook: NewHandler needs a Verifier and a function")
+	}
 	logger := slog.New(slog.DiscardHandler)
 	if opts != nil && opts.Logger != nil {
 		logger = opts.Logger

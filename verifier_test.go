@@ -378,6 +378,12 @@ func TestNewHandler(t *testing.T) {
 	}
 }
 
+func TestNewHandler_PanicsOnNil(t *testing.T) {
+	v := newTestVerifier(t)
+	assert.Panics(t, func() { webhook.NewHandler(nil, func(context.Context, webhook.Payload) error { return nil }, nil) })
+	assert.Panics(t, func() { webhook.NewHandler(v, nil, nil) })
+}
+
 // FuzzVerify checks that no header value or body panics, and that whatever
 // verifies carries the signature Sign computes. Run beyond the seed corpus with
 //
