@@ -100,11 +100,16 @@ func NewTime(t time.Time) Time {
 	return Time{t.UTC().Truncate(time.Millisecond)}
 }
 
-// MarshalJSON encodes t as a JSON string in [TimeLayout].
+// MarshalJSON encodes t as a JSON string in [TimeLayout]. A year outside
+// 0 to 9999 in UTC has no such form and gives an error.
 func (t Time) MarshalJSON() ([]byte, error) {
+	u := t.UTC()
+	if y := u.Year(); y < 0 || y > 9999 {
+		return nil, fmt.Errorf("webhook: time %v is outside years 0 to 9999 and cannot be encoded", u)
+	}
 	b := make([]byte, 0, len(TimeLayout)+2)
 	b = append(b, '"')
-	b = t.UTC().AppendFormat(b, TimeLayout)
+	b = u.AppendFormat(b, TimeLayout)
 	return append(b, '"'), nil
 }
 

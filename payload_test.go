@@ -77,6 +77,17 @@ func TestTime_EncodesUTCWithMilliseconds(t *testing.T) {
 	}
 }
 
+func TestTime_RefusesYearsWithoutAnRFC3339Form(t *testing.T) {
+	for _, in := range []time.Time{
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("", -23*3600)), // year 10000 in UTC
+		time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		_, err := json.Marshal(webhook.Time{Time: in})
+		assert.ErrorContains(t, err, "outside years 0 to 9999", "%v", in)
+	}
+}
+
 func TestTime_DecodesAnyRFC3339(t *testing.T) {
 	want := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	for _, in := range []string{
@@ -170,6 +181,7 @@ func FuzzParsePayload(f *testing.F) {
 	f.Add([]byte(`{"event":"x","user":{"metadata":{"n":1.5e300,"a":[1,{"b":null}]}}}`))
 	f.Add([]byte(`{"event":"user.identified","timestamp":"2026-11-21T10:00:00.5+14:00"}`))
 	f.Add([]byte(`{"event":"\u0000","user":null}`))
+	f.Add([]byte(`{"event":"x","timestamp":"9999-12-31T23:59:59-23:00"}`)) // year 10000 in UTC
 	f.Fuzz(func(t *testing.T, body []byte) {
 		p, err := webhook.ParsePayload(body)
 		if err != nil {
