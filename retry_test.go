@@ -135,6 +135,25 @@ func TestSend_NoRetryPastTheDeadline(t *testing.T) {
 	})
 }
 
+// TestSend_DeadlineUsesTheProcessClock pins that an injected clock, which
+// only stamps attempts, does not decide whether the deadline covers a wait.
+func TestSend_DeadlineUsesTheProcessClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		skewed := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC) // synctest starts at 2000-01-01
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client: &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) { return answer(500), nil })},
+			Now:    func() time.Time { return skewed }, // a year ahead of the deadline's clock
+		})
+		require.NoError(t, err)
+		res, err := s.Send(ctx, fakeConn, samplePayload())
+		require.Error(t, err)
+		assert.Len(t, res.Attempts, 4, "every retry fits in the hour")
+		assert.Equal(t, skewed.UnixMilli(), res.Attempts[3].Timestamp, "the injected clock stamps the attempts")
+	})
+}
+
 func TestWithRetryAfter(t *testing.T) {
 	tests := []struct {
 		name       string

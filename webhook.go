@@ -815,7 +815,8 @@ func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) 
 		return false, 0
 	}
 	wait := max(p.Backoff(a.N, resp), 0)
-	if deadline, ok := ctx.Deadline(); ok && !d.s.now().Add(wait).Before(deadline) {
+	// The deadline is on the process's clock, whatever SenderOptions.Now says.
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
 		return false, 0 // the deadline cannot cover the wait
 	}
 	return true, wait
