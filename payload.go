@@ -113,21 +113,48 @@ func (t Time) MarshalJSON() ([]byte, error) {
 	return append(b, '"'), nil
 }
 
-// UnmarshalJSON decodes an RFC 3339 time, with or without fractional seconds
-// and in any offset. JSON null leaves t unchanged.
+// UnmarshalJSON decodes a JSON string holding an RFC 3339 time, with or
+// without fractional seconds, in any offset, escaped or not (some encoders
+// write "+" as "\u002B"), with "T" and "Z" in either case. JSON null leaves
+// t unchanged.
 func (t *Time) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
 	}
-	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+	if len(b) == 0 || b[0] != '"' {
 		return errors.New("webhook: time must be a JSON string")
 	}
-	parsed, err := time.Parse(time.RFC3339Nano, string(b[1:len(b)-1]))
+	var s string
+	if bytes.IndexByte(b, '\\') < 0 && len(b) >= 2 && b[len(b)-1] == '"' {
+		s = string(b[1 : len(b)-1]) // nothing escaped: skip the decoder
+	} else if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("webhook: time is not a JSON string: %w", err)
+	}
+	parsed, err := time.Parse(time.RFC3339Nano, upperTZ(s))
 	if err != nil {
 		return fmt.Errorf("webhook: time is not RFC 3339: %w", err)
 	}
 	t.Time = parsed
 	return nil
+}
+
+// upperTZ returns s with a lower-case date-time separator "t" and zone "z",
+// which RFC 3339 allows, in upper case, which time.Parse wants.
+func upperTZ(s string) string {
+	const sep = len("2006-01-02")
+	lowerT := len(s) > sep && s[sep] == 't'
+	lowerZ := len(s) > 0 && s[len(s)-1] == 'z'
+	if !lowerT && !lowerZ {
+		return s
+	}
+	b := []byte(s)
+	if lowerT {
+		b[sep] = 'T'
+	}
+	if lowerZ {
+		b[len(b)-1] = 'Z'
+	}
+	return string(b)
 }
 
 // ErrMalformedPayload is returned by [ParsePayload] when a body is not a

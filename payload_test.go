@@ -1,8 +1,12 @@
 package webhook_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -197,4 +201,51 @@ func FuzzParsePayload(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, string(first), string(second))
 	})
+}
+
+func TestTime_DecodesEscapedAndLowerCaseRFC3339(t *testing.T) {
+	want := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	for _, in := range []string{
+		`"2026-11-21T12:00:00.000\u002B02:00"`, // .NET's default JSON escapes '+'
+		`"2026\u002D11-21T10:00:00Z"`,
+		`"2026-11-21t10:00:00z"`,
+		`"2026-11-21t10:00:00.000Z"`,
+		`"2026-11-21T10:00:00.000z"`,
+	} {
+		var got webhook.Time
+		require.NoError(t, json.Unmarshal([]byte(in), &got), in)
+		assert.True(t, got.Equal(want), "%s decoded as %v, want %v", in, got.Time, want)
+	}
+	var bad webhook.Time
+	assert.Error(t, json.Unmarshal([]byte(`"2026-11-21x10:00:00Z"`), &bad))
+	assert.Error(t, json.Unmarshal([]byte(`"2026-11-21T10:00:00Z`), &bad), "unterminated string")
+}
+
+func TestNewHandler_AcceptsEscapedTimes(t *testing.T) {
+	body := []byte(`{"event":"user.identified","timestamp":"2026-11-21T12:00:00.000\u002B02:00",` +
+		`"user":{"id":"usr_1","createdAt":"2026-11-21T10:00:00.000Z","updatedAt":"2026-11-21T10:00:00.000Z"},"application":{"id":"app_1"}}`)
+	var got webhook.Payload
+	h := webhook.NewHandler(newTestVerifier(t), func(_ context.Context, p webhook.Payload) error { got = p; return nil }, nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, newSignedRequest(testSecret, testNow.UnixMilli(), body))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	assert.True(t, got.Timestamp.Equal(time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)))
+}
+
+func TestSend_UnencodablePayloadIsInvalid(t *testing.T) {
+	s := fakeSender(t, func(*http.Request) (*http.Response, error) {
+		t.Error("nothing may be sent")
+		return answer(200), nil
+	}, nil)
+	nan := samplePayload()
+	nan.User.Metadata = webhook.Metadata{"score": math.NaN()}
+	farFuture := samplePayload()
+	farFuture.User.UpdatedAt = webhook.Time{Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	for name, p := range map[string]webhook.Payload{"NaN in metadata": nan, "year 10000": farFuture} {
+		res, err := s.Send(context.Background(), fakeConn, p)
+		assert.ErrorIs(t, err, webhook.ErrInvalidPayload, name)
+		assert.Empty(t, res.Attempts, name)
+		results := s.SendAll(context.Background(), []webhook.Connection{fakeConn}, p)
+		assert.ErrorIs(t, results[0].Err, webhook.ErrInvalidPayload, name)
+	}
 }

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -44,25 +45,38 @@ func DefaultRetryPolicy() *RetryPolicy {
 var defaultBackoff = ExponentialBackoff(time.Second, time.Minute)
 
 // ExponentialBackoff returns a BackoffFunc waiting base before the first
-// retry and doubling the wait for each further retry, up to limit.
+// retry and doubling the wait for each further retry, up to limit. The wait
+// saturates at limit, whatever the retry number; a negative base or limit
+// waits 0.
 func ExponentialBackoff(base, limit time.Duration) BackoffFunc {
+	base, limit = max(base, 0), max(limit, 0)
 	return func(retry int, _ *http.Response) time.Duration {
-		d := base
+		d := min(base, limit)
 		for i := 1; i < retry && d < limit; i++ {
+			if d > limit/2 { // doubling would pass the limit, or overflow
+				return limit
+			}
 			d *= 2
 		}
-		return min(d, limit)
+		return d
 	}
 }
 
 // WithJitter returns a BackoffFunc that waits a random duration between
 // (1-fraction) and 1 times what b returns, so that many senders failing at
-// once do not retry in step. fraction is clamped to [0, 1].
+// once do not retry in step. fraction is clamped to [0, 1]; NaN counts as 0.
 func WithJitter(b BackoffFunc, fraction float64) BackoffFunc {
+	if math.IsNaN(fraction) {
+		fraction = 0
+	}
 	fraction = min(max(fraction, 0), 1)
 	return func(retry int, resp *http.Response) time.Duration {
-		d := b(retry, resp)
-		cut := time.Duration(float64(d) * fraction * rand.Float64())
+		d := max(b(retry, resp), 0)
+		if fraction == 0 {
+			return d
+		}
+		// float64(d) may round up past d for the largest durations: clamp.
+		cut := min(time.Duration(float64(d)*fraction*rand.Float64()), d)
 		return d - cut
 	}
 }

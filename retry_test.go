@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -266,4 +267,33 @@ func TestSend_ErrorsMatchWithErrorsAs(t *testing.T) {
 		assert.Equal(t, webhook.KindOther, de.Attempts[0].Kind)
 		assert.Contains(t, err.Error(), "boom")
 	})
+}
+
+func TestExponentialBackoff_SaturatesInsteadOfOverflowing(t *testing.T) {
+	b := webhook.ExponentialBackoff(time.Second, math.MaxInt64)
+	prev := time.Duration(0)
+	for retry := 1; retry <= 200; retry++ {
+		d := b(retry, nil)
+		require.GreaterOrEqual(t, d, prev, "retry %d: got %v after %v, want a wait that never shrinks", retry, d, prev)
+		prev = d
+	}
+	assert.Equal(t, time.Duration(math.MaxInt64), prev)
+	assert.Equal(t, time.Duration(0), webhook.ExponentialBackoff(-time.Second, time.Minute)(3, nil), "a negative base waits 0")
+	assert.Equal(t, time.Duration(0), webhook.ExponentialBackoff(time.Second, -time.Minute)(3, nil), "a negative limit waits 0")
+}
+
+func TestWithJitter_OddFractions(t *testing.T) {
+	base := webhook.ExponentialBackoff(time.Second, math.MaxInt64)
+	for _, fraction := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1, 2} {
+		b := webhook.WithJitter(base, fraction)
+		for _, retry := range []int{1, 3, 40, 100} {
+			d := b(retry, nil)
+			want := base(retry, nil)
+			assert.GreaterOrEqual(t, d, time.Duration(0), "fraction %v retry %d", fraction, retry)
+			assert.LessOrEqual(t, d, want, "fraction %v retry %d", fraction, retry)
+			if math.IsNaN(fraction) || fraction <= 0 {
+				assert.Equal(t, want, d, "fraction %v is 0: no jitter", fraction)
+			}
+		}
+	}
 }

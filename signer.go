@@ -67,8 +67,22 @@ func newKeyedMAC(secret string) *keyedMAC {
 // sum writes the HMAC of "<ts>.<body>" to out.
 func (k *keyedMAC) sum(ts int64, body []byte, out *[sha256.Size]byte) {
 	st := k.pool.Get().(*macState)
+	k.finish(st, strconv.AppendInt(st.scratch[:0], ts, 10), body, out)
+}
+
+// sumText writes the HMAC of "<tsText>.<body>" to out: the timestamp as the
+// header carried it, so that the signed text is the received text. tsText
+// has at most maxTimestampDigits bytes.
+func (k *keyedMAC) sumText(tsText string, body []byte, out *[sha256.Size]byte) {
+	st := k.pool.Get().(*macState)
+	k.finish(st, append(st.scratch[:0], tsText...), body, out)
+}
+
+// finish hashes ts, a period and body with st, whose scratch holds ts, and
+// returns st to the pool.
+func (k *keyedMAC) finish(st *macState, ts, body []byte, out *[sha256.Size]byte) {
 	st.mac.Reset()
-	st.mac.Write(strconv.AppendInt(st.scratch[:0], ts, 10))
+	st.mac.Write(ts)
 	st.mac.Write(period)
 	st.mac.Write(body)
 	copy(out[:], st.mac.Sum(st.scratch[:0]))

@@ -36,7 +36,17 @@ var (
 	ErrTimestampExpired   = verificationError("webhook: timestamp expired")
 	ErrTimestampInFuture  = verificationError("webhook: timestamp in the future")
 	ErrBodyTooLarge       = verificationError("webhook: body too large")
+	ErrEmptySecret        = verificationError("webhook: secret is empty")
 )
+
+// ErrUnreadableBody is matched by the error of a request whose body could
+// not be read (the client went away, or sent a malformed chunked body). It
+// does not match [ErrVerification]: nothing was verified.
+var ErrUnreadableBody = errors.New("webhook: cannot read request body")
+
+// errZeroVerifier refuses every request given to a Verifier that was not
+// made by NewVerifier.
+var errZeroVerifier = fmt.Errorf("%w: the Verifier has no secrets; create it with NewVerifier", ErrVerification)
 
 type verificationErr struct{ msg string }
 
@@ -51,9 +61,14 @@ func (e *verificationErr) Is(target error) bool { return target == ErrVerificati
 // [ErrVerification] and one of the more precise errors beside it.
 //
 // body must be the bytes as received: a re-encoded body does not verify.
-// Header names may be in any case. Verify is safe for concurrent use; use a
-// [Verifier] for several secrets or other limits.
+// Header names may be in any case. An empty secret (an unset environment
+// variable, say) verifies nothing: the error matches [ErrEmptySecret]. Verify
+// is safe for concurrent use; use a [Verifier] for several secrets or other
+// limits.
 func Verify(secret string, h http.Header, body []byte) error {
+	if secret == "" {
+		return fmt.Errorf("%w: set the connection's secret (\"Show Secret\" in the dashboard)", ErrEmptySecret)
+	}
 	keys := [1]*keyedMAC{cachedKey(secret)}
 	return verify(keys[:], DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body)
 }
@@ -78,14 +93,16 @@ type VerifierOptions struct {
 
 	// ErrorHandler, if not nil, answers the requests that Middleware and
 	// NewHandler refuse, instead of the default answer: 413 for an error
-	// matching ErrBodyTooLarge, 401 otherwise, with a short generic body.
-	// err says why and matches ErrVerification.
+	// matching ErrBodyTooLarge, 400 for one matching ErrUnreadableBody, 401
+	// otherwise, with a short generic body. err says why: it matches
+	// ErrVerification, or ErrUnreadableBody when the body could not be read.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 }
 
 // Verifier checks deliveries against one or more secrets. Configuring the
 // old and the new secret of a connection at once lets a customer rotate the
 // secret without refusing a delivery. A Verifier is safe for concurrent use.
+// Create one with [NewVerifier]: the zero Verifier refuses every request.
 type Verifier struct {
 	keys      []*keyedMAC
 	tolerance time.Duration
@@ -144,6 +161,9 @@ func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 // one of v's secrets, within v's tolerance and body limit. The error matches
 // [ErrVerification] and one of the more precise errors beside it.
 func (v *Verifier) Verify(h http.Header, body []byte) error {
+	if v.keys == nil {
+		return errZeroVerifier
+	}
 	return verify(v.keys, v.tolerance, v.maxBody, v.now(), h, body)
 }
 
@@ -151,8 +171,11 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 // r's headers, and returns it. Whatever the outcome, r.Body is replaced by a
 // reader of the bytes read, so the next handler reads the identical body. A
 // body over the limit gives an error matching [ErrBodyTooLarge]; an error
-// while reading is returned as it is, and matches no verification error.
+// while reading matches [ErrUnreadableBody] and wraps the reader's error.
 func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
+	if v.keys == nil {
+		return nil, errZeroVerifier
+	}
 	body, err := readBody(r.Body, r.ContentLength, v.maxBody)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {
@@ -186,7 +209,7 @@ func readBody(rc io.ReadCloser, contentLength, limit int64) ([]byte, error) {
 			return buf, nil
 		}
 		if err != nil {
-			return buf, fmt.Errorf("webhook: reading request body: %w", err)
+			return buf, fmt.Errorf("%w: %w", ErrUnreadableBody, err)
 		}
 	}
 }
@@ -214,8 +237,10 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 
 // refuse answers a request that failed verification or could not be read.
 func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	v.logger.LogAttrs(r.Context(), slog.LevelWarn, "webhook: request refused",
-		slog.String("reason", err.Error()), slog.String("remote", r.RemoteAddr))
+	if v.logger != nil { // nil only in a zero Verifier
+		v.logger.LogAttrs(r.Context(), slog.LevelWarn, "webhook: request refused",
+			slog.String("reason", err.Error()), slog.String("remote", r.RemoteAddr))
+	}
 	if v.onError != nil {
 		v.onError(w, r, err)
 		return
@@ -223,10 +248,10 @@ func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrBodyTooLarge):
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-	case errors.Is(err, ErrVerification):
-		http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
-	default: // the body could not be read: the client went away or sent garbage
+	case errors.Is(err, ErrUnreadableBody): // the client went away or sent garbage
 		http.Error(w, "bad request", http.StatusBadRequest)
+	default:
+		http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
 	}
 }
 
@@ -256,16 +281,18 @@ func verify(keys []*keyedMAC, tolerance time.Duration, maxBody int64, now time.T
 	if err := parseSignature(sigText, &got); err != nil {
 		return err
 	}
-	if !matchesAny(keys, ts, body, &got) {
+	if !matchesAny(keys, tsText, body, &got) {
 		return fmt.Errorf("%w: %s is not the HMAC-SHA256 of this body with the configured secret", ErrSignatureMismatch, HeaderSignature)
 	}
 	return checkWindow(ts, now, tolerance)
 }
 
-func matchesAny(keys []*keyedMAC, ts int64, body []byte, got *[sha256.Size]byte) bool {
+// matchesAny reports whether got is the HMAC of "<tsText>.<body>" with one
+// of keys: the timestamp as the header carried it, never re-formatted.
+func matchesAny(keys []*keyedMAC, tsText string, body []byte, got *[sha256.Size]byte) bool {
 	var want [sha256.Size]byte
 	for _, k := range keys {
-		k.sum(ts, body, &want)
+		k.sumText(tsText, body, &want)
 		if hmac.Equal(want[:], got[:]) {
 			return true
 		}
@@ -320,6 +347,11 @@ func parseTimestamp(s string) (int64, error) {
 			return 0, fmt.Errorf("%w: %s must be decimal digits only (Unix milliseconds), found %q at offset %d", ErrMalformedTimestamp, HeaderTimestamp, c, i)
 		}
 		ts = ts*10 + int64(c-'0')
+	}
+	if s[0] == '0' && len(s) > 1 {
+		// The signature covers the header's text: "017..." and "17..."
+		// would be two texts for one time.
+		return 0, fmt.Errorf("%w: %s has a leading zero; want canonical decimal digits", ErrMalformedTimestamp, HeaderTimestamp)
 	}
 	return ts, nil
 }

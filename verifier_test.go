@@ -134,6 +134,12 @@ func TestVerifier_Verify(t *testing.T) {
 		{"spaced timestamp", with(webhook.HeaderTimestamp, " "+strconv.FormatInt(now, 10), signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
 		{"fractional timestamp", with(webhook.HeaderTimestamp, strconv.FormatInt(now, 10)+".5", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
 		{"ISO timestamp", with(webhook.HeaderTimestamp, "2026-11-21T10:00:00.000Z", signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
+		{"leading zero on the signed timestamp", func() http.Header {
+			h := signedHeader(testSecret, now, body)
+			h.Set(webhook.HeaderTimestamp, "0"+strconv.FormatInt(now, 10)) // the signature is over the text without it
+			return h
+		}, body, webhook.ErrMalformedTimestamp, "leading zero"},
+		{"timestamp zero", with(webhook.HeaderTimestamp, "0", signedHeader(testSecret, 0, body)), body, webhook.ErrTimestampExpired, ""},
 		{"timestamp overflowing int64", with(webhook.HeaderTimestamp, strings.Repeat("9", 25), signedHeader(testSecret, now, body)), body, webhook.ErrMalformedTimestamp, ""},
 		{"body over the limit", func() http.Header { return signedHeader(testSecret, now, bytes.Repeat([]byte("x"), 4097)) }, bytes.Repeat([]byte("x"), 4097), webhook.ErrBodyTooLarge, "4096"},
 		{"body at the limit", func() http.Header { return signedHeader(testSecret, now, bytes.Repeat([]byte("x"), 4096)) }, bytes.Repeat([]byte("x"), 4096), nil, ""},
@@ -195,6 +201,7 @@ func TestNewVerifier_RefusesBadOptions(t *testing.T) {
 	}{
 		{"no secret", nil, nil, "at least one secret"},
 		{"empty secret", []string{"a", ""}, nil, "secret 2 of 2 is empty"},
+		{"only an empty secret", []string{""}, nil, "secret 1 of 1 is empty"},
 		{"negative tolerance", []string{"a"}, &webhook.VerifierOptions{Tolerance: -time.Second}, "Tolerance"},
 		{"negative body limit", []string{"a"}, &webhook.VerifierOptions{MaxBodyBytes: -1}, "MaxBodyBytes"},
 	}
@@ -424,4 +431,41 @@ func TestVerify_DoesNotAllocateOnSuccess(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = v.Verify(h, body) }), "Verifier.Verify")
 	h = signedHeader(testSecret, time.Now().UnixMilli(), body)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = webhook.Verify(testSecret, h, body) }), "Verify")
+}
+
+func TestVerify_EmptySecretNeverVerifies(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	now := time.Now().UnixMilli()
+	err := webhook.Verify("", signedHeader("", now, body), body) // an unset environment variable on both sides
+	require.ErrorIs(t, err, webhook.ErrVerification)
+	assert.ErrorIs(t, err, webhook.ErrEmptySecret)
+	assert.Contains(t, err.Error(), "secret is empty")
+}
+
+func TestVerifier_ZeroValueRefusesClearly(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	var v webhook.Verifier
+	err := v.Verify(signedHeader("", testNow.UnixMilli(), body), body)
+	require.ErrorIs(t, err, webhook.ErrVerification)
+	assert.Contains(t, err.Error(), "NewVerifier")
+	rec := httptest.NewRecorder()
+	v.Middleware(http.NotFoundHandler()).ServeHTTP(rec, newSignedRequest("", testNow.UnixMilli(), body))
+	assert.Equal(t, http.StatusUnauthorized, rec.Code)
+}
+
+func TestMiddleware_ErrorHandlerGetsUnreadableBody(t *testing.T) {
+	var got error
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			got = err
+			http.Error(w, "nope", http.StatusBadRequest)
+		},
+	})
+	require.NoError(t, err)
+	r := httptest.NewRequest(http.MethodPost, "/", io.NopCloser(&failingReader{}))
+	v.Middleware(http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), r)
+	require.Error(t, got)
+	assert.ErrorIs(t, got, webhook.ErrUnreadableBody, "the documented sentinel")
+	assert.NotErrorIs(t, got, webhook.ErrVerification, "nothing was verified: the body never came")
+	assert.Contains(t, got.Error(), "connection reset")
 }

@@ -547,8 +547,8 @@ func encodePayload(p *Payload) ([]byte, error) {
 		return nil, err
 	}
 	body, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("webhook: encoding payload: %w", err)
+	if err != nil { // NaN in metadata, a time past year 9999
+		return nil, fmt.Errorf("%w: cannot be encoded as JSON: %w", ErrInvalidPayload, err)
 	}
 	return body, nil
 }
