@@ -109,9 +109,16 @@ var ErrBlockedDestination = dialguard.ErrBlocked
 // Connection is a webhook connection a customer configured: where and how
 // deliveries are sent, and the secret they are signed with.
 //
-// Its String, GoString and LogValue methods show the name, the method, and
-// the URL without credentials or query, and never the secret or the values
-// of custom headers, which may carry credentials too.
+// A Connection is not a storage format. Every fmt verb (through Format),
+// slog (LogValue, and MarshalJSON inside slices, maps and structs) and
+// json.Marshal show the name, the method, the URL without credentials, query
+// or fragment, and the names of custom headers; never the secret nor the
+// values of custom headers, which may carry credentials too. fmt prints by
+// reflection, calling no method and so showing every field, in three cases:
+// a Connection held in an unexported struct field, and the misuses that go
+// vet reports, %p of a value that is not a pointer and %w of one that is not
+// an error (printed as %!p(...) and %!w(...)). Keep a Connection in an
+// exported field or behind a pointer where it may be printed.
 type Connection struct {
 	Name    string            // a label for people; may be empty
 	URL     string            // absolute https:// URL with a host
@@ -155,14 +162,16 @@ func (c Connection) Validate() error {
 	if c.Secret == "" {
 		return connError("Secret", "must not be empty")
 	}
-	names := make([]string, 0, len(c.Headers))
-	for name := range c.Headers {
-		names = append(names, name)
-	}
-	slices.Sort(names) // report the same header first every time
-	for _, name := range names {
+	names := c.headerNames() // sorted: report the same header first every time
+	for i, name := range names {
 		if err := validateHeader(name, c.Headers[name]); err != nil {
 			return err
+		}
+		for _, other := range names[i+1:] {
+			if strings.EqualFold(name, other) {
+				// Both would be sent under one canonical name, in map order.
+				return connError("Headers["+strconv.Quote(name)+"]", fmt.Sprintf("is the same header as %q; keep one", other))
+			}
 		}
 	}
 	return nil
@@ -181,6 +190,11 @@ func validateURL(raw string) error {
 		return connError("URL", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
 	case u.Host == "" || u.Hostname() == "":
 		return connError("URL", "has no host")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {
+			return connError("URL", fmt.Sprintf("port must be a number from 1 to 65535, got %q", port))
+		}
 	}
 	return nil
 }
@@ -239,19 +253,46 @@ func (c Connection) String() string {
 // GoString is String, so that %#v does not print the secret either.
 func (c Connection) GoString() string { return c.String() }
 
+// Format implements fmt.Formatter so that every verb prints String: %q
+// quotes it, any other verb prints it as it is.
+func (c Connection) Format(f fmt.State, verb rune) {
+	if verb == 'q' {
+		io.WriteString(f, strconv.Quote(c.String()))
+		return
+	}
+	io.WriteString(f, c.String())
+}
+
+// MarshalJSON encodes what LogValue shows: name, method, redacted URL and
+// custom header names. It never encodes the secret or header values, so a
+// Connection cannot be stored as JSON by accident; store your own type.
+func (c Connection) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name    string   `json:"name"`
+		Method  string   `json:"method"`
+		URL     string   `json:"url"`
+		Headers []string `json:"headers"`
+	}{c.Name, c.method(), redactURL(c.URL), c.headerNames()})
+}
+
 // LogValue returns c's name, method, redacted URL and custom header names.
 func (c Connection) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("name", c.Name),
+		slog.String("method", c.method()),
+		slog.String("url", redactURL(c.URL)),
+		slog.Any("headers", c.headerNames()),
+	)
+}
+
+// headerNames returns the names of c's custom headers, sorted.
+func (c Connection) headerNames() []string {
 	names := make([]string, 0, len(c.Headers))
 	for name := range c.Headers {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	return slog.GroupValue(
-		slog.String("name", c.Name),
-		slog.String("method", c.method()),
-		slog.String("url", redactURL(c.URL)),
-		slog.Any("headers", names),
-	)
+	return names
 }
 
 // redactURL returns raw without user information, query or fragment, which
