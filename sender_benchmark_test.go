@@ -74,16 +74,14 @@ func BenchmarkDeliver(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(s.CloseIdleConnections)
-		if opts.Client == nil {
-			webhook.TrustForTest(s, pool)
-		}
 		return func() error {
 			_, err := s.Send(ctx, conn, p)
 			return err
 		}
 	}
 	sender := newSender(&webhook.SenderOptions{Client: client})
-	senderDefault := newSender(&webhook.SenderOptions{AllowPrivateNetworks: true})
+	senderDefault := newSender(&webhook.SenderOptions{Client: &http.Client{Transport: webhook.NewTransport(
+		&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})}})
 
 	rc := retryablehttp.NewClient()
 	rc.Logger = nil

@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"hash"
 	"hash/maphash"
@@ -42,6 +44,20 @@ func AppendSignature(dst []byte, secret string, timestampMillis int64, body []by
 	cachedKey(secret).sum(timestampMillis, body, &sum)
 	dst = append(dst, SignaturePrefix...)
 	return hex.AppendEncode(dst, sum[:])
+}
+
+// SecretPrefix starts every secret [NewSecret] returns, so that secret
+// scanners and people can recognise one.
+const SecretPrefix = "whsec_"
+
+// NewSecret returns a fresh signing secret for a connection: [SecretPrefix]
+// followed by 256 bits from crypto/rand in unpadded URL-safe base64 (49
+// characters in all), safe in URLs, headers, environment variables and
+// JSON. It is safe for concurrent use.
+func NewSecret() string {
+	var key [32]byte
+	rand.Read(key[:]) // never fails: crypto/rand aborts the program instead
+	return SecretPrefix + base64.RawURLEncoding.EncodeToString(key[:])
 }
 
 // keyedMAC computes the HMAC of one secret. hmac.New costs as much as hashing

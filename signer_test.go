@@ -2,7 +2,9 @@ package webhook_test
 
 import (
 	"bufio"
+	"encoding/base64"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,4 +80,18 @@ func TestSign_ManySecretsConcurrently(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+func TestNewSecret(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		s := webhook.NewSecret()
+		require.True(t, strings.HasPrefix(s, webhook.SecretPrefix), s)
+		key, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(s, webhook.SecretPrefix))
+		require.NoError(t, err, "URL-safe base64: %s", s)
+		assert.Len(t, key, 32, "256 bits")
+		assert.Equal(t, url.QueryEscape(s), s, "needs no escaping")
+		assert.False(t, seen[s], "repeated secret")
+		seen[s] = true
+	}
 }

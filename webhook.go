@@ -390,31 +390,42 @@ const (
 type SenderOptions struct {
 	// Client makes the requests. It is copied, never modified: the copy
 	// does not follow redirects (a 3xx answer is a failed attempt) and
-	// AttemptTimeout replaces its Timeout. Nil means a client on the default
-	// transport: no proxy, TLS 1.2 or later, an idle-connection pool as
-	// large as the concurrency it serves, and the private-network guard
-	// (see AllowPrivateNetworks). A Client of your own has no such guard.
+	// AttemptTimeout replaces its Timeout. Nil means a client on
+	// NewTransport's transport, guarded unless AllowPrivateNetworks is set.
+	// A Client of your own keeps the private-network guard when its
+	// Transport is, or wraps, one from NewTransport; any other transport
+	// has no guard and no bound on response headers.
 	Client *http.Client
 
 	// Retry is the retry policy. Nil means DefaultRetryPolicy(): to turn
 	// retries off, give a policy with MaxRetries 0.
 	Retry *RetryPolicy
 
-	// AttemptTimeout bounds each attempt. Zero means DefaultAttemptTimeout.
+	// AttemptTimeout bounds each attempt, from dialling to the end of the
+	// answer's body, whatever the receiver sends. Zero means
+	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
+
+	// MaxBodyBytes is the largest body sent. A larger one is refused before
+	// sending, as an invalid payload: receivers refuse bodies over
+	// DefaultMaxBodyBytes by default, so it could only fail. Zero means
+	// DefaultMaxBodyBytes; raise it only for receivers that accept more.
+	MaxBodyBytes int64
 
 	// Logger receives each attempt: failures at level Warn, successes at
 	// Debug. Nil means no logging; nothing is ever printed to stderr.
 	Logger *slog.Logger
 
-	// OnAttempt, if not nil, is called after each attempt with its entry
-	// of the log, from the goroutine that called Send. It must not block
-	// for long: the delivery waits for it.
-	OnAttempt func(Attempt)
+	// OnAttempt, if not nil, is called after each attempt with the
+	// delivery's context (carrying the caller's values: trace spans,
+	// request ids), its connection and its entry of the log, from the
+	// goroutine making the delivery: concurrently under SendAll and
+	// concurrent calls. The delivery waits for it, so it should be quick.
+	OnAttempt func(ctx context.Context, c Connection, a Attempt)
 
 	// AllowPrivateNetworks lets the default transport connect to loopback,
 	// private, link-local and other non-public addresses, which it refuses
-	// otherwise, after DNS resolution. It has no effect with a Client.
+	// otherwise. It has no effect with a Client: see TransportOptions.
 	AllowPrivateNetworks bool
 
 	// Now returns the current time, used for timestamps and durations. Nil
@@ -428,15 +439,16 @@ type SenderOptions struct {
 
 // Sender delivers payloads to connections, signing each attempt and
 // retrying failures by its policy. It keeps no state between deliveries
-// apart from its connection pool, and is safe for concurrent use.
+// apart from its connection pool, and is safe for concurrent use. Create one
+// with [NewSender]: a zero Sender refuses every delivery with an error.
 type Sender struct {
 	client    *http.Client
-	transport *http.Transport // the default transport, or nil with a Client
 	policy    RetryPolicy
 	logger    *slog.Logger
-	onAttempt func(Attempt)
+	onAttempt func(context.Context, Connection, Attempt)
 	now       func() time.Time
 	maxConc   int
+	maxBody   int64
 
 	deliveries sync.Pool // of *delivery
 }
@@ -452,6 +464,7 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 		onAttempt: opts.OnAttempt,
 		now:       opts.Now,
 		maxConc:   opts.MaxConcurrency,
+		maxBody:   opts.MaxBodyBytes,
 	}
 	policy := opts.Retry
 	if policy == nil {
@@ -477,6 +490,12 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	case s.maxConc == 0:
 		s.maxConc = DefaultMaxConcurrency
 	}
+	switch {
+	case s.maxBody < 0:
+		return nil, fmt.Errorf("webhook: MaxBodyBytes must not be negative, got %d", s.maxBody)
+	case s.maxBody == 0:
+		s.maxBody = DefaultMaxBodyBytes
+	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -487,8 +506,7 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	if opts.Client != nil {
 		client = *opts.Client
 	} else {
-		s.transport = newTransport(opts.AllowPrivateNetworks)
-		client.Transport = s.transport
+		client.Transport = NewTransport(&TransportOptions{AllowPrivateNetworks: opts.AllowPrivateNetworks})
 	}
 	rt := client.Transport
 	if rt == nil {
@@ -501,63 +519,12 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	return s, nil
 }
 
-// attemptTransport bounds each request, from dialling to the end of the
-// response body, by a timeout. It also hides its RoundTripper's
-// CloseIdleConnections: go-retryablehttp closes the client's idle
-// connections whenever a delivery gives up, which on a shared pool would cost
-// every other delivery its connections.
-type attemptTransport struct {
-	rt      http.RoundTripper
-	timeout time.Duration
-}
-
-func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
-	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
-}
-
-// cancelOnClose releases an attempt's timer when its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}
-
-// newTransport returns the default transport. Its idle pool per host is as
-// large as the concurrency a sender serves: a pool smaller than that opens
-// a new TLS connection for most requests.
-func newTransport(allowPrivate bool) *http.Transport {
-	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
-	if !allowPrivate {
-		dialer.Control = dialguard.Control
-	}
-	return &http.Transport{
-		Proxy:                 nil, // a proxy would hide the destination from the guard
-		DialContext:           dialer.DialContext,
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   10 * time.Second,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          0, // no limit overall
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
-}
-
 // CloseIdleConnections closes the idle connections of the Sender's pool.
 // Deliveries in progress are not affected.
 func (s *Sender) CloseIdleConnections() {
+	if s.client == nil {
+		return
+	}
 	if c, ok := s.client.Transport.(*attemptTransport).rt.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
@@ -572,14 +539,27 @@ func (s *Sender) CloseIdleConnections() {
 // the last attempt succeeded; otherwise it is a [*FieldError] matching
 // [ErrInvalidConnection] or [ErrInvalidPayload] when c or p is invalid
 // (nothing is sent; see [Connection.Validate] and [Payload.Validate]), or a
-// [*DeliveryError] holding every attempt and the last cause. Result.Err is
-// the same error.
+// [*DeliveryError] holding every attempt and the last cause. A context that
+// is done before the first attempt sends nothing: the Result has no attempt
+// and the error wraps the context's cause. Result.Err is the same error.
 func (s *Sender) Send(ctx context.Context, c Connection, p Payload) (*Result, error) {
+	if s.client == nil {
+		return failed(c, errZeroSender)
+	}
 	body, err := encodePayload(&p)
 	if err != nil {
-		return &Result{Connection: c.Name, Err: err}, err
+		return failed(c, err)
 	}
 	return s.SendBytes(ctx, c, p.Event, body)
+}
+
+// errZeroSender is the error of every delivery asked of a Sender that was
+// not made by NewSender.
+var errZeroSender = errors.New("webhook: the Sender is not configured; create it with NewSender")
+
+// failed returns the Result of a delivery to c that sent nothing, and err.
+func failed(c Connection, err error) (*Result, error) {
+	return &Result{Connection: c.Name, Err: err}, err
 }
 
 // encodePayload validates p and encodes it, once for every attempt.
@@ -596,8 +576,12 @@ func encodePayload(p *Payload) ([]byte, error) {
 
 // SendBytes is Send for a body encoded already: event goes in the
 // X-Service-Event header and body is sent byte for byte, unchecked. An empty
-// event, or one with control characters, is refused like an invalid payload.
+// event, one with control characters, or a body over
+// SenderOptions.MaxBodyBytes is refused like an invalid payload.
 func (s *Sender) SendBytes(ctx context.Context, c Connection, event string, body []byte) (*Result, error) {
+	if s.client == nil {
+		return failed(c, errZeroSender)
+	}
 	d := s.newDelivery(c, event, body, 1)
 	d.run(ctx, d.maxRetries)
 	return d.result()
@@ -611,6 +595,9 @@ func (s *Sender) SendBytes(ctx context.Context, c Connection, event string, body
 func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Result {
 	results := make([]*Result, len(cs))
 	body, err := encodePayload(&p)
+	if s.client == nil {
+		err = errZeroSender
+	}
 	if err != nil {
 		for i, c := range cs {
 			results[i] = &Result{Connection: c.Name, Err: err}
@@ -636,14 +623,23 @@ func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Res
 // RetryIn say whether the Sender's policy would retry it and after how long.
 // It is the primitive for a durable job queue that owns the retries across
 // restarts: store the Attempt, schedule attempt n+1 after RetryIn if Retry.
-// An invalid connection or event gives an attempt of kind [KindInvalid],
-// with nothing sent.
+//
+// Unlike Send, the decision ignores ctx's deadline: a queue runs each
+// attempt under a deadline of its own and schedules the retry itself. An
+// invalid connection, event or body gives an attempt of kind [KindInvalid],
+// and a ctx done before sending one of kind [KindCanceled], with nothing
+// sent and no retry.
 func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body []byte, n int) Attempt {
-	d := s.newDelivery(c, event, body, max(n, 1))
+	n = max(n, 1)
+	if s.client == nil {
+		return Attempt{N: n, Err: errZeroSender, Kind: KindInvalid}
+	}
+	d := s.newDelivery(c, event, body, n)
 	defer d.release()
+	d.queued = true
 	d.run(ctx, 0)
 	if len(d.attempts) == 0 {
-		return Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: KindInvalid}
+		return Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: d.errKind}
 	}
 	return d.attempts[0]
 }
@@ -654,9 +650,12 @@ func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body [
 // The Result's single attempt says what happened; its [Attempt.Diagnosis]
 // says it in words a person can act on. The error is as for Send.
 func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
+	if s.client == nil {
+		return failed(c, errZeroSender)
+	}
 	body, err := json.Marshal(SamplePayload(s.now()))
 	if err != nil { // cannot happen: the payload is fixed
-		return &Result{Connection: c.Name, Err: err}, err
+		return failed(c, err)
 	}
 	d := s.newDelivery(c, EventUserIdentified, body, 1)
 	d.maxRetries = 0 // a test is never retried
@@ -745,7 +744,9 @@ type delivery struct {
 	start      time.Time     // of the attempt in flight
 	ts         int64         // its timestamp
 	wait       time.Duration // decided after the last attempt, for Backoff
+	queued     bool          // Sender.Attempt: a queue schedules the retry, whatever ctx's deadline
 	err        error         // set when nothing could be sent, or by cancellation
+	errKind    FailureKind   // why nothing could be sent: KindInvalid or KindCanceled
 }
 
 // newDelivery returns a delivery from the Sender's pool, whose
@@ -775,18 +776,14 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 
 // release clears d, whose attempts now belong to the caller, and pools it.
 func (d *delivery) release() {
-	d.conn, d.event, d.body, d.attempts, d.err = Connection{}, "", nil, nil, nil
+	d.conn, d.event, d.body, d.attempts, d.err, d.queued = Connection{}, "", nil, nil, nil, false
 	d.s.deliveries.Put(d)
 }
 
 // run makes the delivery, with at most maxRetries retries.
 func (d *delivery) run(ctx context.Context, maxRetries int) {
-	if err := d.conn.Validate(); err != nil {
-		d.err = err
-		return
-	}
-	if d.event == "" || strings.ContainsFunc(d.event, unicode.IsControl) {
-		d.err = payloadError("event", fmt.Sprintf("want a non-empty event kind without control characters, got %q", d.event))
+	d.errKind, d.err = d.check(ctx)
+	if d.err != nil {
 		return
 	}
 	req, err := retryablehttp.NewRequestWithContext(ctx, d.conn.method(), d.conn.URL, d.body)
@@ -811,6 +808,24 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 		// whose retry never came.
 		d.err = fmt.Errorf("webhook: stopped before the next attempt: %w", context.Cause(ctx))
 	}
+}
+
+// check returns why nothing may be sent, and its kind: an invalid
+// connection, event or body, or a context that is done already.
+func (d *delivery) check(ctx context.Context) (FailureKind, error) {
+	if err := d.conn.Validate(); err != nil {
+		return KindInvalid, err
+	}
+	if d.event == "" || strings.ContainsFunc(d.event, unicode.IsControl) {
+		return KindInvalid, payloadError("event", fmt.Sprintf("want a non-empty event kind without control characters, got %q", d.event))
+	}
+	if n := int64(len(d.body)); n > d.s.maxBody {
+		return KindInvalid, payloadError("body", fmt.Sprintf("has %d bytes, over the limit of %d (SenderOptions.MaxBodyBytes): receivers refuse it", n, d.s.maxBody))
+	}
+	if ctx.Err() != nil {
+		return KindCanceled, fmt.Errorf("webhook: nothing sent: %w", context.Cause(ctx))
+	}
+	return KindNone, nil
 }
 
 // sign sets a fresh timestamp and the signature over the unchanged body.
@@ -841,7 +856,7 @@ func (d *delivery) checkRetry(ctx context.Context, resp *http.Response, err erro
 	d.attempts = append(d.attempts, a)
 	d.log(ctx, &a)
 	if d.s.onAttempt != nil {
-		d.s.onAttempt(a)
+		d.s.onAttempt(ctx, d.conn, a)
 	}
 	return a.Retry, nil
 }
@@ -857,7 +872,7 @@ func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) 
 	}
 	wait := max(p.Backoff(a.N, resp), 0)
 	// The deadline is on the process's clock, whatever SenderOptions.Now says.
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= wait {
+	if deadline, ok := ctx.Deadline(); ok && !d.queued && time.Until(deadline) <= wait {
 		return false, 0 // the deadline cannot cover the wait
 	}
 	return true, wait
@@ -957,7 +972,10 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 	case errors.As(err, &dnsErr):
 		kind = KindDNS
 	case errors.As(err, &certErr), errors.As(err, &recordErr), errors.As(err, &alertErr),
-		errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidCert):
+		errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidCert),
+		// net/http replaces the RecordHeaderError of a plain-HTTP answer by
+		// a string error.
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		kind = KindTLS
 	case isTimeout(err):
 		kind = KindTimeout

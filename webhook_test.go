@@ -326,8 +326,14 @@ func TestSend_WireFormat(t *testing.T) {
 func TestSend_RetriesResignOverIdenticalBody(t *testing.T) {
 	rv := newReceiver(t, 500, 500, 200)
 	var hooked []webhook.Attempt
-	s := newTestSender(t, rv, &webhook.SenderOptions{OnAttempt: func(a webhook.Attempt) { hooked = append(hooked, a) }})
-	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	type ctxKey struct{}
+	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
+	s := newTestSender(t, rv, &webhook.SenderOptions{OnAttempt: func(ctx context.Context, c webhook.Connection, a webhook.Attempt) {
+		assert.Equal(t, "trace-1", ctx.Value(ctxKey{}), "the caller's context values")
+		assert.Equal(t, rv.URL+"/", c.URL, "the attempt's connection")
+		hooked = append(hooked, a)
+	}})
+	res, err := s.Send(ctx, rv.conn("/"), samplePayload())
 	require.NoError(t, err)
 	require.Len(t, res.Attempts, 3)
 	got := rv.deliveries()
@@ -649,4 +655,116 @@ func TestNewSender_DoesNotModifyTheClient(t *testing.T) {
 	assert.Zero(t, client.Timeout)
 	assert.Nil(t, client.CheckRedirect)
 	assert.Equal(t, before.Transport, client.Transport)
+}
+
+func TestSender_AttemptIgnoresTheContextDeadline(t *testing.T) {
+	s := fakeSender(t, func(*http.Request) (*http.Response, error) { return answer(503), nil }, &webhook.RetryPolicy{
+		MaxRetries: 3,
+		Backoff:    func(int, *http.Response) time.Duration { return time.Minute },
+	})
+	// A job queue runs each attempt under its own deadline, shorter than the
+	// wait it will schedule.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := s.Attempt(ctx, fakeConn, webhook.EventUserIdentified, []byte(`{}`), 1)
+	assert.True(t, a.Retry, "a queue schedules the retry, whatever this call's deadline")
+	assert.Equal(t, time.Minute, a.RetryIn)
+
+	res, err := s.Send(ctx, fakeConn, samplePayload())
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 1, "Send still refuses a wait its deadline cannot cover")
+	assert.False(t, res.Attempts[0].Retry)
+}
+
+func TestSend_ContextDoneBeforehandSendsNothing(t *testing.T) {
+	sent := 0
+	s := fakeSender(t, func(*http.Request) (*http.Response, error) { sent++; return answer(200), nil }, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := s.Send(ctx, fakeConn, samplePayload())
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, res.Attempts, "the log shows what reached the wire: nothing")
+	a := s.Attempt(ctx, fakeConn, webhook.EventUserIdentified, []byte(`{}`), 2)
+	assert.Equal(t, webhook.KindCanceled, a.Kind)
+	assert.Equal(t, 2, a.N)
+	assert.False(t, a.Retry)
+	assert.ErrorIs(t, a.Err, context.Canceled)
+	res, err = s.SendTest(ctx, fakeConn)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, res.Attempts)
+	assert.Zero(t, sent)
+
+	res, err = s.Send(ctx, webhook.Connection{URL: "http://x"}, samplePayload())
+	require.ErrorIs(t, err, webhook.ErrInvalidConnection, "an invalid connection is reported first")
+	assert.Empty(t, res.Attempts)
+}
+
+func TestSend_RefusesBodiesOverTheLimit(t *testing.T) {
+	sent := 0
+	rt := func(*http.Request) (*http.Response, error) { sent++; return answer(200), nil }
+	s := fakeSender(t, rt, nil)
+	big := samplePayload()
+	big.User.Metadata = webhook.Metadata{"notes": strings.Repeat("n", webhook.DefaultMaxBodyBytes)}
+	res, err := s.Send(context.Background(), fakeConn, big)
+	require.ErrorIs(t, err, webhook.ErrInvalidPayload)
+	var fe *webhook.FieldError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "body", fe.Field)
+	assert.Contains(t, fe.Reason, "MaxBodyBytes")
+	assert.Empty(t, res.Attempts)
+	a := s.Attempt(context.Background(), fakeConn, webhook.EventUserIdentified, make([]byte, webhook.DefaultMaxBodyBytes+1), 1)
+	assert.Equal(t, webhook.KindInvalid, a.Kind)
+	assert.Zero(t, sent)
+
+	raised, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: roundTripFunc(rt)}, MaxBodyBytes: 4 << 20})
+	require.NoError(t, err)
+	_, err = raised.Send(context.Background(), fakeConn, big)
+	require.NoError(t, err)
+	assert.Equal(t, 1, sent)
+	_, err = webhook.NewSender(&webhook.SenderOptions{MaxBodyBytes: -1})
+	assert.ErrorContains(t, err, "MaxBodyBytes")
+}
+
+func TestSender_ZeroValueRefusesClearly(t *testing.T) {
+	var s webhook.Sender
+	ctx := context.Background()
+	_, err := s.Send(ctx, fakeConn, samplePayload())
+	assert.ErrorContains(t, err, "NewSender")
+	_, err = s.SendBytes(ctx, fakeConn, webhook.EventUserIdentified, []byte(`{}`))
+	assert.ErrorContains(t, err, "NewSender")
+	_, err = s.SendTest(ctx, fakeConn)
+	assert.ErrorContains(t, err, "NewSender")
+	results := s.SendAll(ctx, []webhook.Connection{fakeConn, fakeConn}, samplePayload())
+	require.Len(t, results, 2)
+	assert.ErrorContains(t, results[1].Err, "NewSender")
+	a := s.Attempt(ctx, fakeConn, webhook.EventUserIdentified, []byte(`{}`), 1)
+	assert.ErrorContains(t, a.Err, "NewSender")
+	s.CloseIdleConnections() // no panic
+}
+
+func TestSendAll_OnAttemptRunsConcurrently(t *testing.T) {
+	// Two deliveries whose receivers each wait until both attempts are in
+	// flight: SendAll makes them at once, and OnAttempt is called from both.
+	rv := newReceiver(t)
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		arrived.Done()
+		arrived.Wait()
+		return false
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	s := newTestSender(t, rv, &webhook.SenderOptions{MaxConcurrency: 2, OnAttempt: func(_ context.Context, c webhook.Connection, a webhook.Attempt) {
+		mu.Lock()
+		seen[c.Name]++
+		mu.Unlock()
+	}})
+	a, b := rv.conn("/a"), rv.conn("/b")
+	a.Name, b.Name = "a", "b"
+	results := s.SendAll(context.Background(), []webhook.Connection{a, b}, samplePayload())
+	for _, r := range results {
+		require.NoError(t, r.Err)
+	}
+	assert.Equal(t, map[string]int{"a": 1, "b": 1}, seen)
 }

@@ -1,0 +1,433 @@
+package webhook_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+)
+
+// hostile is a TLS receiver on 127.0.0.1 that reads each request and then
+// behaves as script says, writing raw bytes: what no well-behaved server
+// would send.
+type hostile struct {
+	ln     net.Listener
+	tls    *tls.Config
+	pool   *x509.CertPool // trusts its certificate
+	script func(conn net.Conn, req *http.Request)
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed chan struct{} // closed at cleanup: scripts that hold stop holding
+	hits   int
+}
+
+func newHostile(t *testing.T, script func(conn net.Conn, req *http.Request)) *hostile {
+	t.Helper()
+	cert := httptest.NewUnstartedServer(nil)
+	cert.StartTLS() // only for its certificate and TLS config
+	cfg := cert.TLS.Clone()
+	pool := x509.NewCertPool()
+	pool.AddCert(cert.Certificate())
+	cert.Close()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h := &hostile{ln: ln, tls: cfg, pool: pool, script: script, closed: make(chan struct{})}
+	h.wg.Add(1)
+	go h.accept()
+	t.Cleanup(func() {
+		close(h.closed)
+		ln.Close()
+		h.mu.Lock()
+		for _, c := range h.conns {
+			c.Close()
+		}
+		h.mu.Unlock()
+		h.wg.Wait()
+	})
+	return h
+}
+
+func (h *hostile) accept() {
+	defer h.wg.Done()
+	for {
+		raw, err := h.ln.Accept()
+		if err != nil {
+			return
+		}
+		h.mu.Lock()
+		h.conns = append(h.conns, raw)
+		h.mu.Unlock()
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			defer raw.Close()
+			conn := tls.Server(raw, h.tls)
+			req, err := http.ReadRequest(bufio.NewReader(conn))
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			h.mu.Lock()
+			h.hits++
+			h.mu.Unlock()
+			h.script(conn, req)
+		}()
+	}
+}
+
+func (h *hostile) requests() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.hits
+}
+
+// hold blocks until the test ends.
+func (h *hostile) hold() { <-h.closed }
+
+// trickle writes s one byte every 20 ms until the test ends or s is written.
+func (h *hostile) trickle(w io.Writer, s string) {
+	for i := 0; i < len(s); i++ {
+		select {
+		case <-h.closed:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if _, err := w.Write([]byte{s[i]}); err != nil {
+			return
+		}
+	}
+	h.hold()
+}
+
+func (h *hostile) url() string { return "https://" + h.ln.Addr().String() + "/hooks" }
+
+func (h *hostile) conn() webhook.Connection {
+	return webhook.Connection{Name: "hostile", URL: h.url(), Secret: testSecret}
+}
+
+// resetConn closes conn with a TCP RST.
+func resetConn(conn net.Conn) {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		tcp.SetLinger(0)
+	}
+	conn.Close()
+}
+
+const faultTimeout = 400 * time.Millisecond
+
+// faultSender uses the library's own transport, trusting the hostile
+// receiver's certificate, with a short attempt timeout and one fast retry.
+func faultSender(t *testing.T, pool *x509.CertPool, retry *webhook.RetryPolicy) *webhook.Sender {
+	t.Helper()
+	if retry == nil {
+		retry = shortPolicy(1)
+	}
+	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: faultTimeout, Retry: retry})
+	require.NoError(t, err)
+	t.Cleanup(tr.CloseIdleConnections)
+	return s
+}
+
+func TestSend_HostileReceivers(t *testing.T) {
+	const bigBody = "HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n"
+	tests := []struct {
+		name       string
+		script     func(h *hostile, conn net.Conn, req *http.Request)
+		retry      *webhook.RetryPolicy
+		wantKinds  []webhook.FailureKind
+		wantStatus int
+		wantErr    string // part of the last attempt's error
+		check      func(t *testing.T, a webhook.Attempt)
+	}{
+		{
+			name: "101 and held",
+			script: func(h *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+				h.hold()
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindStatus, webhook.KindStatus}, wantStatus: 101, wantErr: "101",
+		},
+		{
+			name: "1xx then 2xx",
+			script: func(_ *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n"+
+					"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindNone}, wantStatus: 200,
+		},
+		{
+			name: "1xx forever",
+			script: func(h *hostile, conn net.Conn, _ *http.Request) {
+				for range 20000 { // 700 KB of 1xx answers
+					if _, err := io.WriteString(conn, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"); err != nil {
+						return
+					}
+				}
+				h.hold()
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindOther, webhook.KindOther}, wantErr: "exceeded 65536 bytes", // the header cap counts 1xx answers too
+		},
+		{
+			name: "3xx with Location",
+			script: func(_ *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 307 Temporary Redirect\r\nLocation: https://169.254.169.254/latest?k=v\r\nContent-Length: 0\r\n\r\n")
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindRedirect, webhook.KindRedirect}, wantStatus: 307, wantErr: "169.254.169.254/latest?…",
+		},
+		{
+			name: "5xx",
+			script: func(_ *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy")
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindStatus, webhook.KindStatus}, wantStatus: 503,
+			check: func(t *testing.T, a webhook.Attempt) { assert.Equal(t, "busy", string(a.ResponseBody)) },
+		},
+		{
+			name: "429 with Retry-After",
+			script: func(_ *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3600\r\nContent-Length: 0\r\n\r\n")
+			},
+			retry:     &webhook.RetryPolicy{MaxRetries: 1, Backoff: webhook.WithRetryAfter(webhook.ExponentialBackoff(time.Millisecond, time.Second), 5*time.Millisecond)},
+			wantKinds: []webhook.FailureKind{webhook.KindStatus, webhook.KindStatus}, wantStatus: 429,
+			check: func(t *testing.T, a webhook.Attempt) { assert.False(t, a.Retry, "the last attempt") },
+		},
+		{
+			name: "headers trickled past the timeout",
+			script: func(h *hostile, conn net.Conn, _ *http.Request) {
+				h.trickle(conn, "HTTP/1.1 200 OK\r\nX-Slow: "+strings.Repeat("a", 1000)+"\r\n\r\n")
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindTimeout, webhook.KindTimeout},
+		},
+		{
+			name: "body trickled past the timeout",
+			script: func(h *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 1000\r\n\r\n")
+				h.trickle(conn, strings.Repeat("x", 1000))
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindStatus, webhook.KindStatus}, wantStatus: 500,
+			check: func(t *testing.T, a webhook.Attempt) {
+				assert.GreaterOrEqual(t, a.Duration, faultTimeout, "read until the attempt timed out")
+				assert.Less(t, len(a.ResponseBody), 1000)
+			},
+		},
+		{
+			name: "body never ending",
+			script: func(_ *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+				chunk := fmt.Sprintf("%x\r\n%s\r\n", 8192, strings.Repeat("y", 8192))
+				for {
+					if _, err := io.WriteString(conn, chunk); err != nil {
+						return
+					}
+				}
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindNone}, wantStatus: 200,
+			check: func(t *testing.T, a webhook.Attempt) { assert.Len(t, a.ResponseBody, 4<<10) },
+		},
+		{
+			name:      "hang without answering",
+			script:    func(h *hostile, _ net.Conn, _ *http.Request) { h.hold() },
+			wantKinds: []webhook.FailureKind{webhook.KindTimeout, webhook.KindTimeout},
+		},
+		{
+			name:      "reset before headers",
+			script:    func(_ *hostile, conn net.Conn, _ *http.Request) { resetConn(conn) },
+			wantKinds: []webhook.FailureKind{webhook.KindReset, webhook.KindReset},
+		},
+		{
+			name: "reset mid-body",
+			script: func(_ *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, bigBody+"partial")
+				resetConn(conn)
+			},
+			// The 2xx status came within the timeout: delivered, with what
+			// of the body arrived.
+			wantKinds: []webhook.FailureKind{webhook.KindNone}, wantStatus: 200,
+			check: func(t *testing.T, a webhook.Attempt) { assert.LessOrEqual(t, len(a.ResponseBody), len("partial")) },
+		},
+		{
+			name: "huge headers",
+			script: func(_ *hostile, conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 200 OK\r\n")
+				line := "X-Filler: " + strings.Repeat("f", 1000) + "\r\n"
+				for range 1 << 10 { // 1 MiB of headers
+					if _, err := io.WriteString(conn, line); err != nil {
+						return
+					}
+				}
+			},
+			wantKinds: []webhook.FailureKind{webhook.KindOther, webhook.KindOther}, wantErr: "exceeded",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var h *hostile
+			h = newHostile(t, func(conn net.Conn, req *http.Request) { tc.script(h, conn, req) })
+			s := faultSender(t, h.pool, tc.retry)
+			start := time.Now()
+			res, err := s.Send(context.Background(), h.conn(), samplePayload())
+			elapsed := time.Since(start)
+
+			require.Equal(t, tc.wantKinds, kinds(res.Attempts), "errors: %v", res.Err)
+			assert.Equal(t, len(tc.wantKinds), h.requests(), "requests the receiver read")
+			// Each attempt ends by its timeout at the latest: a generous
+			// bound, never a tight timing assert.
+			assert.Less(t, elapsed, time.Duration(len(tc.wantKinds))*faultTimeout+5*time.Second)
+			last := res.Attempts[len(res.Attempts)-1]
+			assert.Equal(t, tc.wantStatus, last.StatusCode)
+			if tc.wantKinds[len(tc.wantKinds)-1] == webhook.KindNone {
+				require.NoError(t, err)
+			} else {
+				var de *webhook.DeliveryError
+				require.ErrorAs(t, err, &de)
+				assert.Len(t, de.Attempts, len(tc.wantKinds), "every attempt in the error")
+				assert.ErrorContains(t, last.Err, tc.wantErr)
+			}
+			if tc.check != nil {
+				tc.check(t, last)
+			}
+		})
+	}
+}
+
+// TestSend_SwitchingProtocolsHeldNeverBlocks pins that a receiver answering
+// 101 and holding the connection holds no entry point: each returns long
+// before its (default, 30 s) attempt timeout.
+func TestSend_SwitchingProtocolsHeldNeverBlocks(t *testing.T) {
+	var h *hostile
+	h = newHostile(t, func(conn net.Conn, _ *http.Request) {
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+		h.hold()
+	})
+	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: h.pool}, AllowPrivateNetworks: true})
+	defer tr.CloseIdleConnections()
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // far below 30 s, far above a loopback answer
+	defer cancel()
+	body := []byte(`{"event":"user.identified"}`)
+
+	calls := map[string]func() []webhook.Attempt{
+		"Send": func() []webhook.Attempt { r, _ := s.Send(ctx, h.conn(), samplePayload()); return r.Attempts },
+		"SendAll": func() []webhook.Attempt {
+			return s.SendAll(ctx, []webhook.Connection{h.conn()}, samplePayload())[0].Attempts
+		},
+		"SendTest": func() []webhook.Attempt { r, _ := s.SendTest(ctx, h.conn()); return r.Attempts },
+		"Attempt": func() []webhook.Attempt {
+			return []webhook.Attempt{s.Attempt(ctx, h.conn(), webhook.EventUserIdentified, body, 1)}
+		},
+	}
+	for name, call := range calls {
+		attempts := call()
+		require.Len(t, attempts, 1, name)
+		assert.Equal(t, webhook.KindStatus, attempts[0].Kind, "%s: %v", name, attempts[0].Err)
+		assert.Equal(t, http.StatusSwitchingProtocols, attempts[0].StatusCode, name)
+		assert.NoError(t, ctx.Err(), "%s returned only when the context ended", name)
+	}
+}
+
+func TestSend_TLSFailures(t *testing.T) {
+	t.Run("handshake refused", func(t *testing.T) {
+		var h *hostile
+		h = newHostile(t, nil)
+		plain, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // answers plain HTTP to the TLS handshake
+			defer wg.Done()
+			for {
+				c, err := plain.Accept()
+				if err != nil {
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 400 Bad Request\r\n\r\n")
+				c.Close()
+			}
+		}()
+		defer func() { plain.Close(); wg.Wait() }()
+		s := faultSender(t, h.pool, shortPolicy(0))
+		res, err := s.Send(context.Background(), webhook.Connection{URL: "https://" + plain.Addr().String(), Secret: testSecret}, samplePayload())
+		require.Error(t, err)
+		assert.Equal(t, []webhook.FailureKind{webhook.KindTLS}, kinds(res.Attempts), "%v", err)
+	})
+	t.Run("wrong certificate", func(t *testing.T) {
+		h := newHostile(t, func(net.Conn, *http.Request) {})
+		s := faultSender(t, x509.NewCertPool(), shortPolicy(0)) // trusts nothing
+		res, err := s.Send(context.Background(), h.conn(), samplePayload())
+		require.Error(t, err)
+		assert.Equal(t, []webhook.FailureKind{webhook.KindTLS}, kinds(res.Attempts), "%v", err)
+		assert.Zero(t, h.requests(), "nothing was sent")
+		assert.Contains(t, res.Attempts[0].Diagnosis(), "certificate")
+	})
+}
+
+// nxdomainServer answers every DNS query on a 127.0.0.1 UDP port with
+// NXDOMAIN, so a resolver pointed at it fails as for a name that does not
+// exist, without leaving the machine.
+func nxdomainServer(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 512)
+		for {
+			n, addr, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n < 12 {
+				continue
+			}
+			resp := append([]byte(nil), buf[:n]...)
+			flags := binary.BigEndian.Uint16(resp[2:4])
+			flags |= 0x8000           // a response
+			flags = flags&^0x000f | 3 // RCODE NXDOMAIN
+			binary.BigEndian.PutUint16(resp[2:4], flags)
+			binary.BigEndian.PutUint16(resp[6:8], 0) // no answers
+			pc.WriteTo(resp, addr)
+		}
+	}()
+	t.Cleanup(func() { pc.Close(); <-done })
+	return pc.LocalAddr().String()
+}
+
+func TestSend_DNSFailure(t *testing.T) {
+	dnsAddr := nxdomainServer(t)
+	resolver := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "udp", dnsAddr)
+	}}
+	dialer := &net.Dialer{Resolver: resolver}
+	tr := &http.Transport{DialContext: dialer.DialContext}
+	defer tr.CloseIdleConnections()
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(1)})
+	res, err := s.Send(context.Background(), webhook.Connection{URL: "https://no-such-host.example.test/hooks", Secret: testSecret}, samplePayload())
+	require.Error(t, err)
+	assert.Equal(t, []webhook.FailureKind{webhook.KindDNS, webhook.KindDNS}, kinds(res.Attempts), "%v", err)
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "does not resolve")
+}

@@ -1,0 +1,190 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/signedhook/webhook/internal/dialguard"
+)
+
+// DefaultMaxIdleConnsPerHost is how many idle connections per host the
+// transport from [NewTransport] keeps: as many as the concurrency it serves,
+// since a smaller pool opens a new TLS connection for most requests.
+const DefaultMaxIdleConnsPerHost = 1024
+
+// maxResponseHeaderBytes bounds the headers of each answer, 1xx ones
+// included, on the transport from NewTransport.
+const maxResponseHeaderBytes = 64 << 10
+
+// TransportOptions configures [NewTransport]. A nil *TransportOptions, or a
+// zero field, selects the documented default.
+type TransportOptions struct {
+	// TLSClientConfig is the TLS configuration, cloned: set RootCAs for a
+	// private CA or a test server's certificate. Nil means the system's
+	// roots. A MinVersion below TLS 1.2 is raised to TLS 1.2.
+	TLSClientConfig *tls.Config
+
+	// AllowPrivateNetworks turns the private-network guard off: the
+	// transport then connects to loopback, private, link-local and every
+	// other address. For local receivers and tests only.
+	AllowPrivateNetworks bool
+
+	// MaxIdleConnsPerHost is how many idle connections are kept per host.
+	// Zero means DefaultMaxIdleConnsPerHost.
+	MaxIdleConnsPerHost int
+
+	// Proxy, if not nil, returns the egress proxy for a request (such as
+	// Smokescreen, which refuses private destinations itself), or nil to
+	// connect directly. Nil means no proxy: the environment's HTTP_PROXY is
+	// ignored, since a proxy hides the destination from the guard.
+	//
+	// With a proxy the guard checks what this process can see: a URL whose
+	// host is an IP address that is not public is refused before anything
+	// is sent, and requests that Proxy sends directly are dialled with the
+	// guard as usual. The connection to a proxy URL that Proxy returned is
+	// not guarded (it is usually private), and host names sent through the
+	// proxy are resolved by the proxy: its own policy must refuse private
+	// addresses.
+	Proxy func(*http.Request) (*url.URL, error)
+}
+
+// NewTransport returns the transport a [Sender] uses by default, for a
+// Client of your own: no proxy unless opts says so, TLS 1.2 or later, HTTP/2
+// when the receiver offers it, response headers bounded to 64 KiB, a pool of
+// DefaultMaxIdleConnsPerHost idle connections per host, and the
+// private-network guard. The guard refuses, at dial time and on the address
+// DNS resolved (so DNS rebinding cannot pass it), loopback, private,
+// link-local (cloud metadata), shared (CGNAT), multicast, documentation,
+// benchmarking and reserved addresses, and IPv6 forms that carry such an
+// IPv4 address (6to4, Teredo, IPv4-compatible, IPv4-translated, NAT64);
+// outside IPv4, only global unicast IPv6 is allowed. The error of a refused
+// attempt matches [ErrBlockedDestination].
+//
+// A Client keeps the guard as long as its Transport is this transport or
+// wraps it (a tracing RoundTripper such as otelhttp's, say): every
+// connection is still dialled here. opts may be nil.
+func NewTransport(opts *TransportOptions) *http.Transport {
+	if opts == nil {
+		opts = &TransportOptions{}
+	}
+	guard := !opts.AllowPrivateNetworks
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	if guard {
+		dialer.Control = dialguard.Control
+	}
+	tlsConfig := &tls.Config{}
+	if opts.TLSClientConfig != nil {
+		tlsConfig = opts.TLSClientConfig.Clone()
+	}
+	tlsConfig.MinVersion = max(tlsConfig.MinVersion, tls.VersionTLS12)
+	perHost := opts.MaxIdleConnsPerHost
+	if perHost <= 0 {
+		perHost = DefaultMaxIdleConnsPerHost
+	}
+	t := &http.Transport{
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        tlsConfig,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           0, // no limit overall
+		MaxIdleConnsPerHost:    perHost,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
+	}
+	if opts.Proxy != nil {
+		p := &guardedProxy{proxy: opts.Proxy, guard: guard, direct: dialer, plain: &net.Dialer{KeepAlive: 30 * time.Second}}
+		t.Proxy = p.proxyFor
+		t.DialContext = p.dial
+	}
+	return t
+}
+
+// guardedProxy routes through the caller's proxy, guarding what it can: IP
+// literals in URLs, and direct connections.
+type guardedProxy struct {
+	proxy   func(*http.Request) (*url.URL, error)
+	guard   bool
+	direct  *net.Dialer // guarded unless the guard is off
+	plain   *net.Dialer // for proxies
+	proxies sync.Map    // host:port of every proxy returned, as the transport dials it
+}
+
+func (p *guardedProxy) proxyFor(r *http.Request) (*url.URL, error) {
+	if p.guard {
+		if ip, err := netip.ParseAddr(r.URL.Hostname()); err == nil && !dialguard.Allowed(ip) {
+			return nil, dialguard.Blocked(ip)
+		}
+	}
+	u, err := p.proxy(r)
+	if u != nil && err == nil {
+		p.proxies.Store(proxyAddr(u), true)
+	}
+	return u, err
+}
+
+func (p *guardedProxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if _, ok := p.proxies.Load(addr); ok {
+		return p.plain.DialContext(ctx, network, addr)
+	}
+	return p.direct.DialContext(ctx, network, addr)
+}
+
+// proxyAddr returns the host:port net/http dials for proxy u.
+func proxyAddr(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443", "socks5": "1080", "socks5h": "1080"}[u.Scheme]
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// attemptTransport bounds each request, from dialling to the end of the
+// response body, by a timeout. It also hides its RoundTripper's
+// CloseIdleConnections: go-retryablehttp closes the client's idle
+// connections whenever a delivery gives up, which on a shared pool would cost
+// every other delivery its connections.
+type attemptTransport struct {
+	rt      http.RoundTripper
+	timeout time.Duration
+}
+
+func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
+	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// net/http hands over the raw connection as the body of a 101 and
+		// stops watching the context: a receiver that holds it would hold
+		// the delivery forever. A delivery never switches protocols.
+		resp.Body.Close()
+		cancel()
+		resp.Body = http.NoBody
+		return resp, nil
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose releases an attempt's timer when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}

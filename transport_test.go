@@ -1,0 +1,191 @@
+package webhook_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+)
+
+// tracingTransport stands in for a RoundTripper that wraps another, such as
+// otelhttp.NewTransport: it counts requests and passes them on.
+type tracingTransport struct {
+	next  http.RoundTripper
+	count atomic.Int64
+}
+
+func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.count.Add(1)
+	return t.next.RoundTrip(r)
+}
+
+func certPool(rv *receiver) *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AddCert(rv.Certificate())
+	return pool
+}
+
+func TestNewTransport_WrappedClientKeepsTheGuard(t *testing.T) {
+	rv := newReceiver(t)
+	_, port, err := net.SplitHostPort(rv.Listener.Addr().String())
+	require.NoError(t, err)
+	guarded := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(rv)}})
+	defer guarded.CloseIdleConnections()
+	tracing := &tracingTransport{next: guarded}
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tracing}, Retry: shortPolicy(0)})
+
+	for _, host := range []string{"127.0.0.1", "10.0.0.1", "169.254.169.254", "[2002:7f00:1::1]", "[::1]", "[fd00::1]"} {
+		c := webhook.Connection{URL: "https://" + net.JoinHostPort(trimBrackets(host), port) + "/", Secret: testSecret}
+		res, err := s.Send(context.Background(), c, samplePayload())
+		require.ErrorIs(t, err, webhook.ErrBlockedDestination, host)
+		assert.Equal(t, []webhook.FailureKind{webhook.KindBlocked}, kinds(res.Attempts), host)
+	}
+	assert.Empty(t, rv.deliveries(), "nothing reached the receiver")
+	assert.EqualValues(t, 6, tracing.count.Load(), "every request went through the wrapper")
+
+	open := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(rv)}, AllowPrivateNetworks: true})
+	defer open.CloseIdleConnections()
+	s = newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: &tracingTransport{next: open}}})
+	_, err = s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.NoError(t, err, "AllowPrivateNetworks reaches the loopback test server, trusting its CA")
+	assert.Len(t, rv.deliveries(), 1)
+}
+
+func trimBrackets(host string) string {
+	if len(host) > 1 && host[0] == '[' {
+		return host[1 : len(host)-1]
+	}
+	return host
+}
+
+func TestNewTransport_Defaults(t *testing.T) {
+	custom := &tls.Config{ServerName: "x", MinVersion: tls.VersionTLS10}
+	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: custom})
+	assert.Nil(t, tr.Proxy, "no proxy: HTTP_PROXY would hide the destination from the guard")
+	assert.EqualValues(t, tls.VersionTLS12, tr.TLSClientConfig.MinVersion, "raised to TLS 1.2")
+	assert.EqualValues(t, tls.VersionTLS10, custom.MinVersion, "the caller's config is not modified")
+	assert.Equal(t, "x", tr.TLSClientConfig.ServerName)
+	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, tr.MaxIdleConnsPerHost)
+	assert.EqualValues(t, 64<<10, tr.MaxResponseHeaderBytes)
+	assert.Equal(t, 7, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: 7}).MaxIdleConnsPerHost)
+	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, webhook.NewTransport(nil).MaxIdleConnsPerHost)
+}
+
+// TestNewTransport_EgressProxy runs a CONNECT proxy on loopback. Through it,
+// a host name reaches the receiver (the proxy's policy decides), the proxy's
+// own private address is dialled, and a URL with a private IP literal is
+// still refused before anything is sent.
+func TestNewTransport_EgressProxy(t *testing.T) {
+	rv := newReceiver(t)
+	proxy := newConnectProxy(t)
+	_, port, _ := net.SplitHostPort(rv.Listener.Addr().String())
+	tr := webhook.NewTransport(&webhook.TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: certPool(rv)},
+		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.addr}),
+	})
+	defer tr.CloseIdleConnections()
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+
+	// The test certificate is valid for example.com; the proxy maps it to
+	// the receiver, as a real proxy would resolve it.
+	proxy.route("example.com:"+port, rv.Listener.Addr().String())
+	_, err := s.Send(context.Background(), webhook.Connection{URL: "https://example.com:" + port + "/", Secret: testSecret}, samplePayload())
+	require.NoError(t, err)
+	assert.Len(t, rv.deliveries(), 1)
+
+	res, err := s.Send(context.Background(), webhook.Connection{URL: "https://127.0.0.1:" + port + "/", Secret: testSecret}, samplePayload())
+	require.ErrorIs(t, err, webhook.ErrBlockedDestination)
+	assert.Equal(t, []webhook.FailureKind{webhook.KindBlocked}, kinds(res.Attempts))
+	assert.EqualValues(t, 1, proxy.connects.Load(), "the refused request never reached the proxy")
+}
+
+// connectProxy is a minimal HTTP CONNECT proxy on 127.0.0.1 that tunnels to
+// the addresses routed to it, and refuses any other.
+type connectProxy struct {
+	addr     string
+	ln       net.Listener
+	routes   sync.Map // requested host:port -> address to dial
+	connects atomic.Int64
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newConnectProxy(t *testing.T) *connectProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &connectProxy{addr: ln.Addr().String(), ln: ln}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *connectProxy) route(from, to string) { p.routes.Store(from, to) }
+
+func (p *connectProxy) track(c net.Conn) {
+	p.mu.Lock()
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *connectProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.track(c)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req, err := http.ReadRequest(br)
+			if err != nil || req.Method != http.MethodConnect {
+				return
+			}
+			p.connects.Add(1)
+			to, ok := p.routes.Load(req.Host)
+			if !ok {
+				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\n\r\n")
+				return
+			}
+			up, err := net.Dial("tcp", to.(string))
+			if err != nil {
+				io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
+				return
+			}
+			p.track(up)
+			defer up.Close()
+			io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+			done := make(chan struct{})
+			go func() { io.Copy(up, br); up.Close(); close(done) }()
+			io.Copy(c, up)
+			c.Close()
+			<-done
+		}()
+	}
+}
