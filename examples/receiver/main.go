@@ -29,7 +29,7 @@ func main() {
 
 	// WEBHOOK_SECRET holds the connection's secret; during a rotation, the old
 	// and the new one separated by a comma.
-	secrets := strings.Split(os.Getenv("WEBHOOK_SECRET"), ",")
+	secrets := splitSecrets(os.Getenv("WEBHOOK_SECRET"))
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	v, err := webhook.NewVerifier(secrets, &webhook.VerifierOptions{Logger: logger})
 	if err != nil {
@@ -42,7 +42,17 @@ func main() {
 		return nil // an error answers 500, and the service retries
 	}, &webhook.HandlerOptions{Logger: logger}))
 
-	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Bound what a client may hold: the headers, the whole request, the
+	// answer and idle keep-alive connections.
+	srv := &http.Server{
+		Addr:              *addr,
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
 	logger.Info("listening", "addr", *addr, "tls", *cert != "")
 	if *cert != "" {
 		err = srv.ListenAndServeTLS(*cert, *key)
@@ -50,4 +60,16 @@ func main() {
 		err = srv.ListenAndServe()
 	}
 	log.Fatal(err)
+}
+
+// splitSecrets splits "old, new" into its secrets, without spaces or empty
+// entries.
+func splitSecrets(s string) []string {
+	var out []string
+	for _, secret := range strings.Split(s, ",") {
+		if secret = strings.TrimSpace(secret); secret != "" {
+			out = append(out, secret)
+		}
+	}
+	return out
 }

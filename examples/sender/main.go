@@ -34,10 +34,15 @@ func main() {
 	headers := headerFlags{}
 	conn := webhook.Connection{Name: "command line", Headers: headers}
 	flag.StringVar(&conn.URL, "url", "", "the endpoint's https:// URL")
-	flag.StringVar(&conn.Secret, "secret", os.Getenv("WEBHOOK_SECRET"), "the signing secret (default $WEBHOOK_SECRET)")
+	// The flag's default stays empty so that -h never prints the secret;
+	// the environment fills it in after parsing.
+	flag.StringVar(&conn.Secret, "secret", "", "the signing secret (default: the WEBHOOK_SECRET environment variable)")
 	flag.StringVar(&conn.Method, "method", "POST", "POST, PUT or PATCH")
 	flag.Var(headers, "H", "a custom header, `Name: value` (repeatable)")
 	flag.Parse()
+	if conn.Secret == "" {
+		conn.Secret = os.Getenv("WEBHOOK_SECRET")
+	}
 
 	sender, err := webhook.NewSender(nil)
 	if err != nil {
