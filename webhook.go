@@ -90,6 +90,7 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-retryablehttp"
 
@@ -190,6 +191,9 @@ func validateURL(raw string) error {
 		return connError("URL", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
 	case u.Host == "" || u.Hostname() == "":
 		return connError("URL", "has no host")
+	case !utf8.ValidString(u.Hostname()):
+		// net/http would send it to another host: its IDNA form.
+		return connError("URL", "host is not valid UTF-8")
 	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {

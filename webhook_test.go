@@ -146,6 +146,8 @@ func TestConnection_Validate(t *testing.T) {
 		{"names differing only in case", func(c *webhook.Connection) {
 			c.Headers = map[string]string{"x-tenant": "1", "X-Tenant": "2"}
 		}, `Headers["X-Tenant"]`, `same header as "x-tenant"`},
+		{"host not UTF-8", func(c *webhook.Connection) { c.URL = "https://\xd90/hooks" }, "URL", "UTF-8"},
+		{"internationalised host", func(c *webhook.Connection) { c.URL = "https://bücher.example/hooks" }, "", ""},
 		{"port 443", func(c *webhook.Connection) { c.URL = "https://crm.example.com:443/hooks" }, "", ""},
 		{"port 65535", func(c *webhook.Connection) { c.URL = "https://crm.example.com:65535/hooks" }, "", ""},
 		{"port 0", func(c *webhook.Connection) { c.URL = "https://crm.example.com:0/hooks" }, "URL", "port"},
