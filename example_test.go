@@ -3,6 +3,9 @@ package webhook_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -258,4 +262,100 @@ func ExampleDeliveryError() {
 	// attempt 2: status 500
 	// attempt 3: status 500
 	// webhook: receiver answered 500 Internal Server Error
+}
+
+// countingTransport stands in for a tracing RoundTripper such as
+// otelhttp.NewTransport(next): it wraps the guarded transport.
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.n.Add(1)
+	return t.next.RoundTrip(r)
+}
+
+func ExampleNewTransport() {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	// A private CA (here, the test server's) on the library's own transport:
+	// the guard, the pool sizing and the header bound stay.
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	guarded := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: roots}})
+	traced := &countingTransport{next: guarded}
+
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: traced}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn := webhook.Connection{Name: "internal", URL: srv.URL, Secret: "whsec_test_secret"}
+	_, err = s.SendTest(context.Background(), conn)
+	fmt.Println(errors.Is(err, webhook.ErrBlockedDestination), traced.n.Load())
+
+	// Only AllowPrivateNetworks reaches the loopback test server.
+	open := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: roots}, AllowPrivateNetworks: true})
+	s, err = webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: &countingTransport{next: open}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := s.SendTest(context.Background(), conn)
+	fmt.Println(err, res.Attempts[0].StatusCode)
+	guarded.CloseIdleConnections()
+	open.CloseIdleConnections()
+	// Output:
+	// true 1
+	// <nil> 200
+}
+
+func ExampleNewSecret() {
+	secret := webhook.NewSecret() // store it with the connection; show it on "Show Secret"
+	fmt.Println(strings.HasPrefix(secret, webhook.SecretPrefix), len(secret))
+	// Output: true 49
+}
+
+func ExampleConnection() {
+	conn := webhook.Connection{
+		Name:    "CRM",
+		URL:     "https://crm.example.com/hooks?token=abc",
+		Headers: map[string]string{"Authorization": "Bearer api-key"},
+		Secret:  "whsec_test_secret",
+	}
+	// No verb, slog handler or json.Marshal shows the secret, the query
+	// string or a header value.
+	fmt.Printf("%v\n%+v\n", conn, []webhook.Connection{conn})
+	b, _ := json.Marshal(conn)
+	fmt.Println(string(b))
+	// Output:
+	// webhook connection "CRM" (POST https://crm.example.com/hooks?…)
+	// [webhook connection "CRM" (POST https://crm.example.com/hooks?…)]
+	// {"name":"CRM","method":"POST","url":"https://crm.example.com/hooks?…","headers":["Authorization"]}
+}
+
+func ExampleSender_Attempt() {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: srv.Client()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn := webhook.Connection{URL: srv.URL, Secret: "whsec_test_secret"}
+	body, _ := json.Marshal(webhook.SamplePayload(time.Now()))
+
+	// A job queue runs attempt n under its own deadline and schedules the
+	// next one itself, after a.RetryIn.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for n := 1; n <= 4; n++ {
+		a := s.Attempt(ctx, conn, webhook.EventUserIdentified, body, n)
+		fmt.Printf("attempt %d: %d, retry=%v in %v\n", a.N, a.StatusCode, a.Retry, a.RetryIn)
+	}
+	// Output:
+	// attempt 1: 503, retry=true in 1s
+	// attempt 2: 503, retry=true in 2s
+	// attempt 3: 503, retry=true in 4s
+	// attempt 4: 503, retry=false in 0s
 }

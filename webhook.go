@@ -48,21 +48,28 @@
 //
 // # Security
 //
-// Only https:// URLs are accepted. The default transport refuses, at dial
-// time and after DNS resolution, loopback, private, link-local (cloud
-// metadata), shared, multicast and other non-public addresses
-// ([ErrBlockedDestination]), and uses no proxy. Custom headers cannot replace
-// Content-Type, the X-Service-* headers or the transport's own headers.
-// Secrets never appear in a delivery, an error, a log line or the formatting
-// of a [Connection]; neither do URL query strings nor custom header values.
-// Nothing is printed unless a *slog.Logger is given.
+// Only https:// URLs are accepted. The default transport ([NewTransport])
+// refuses, at dial time and on the address DNS resolved, every address that
+// is not globally reachable: loopback, private, link-local (cloud
+// metadata), shared, multicast, documentation, reserved, and IPv6 forms that
+// carry such an IPv4 address ([ErrBlockedDestination]). It uses no proxy
+// unless told, bounds response headers to 64 KiB, and no answer (1xx, 101,
+// trickled headers, an endless body) holds an attempt past its timeout. A
+// Client of your own keeps the guard when its transport is, or wraps, one
+// from NewTransport. Custom headers cannot replace Content-Type, the
+// X-Service-* headers or the transport's own headers. Secrets never appear
+// in a delivery, an error, a log line, json.Marshal or the formatting of a
+// [Connection]; neither do URL query strings nor custom header values.
+// Nothing is printed unless a *slog.Logger is given. [NewSecret] makes a
+// secret with 256 bits of entropy.
 //
-// Verification uses the raw body as received, compares signatures in
+// Verification uses the raw body as received and the timestamp exactly as
+// its header carried it (canonical decimal only), compares signatures in
 // constant time with [hmac.Equal], checks the signature before the window
 // (so an expired-timestamp error is only ever given for an authentic
-// delivery), accepts several secrets at once for rotation, and never puts an
-// expected signature in an error. The event header is not signed:
-// [NewHandler] dispatches on the signed body.
+// delivery), refuses an empty secret, accepts several secrets at once for
+// rotation, and never puts an expected signature in an error. The event
+// header is not signed: [NewHandler] dispatches on the signed body.
 //
 // [Sign] and [Verify] keep the keyed hash state of a bounded number of
 // recently used secrets in memory, to skip key setup; a [Verifier] keeps its
