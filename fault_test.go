@@ -350,8 +350,7 @@ func TestSend_SwitchingProtocolsHeldNeverBlocks(t *testing.T) {
 
 func TestSend_TLSFailures(t *testing.T) {
 	t.Run("handshake refused", func(t *testing.T) {
-		var h *hostile
-		h = newHostile(t, nil)
+		h := newHostile(t, nil) // for its certificate pool only
 		plain, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		var wg sync.WaitGroup
