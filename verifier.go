@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -104,7 +105,7 @@ type VerifierOptions struct {
 // secret without refusing a delivery. A Verifier is safe for concurrent use.
 // Create one with [NewVerifier]: the zero Verifier refuses every request.
 type Verifier struct {
-	keys      []*keyedMAC
+	keys      atomic.Pointer[[]*keyedMAC] // replaced whole by SetSecrets
 	tolerance time.Duration
 	maxBody   int64
 	now       func() time.Time
@@ -116,25 +117,18 @@ type Verifier struct {
 // secrets. It fails when secrets is empty, when one of them is empty, or when
 // an option is out of range. opts may be nil.
 func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
-	if len(secrets) == 0 {
-		return nil, errors.New("webhook: NewVerifier needs at least one secret")
-	}
 	if opts == nil {
 		opts = &VerifierOptions{}
 	}
 	v := &Verifier{
-		keys:      make([]*keyedMAC, len(secrets)),
 		tolerance: opts.Tolerance,
 		maxBody:   opts.MaxBodyBytes,
 		now:       opts.Now,
 		logger:    opts.Logger,
 		onError:   opts.ErrorHandler,
 	}
-	for i, s := range secrets {
-		if s == "" {
-			return nil, fmt.Errorf("webhook: secret %d of %d is empty", i+1, len(secrets))
-		}
-		v.keys[i] = newKeyedMAC(s)
+	if err := v.SetSecrets(secrets); err != nil {
+		return nil, err
 	}
 	switch {
 	case v.tolerance < 0:
@@ -161,10 +155,11 @@ func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 // one of v's secrets, within v's tolerance and body limit. The error matches
 // [ErrVerification] and one of the more precise errors beside it.
 func (v *Verifier) Verify(h http.Header, body []byte) error {
-	if v.keys == nil {
+	keys := v.keys.Load()
+	if keys == nil {
 		return errZeroVerifier
 	}
-	return verify(v.keys, v.tolerance, v.maxBody, v.now(), h, body)
+	return verify(*keys, v.tolerance, v.maxBody, v.now(), h, body)
 }
 
 // VerifyRequest reads r's body (at most the body limit), verifies it with
@@ -173,7 +168,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 // body over the limit gives an error matching [ErrBodyTooLarge]; an error
 // while reading matches [ErrUnreadableBody] and wraps the reader's error.
 func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
-	if v.keys == nil {
+	if v.keys.Load() == nil {
 		return nil, errZeroVerifier
 	}
 	body, err := readBody(r.Body, r.ContentLength, v.maxBody)
@@ -182,6 +177,29 @@ func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 		return body, err
 	}
 	return body, v.Verify(r.Header, body)
+}
+
+// SetSecrets replaces the secrets v accepts, for a rotation without a
+// restart: every request verified after it returns uses the new secrets,
+// and requests being verified finish with the ones they started with. It is
+// safe to call while v serves requests. It fails, leaving the secrets as they
+// were, when secrets is empty or one of them is empty.
+//
+// To rotate: SetSecrets(old, new); change the secret on the sending side;
+// once deliveries signed with the old one have stopped, SetSecrets(new).
+func (v *Verifier) SetSecrets(secrets []string) error {
+	if len(secrets) == 0 {
+		return errors.New("webhook: a Verifier needs at least one secret")
+	}
+	keys := make([]*keyedMAC, len(secrets))
+	for i, s := range secrets {
+		if s == "" {
+			return fmt.Errorf("webhook: secret %d of %d is empty", i+1, len(secrets))
+		}
+		keys[i] = newKeyedMAC(s)
+	}
+	v.keys.Store(&keys)
+	return nil
 }
 
 func readBody(rc io.ReadCloser, contentLength, limit int64) ([]byte, error) {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -468,4 +469,51 @@ func TestMiddleware_ErrorHandlerGetsUnreadableBody(t *testing.T) {
 	assert.ErrorIs(t, got, webhook.ErrUnreadableBody, "the documented sentinel")
 	assert.NotErrorIs(t, got, webhook.ErrVerification, "nothing was verified: the body never came")
 	assert.Contains(t, got.Error(), "connection reset")
+}
+
+func TestVerifier_SetSecretsWhileServing(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	v, err := webhook.NewVerifier([]string{"whsec_old"}, nil)
+	require.NoError(t, err)
+	handler := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	serve := func(secret string) int {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, newSignedRequest(secret, time.Now().UnixMilli(), body))
+		return rec.Code
+	}
+	require.Equal(t, http.StatusOK, serve("whsec_old"))
+	require.Equal(t, http.StatusUnauthorized, serve("whsec_new"))
+
+	// Requests keep arriving, signed with either secret, while the
+	// secrets are rotated: each is judged by the old or the new set whole.
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if code := serve("whsec_old"); code != http.StatusOK && code != http.StatusUnauthorized {
+					t.Errorf("status %d", code)
+				}
+			}
+		}()
+	}
+	require.NoError(t, v.SetSecrets([]string{"whsec_old", "whsec_new"}))
+	assert.Equal(t, http.StatusOK, serve("whsec_new"), "the new secret works at once")
+	assert.Equal(t, http.StatusOK, serve("whsec_old"), "the old one still does")
+	require.NoError(t, v.SetSecrets([]string{"whsec_new"}))
+	close(stop)
+	wg.Wait()
+	assert.Equal(t, http.StatusUnauthorized, serve("whsec_old"), "the old secret is retired")
+	assert.Equal(t, http.StatusOK, serve("whsec_new"))
+
+	assert.ErrorContains(t, v.SetSecrets(nil), "at least one secret")
+	assert.ErrorContains(t, v.SetSecrets([]string{"whsec_x", ""}), "secret 2 of 2 is empty")
+	assert.Equal(t, http.StatusOK, serve("whsec_new"), "a refused SetSecrets changes nothing")
 }
