@@ -210,6 +210,11 @@ func (p *Payload) Validate() error {
 	return checkPrefixed("application.id", p.Application.ID, ApplicationIDPrefix)
 }
 
+// IsSendTest reports whether p is a Send Test delivery, made by
+// [SamplePayload]: its user's metadata "source" is [SendTestSource]. A
+// receiver can acknowledge one without storing it.
+func (p *Payload) IsSendTest() bool { return p.User.Metadata.Source() == SendTestSource }
+
 func checkPrefixed(field, id, prefix string) error {
 	if !strings.HasPrefix(id, prefix) || len(id) == len(prefix) {
 		return payloadError(field, fmt.Sprintf("want %q followed by an id, got %q", prefix, id))

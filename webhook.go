@@ -674,8 +674,15 @@ func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
 	return d.result()
 }
 
+// SendTestSource is the "source" metadata of the payload SendTest delivers
+// (see [SamplePayload]): the marker [Payload.IsSendTest] looks for.
+const SendTestSource = "send_test"
+
 // SamplePayload returns the payload SendTest delivers: an
-// [EventUserIdentified] event at now about an obviously fictitious user.
+// [EventUserIdentified] event at now about an obviously fictitious user
+// ("usr_test_0000", test.user@example.com), whose metadata "source" is
+// [SendTestSource], so that a receiver can recognise it with
+// [Payload.IsSendTest] and skip storing it.
 func SamplePayload(now time.Time) Payload {
 	t := NewTime(now)
 	return Payload{
@@ -688,57 +695,12 @@ func SamplePayload(now time.Time) Payload {
 			FirstName: "Test",
 			LastName:  "User",
 			Phone:     "+1 555 0100",
-			Metadata:  Metadata{"plan": "test", "source": "send_test"},
+			Metadata:  Metadata{"plan": "test", "source": SendTestSource},
 			CreatedAt: t,
 			UpdatedAt: t,
 		},
 		Application: Application{ID: ApplicationID("test_0000"), Name: "Send Test"},
 	}
-}
-
-// Diagnosis describes the attempt in one sentence a person can act on: what
-// happened and, for a failure, what to check.
-func (a Attempt) Diagnosis() string {
-	took := roundDuration(a.Duration)
-	switch a.Kind {
-	case KindNone:
-		return fmt.Sprintf("delivered: the endpoint answered %d in %v", a.StatusCode, took)
-	case KindInvalid:
-		return fmt.Sprintf("not sent: %v", a.Err)
-	case KindBlocked:
-		return "not sent: the URL's host resolves to a private or otherwise non-public address, which deliveries never reach"
-	case KindDNS:
-		return "failed: the URL's host name does not resolve; check its spelling and DNS"
-	case KindRefused:
-		return "failed: the connection was refused; check that the server listens on that port and that the firewall admits incoming requests"
-	case KindReset:
-		return "failed: the server closed the connection before answering; check the server's logs"
-	case KindTLS:
-		return fmt.Sprintf("failed: the TLS handshake failed (%v); the endpoint needs a valid certificate for its host name", errors.Unwrap(a.Err))
-	case KindTimeout:
-		return fmt.Sprintf("failed: no answer within %v; answer within 5 seconds and do heavy work in the background", took)
-	case KindRedirect:
-		return fmt.Sprintf("failed: %v; configure the final URL", a.Err)
-	case KindStatus:
-		if a.StatusCode == http.StatusUnauthorized || a.StatusCode == http.StatusForbidden {
-			return fmt.Sprintf("failed: the endpoint answered %d; check that it verifies with this connection's secret, over the raw body", a.StatusCode)
-		}
-		return fmt.Sprintf("failed: the endpoint answered %d in %v; any 2xx status means success", a.StatusCode, took)
-	case KindCanceled:
-		return "not completed: the request was canceled"
-	}
-	return fmt.Sprintf("failed: %v", a.Err)
-}
-
-// roundDuration keeps two or three significant digits: 3.2ms, 410µs, 1.25s.
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= 10*time.Millisecond:
-		return d.Round(time.Millisecond)
-	}
-	return d.Round(10 * time.Microsecond)
 }
 
 // delivery is the state of one Send: the attempt log and the hooks that

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 // delivered is one request a receiver got.
@@ -390,18 +391,19 @@ func kinds(as []webhook.Attempt) []webhook.FailureKind {
 }
 
 func TestSend_GivesUpAfterFourAttempts(t *testing.T) {
-	rv := newReceiver(t, 500)
-	s := newTestSender(t, rv, nil)
-	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(500), webhooktest.Status(500), webhooktest.Status(500), webhooktest.Status(500))
+	res, err := srv.Sender(&webhook.SenderOptions{Retry: shortPolicy(3)}).Send(context.Background(), srv.Connection(), samplePayload())
 	var de *webhook.DeliveryError
 	require.ErrorAs(t, err, &de)
-	assert.Len(t, rv.deliveries(), 4)
+	assert.Len(t, srv.Deliveries(), 4)
 	assert.Len(t, de.Attempts, 4)
 	assert.Equal(t, res.Attempts, de.Attempts)
 	assert.Equal(t, err, res.Err)
 	assert.Equal(t, []int{500, 500, 500, 500}, statuses(de.Attempts))
 	assert.Equal(t, []bool{true, true, true, false}, retries(de.Attempts))
-	assert.Equal(t, `webhook: delivery to "test" failed after 4 attempt(s): webhook: receiver answered 500 Internal Server Error`, err.Error())
+	assert.Equal(t, `webhook: delivery to "webhooktest" failed after 4 attempt(s): webhook: receiver answered 500 Internal Server Error`, err.Error())
 }
 
 func TestSend_ResponseBodyIsCappedAndDrained(t *testing.T) {
@@ -587,23 +589,19 @@ func TestSendAll_InvalidPayloadSendsNothing(t *testing.T) {
 }
 
 func TestSendTest(t *testing.T) {
-	rv := newReceiver(t)
-	v, err := webhook.NewVerifier([]string{testSecret}, nil)
-	require.NoError(t, err)
-	var got webhook.Payload
-	handler := webhook.NewHandler(v, func(_ context.Context, p webhook.Payload) error { got = p; return nil }, nil)
-	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
-		handler.ServeHTTP(w, r)
-		return true
-	}
-	s := newTestSender(t, rv, nil)
-	res, err := s.SendTest(context.Background(), rv.conn("/"))
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	res, err := srv.Sender(nil).SendTest(context.Background(), srv.Connection())
 	require.NoError(t, err)
 	require.Len(t, res.Attempts, 1)
 	assert.Contains(t, res.Attempts[0].Diagnosis(), "delivered: the endpoint answered 200")
+	got, err := srv.Deliveries()[0].Payload()
+	require.NoError(t, err)
+	assert.NoError(t, srv.Deliveries()[0].Err)
 	assert.NoError(t, got.Validate(), "the test payload is complete and valid")
 	assert.Equal(t, "Test User", got.User.Name)
 	assert.Equal(t, "test.user@example.com", got.User.Email)
+	assert.True(t, got.IsSendTest(), "a receiver can recognise it")
 }
 
 func TestSendTest_DiagnosesWrongSecretWithoutRetrying(t *testing.T) {

@@ -9,7 +9,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/signedhook/webhook"
@@ -74,7 +72,7 @@ func run(out io.Writer, policy *webhook.RetryPolicy) error {
 	}
 
 	res, err := sender.Send(context.Background(), conn, payload)
-	printLog(out, res)
+	res.WriteTable(out) // the delivery-attempt log, as the dashboard shows it
 	if err != nil {
 		return err
 	}
@@ -137,28 +135,4 @@ func (rcv *receiver) payload() webhook.Payload {
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
 	return rcv.got
-}
-
-// printLog prints the delivery-attempt log as a table.
-func printLog(w io.Writer, res *webhook.Result) {
-	fmt.Fprintf(w, "delivery-attempt log for %q:\n", res.Connection)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tX-Service-Timestamp\tstatus\toutcome\ttook\tnext\tresponse")
-	for _, a := range res.Attempts {
-		outcome := "delivered"
-		if a.Kind != webhook.KindNone {
-			outcome = string(a.Kind)
-		}
-		next := "-"
-		if a.Retry {
-			next = "retry in " + a.RetryIn.String()
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%v\t%s\t%s\n", a.N, a.Timestamp, a.StatusCode, outcome,
-			a.Duration.Round(10*time.Microsecond), next, bytes.TrimSpace(a.ResponseBody))
-	}
-	tw.Flush()
-	if len(res.Attempts) > 0 {
-		last := res.Attempts[len(res.Attempts)-1]
-		fmt.Fprintf(w, "%s\n", last.Diagnosis())
-	}
 }

@@ -3,9 +3,13 @@
 // 401 and are logged with the reason.
 //
 //	WEBHOOK_SECRET=whsec_... go run ./examples/receiver -addr :8443 -cert cert.pem -key key.pem
+//	go run ./examples/receiver -secrets /etc/webhook/secrets   # rotate with: kill -HUP <pid>
 //
-// Without -cert and -key it serves plain HTTP, for use behind a proxy that
-// terminates TLS: the service delivers to HTTPS URLs only.
+// Secrets come from -secrets, a file with one secret per line ("#" starts a
+// comment), re-read on SIGHUP so a rotation needs no restart; or else from
+// WEBHOOK_SECRET, the old and the new one separated by a comma while
+// rotating. Without -cert and -key it serves plain HTTP, for use behind a
+// proxy that terminates TLS: the service delivers to HTTPS URLs only.
 package main
 
 import (
@@ -15,7 +19,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/signedhook/webhook"
@@ -25,19 +31,30 @@ func main() {
 	addr := flag.String("addr", ":8443", "address to listen on")
 	cert := flag.String("cert", "", "TLS certificate file (PEM)")
 	key := flag.String("key", "", "TLS key file (PEM)")
+	secretsFile := flag.String("secrets", "", "file of secrets, one per line, re-read on SIGHUP (default: $WEBHOOK_SECRET)")
 	flag.Parse()
 
-	// WEBHOOK_SECRET holds the connection's secret; during a rotation, the old
-	// and the new one separated by a comma.
-	secrets := splitSecrets(os.Getenv("WEBHOOK_SECRET"))
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	secrets, err := loadSecrets(*secretsFile)
+	if err != nil {
+		log.Fatal(err)
+	}
 	v, err := webhook.NewVerifier(secrets, &webhook.VerifierOptions{Logger: logger})
 	if err != nil {
-		log.Fatalf("WEBHOOK_SECRET: %v", err)
+		log.Fatalf("secrets: %v", err)
+	}
+	if *secretsFile != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		go rotateOn(context.Background(), hup, v, *secretsFile, logger)
 	}
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /webhooks", webhook.NewHandler(v, func(ctx context.Context, p webhook.Payload) error {
+		if p.IsSendTest() {
+			logger.InfoContext(ctx, "Send Test received")
+			return nil // acknowledged, not stored
+		}
 		logger.InfoContext(ctx, "user identified", "id", p.User.ID, "email", p.User.Email, "plan", p.User.Metadata.Plan())
 		return nil // an error answers 500, and the service retries
 	}, &webhook.HandlerOptions{Logger: logger}))
@@ -62,14 +79,50 @@ func main() {
 	log.Fatal(err)
 }
 
-// splitSecrets splits "old, new" into its secrets, without spaces or empty
-// entries.
-func splitSecrets(s string) []string {
+// loadSecrets reads the secrets file, or WEBHOOK_SECRET when path is empty.
+func loadSecrets(path string) ([]string, error) {
+	if path == "" {
+		return splitSecrets(os.Getenv("WEBHOOK_SECRET"), ","), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return splitSecrets(string(b), "\n"), nil
+}
+
+// rotateOn re-reads the secrets file at each signal and gives the Verifier
+// the new secrets, until ctx is done. A file that cannot be read, or holds
+// no secret, leaves the secrets as they were.
+func rotateOn(ctx context.Context, signals <-chan os.Signal, v *webhook.Verifier, path string, logger *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-signals:
+			secrets, err := loadSecrets(path)
+			if err == nil {
+				err = v.SetSecrets(secrets)
+			}
+			if err != nil {
+				logger.Error("secrets not rotated; the previous ones stay in use", "file", path, "error", err)
+				continue
+			}
+			logger.Info("secrets rotated", "file", path, "count", len(secrets)) // never the secrets
+		}
+	}
+}
+
+// splitSecrets splits s at sep into its secrets, without spaces, comments
+// or empty entries.
+func splitSecrets(s, sep string) []string {
 	var out []string
-	for _, secret := range strings.Split(s, ",") {
+	for _, secret := range strings.Split(s, sep) {
+		secret, _, _ = strings.Cut(secret, "#")
 		if secret = strings.TrimSpace(secret); secret != "" {
 			out = append(out, secret)
 		}
 	}
 	return out
 }
+

@@ -1,9 +1,21 @@
 package main
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 func TestSplitSecrets(t *testing.T) {
@@ -14,8 +26,68 @@ func TestSplitSecrets(t *testing.T) {
 		"":                        nil,
 	}
 	for in, want := range tests {
-		if diff := cmp.Diff(want, splitSecrets(in)); diff != "" {
+		if diff := cmp.Diff(want, splitSecrets(in, ",")); diff != "" {
 			t.Errorf("splitSecrets(%q) (-want +got):\n%s", in, diff)
 		}
+	}
+	file := "# rotation of 2026-11\nwhsec_old\n  whsec_new  # added today\n\n"
+	if diff := cmp.Diff([]string{"whsec_old", "whsec_new"}, splitSecrets(file, "\n")); diff != "" {
+		t.Errorf("a secrets file (-want +got):\n%s", diff)
+	}
+}
+
+// TestRotateOnSIGHUP rotates a serving verifier by rewriting its secrets
+// file and signalling. rotateOn handles one signal at a time, so a second
+// send on the unbuffered channel returns only once the first was handled.
+func TestRotateOnSIGHUP(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secrets")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("whsec_old\n")
+	secrets, err := loadSecrets(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := webhook.NewVerifier(secrets, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	status := func(secret string) int {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, webhooktest.NewRequest(secret, webhook.SamplePayload(time.Now()), time.Now()))
+		return rec.Code
+	}
+
+	hup := make(chan os.Signal)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { rotateOn(ctx, hup, v, path, slog.New(slog.NewTextHandler(io.Discard, nil))); close(done) }()
+	defer func() { cancel(); <-done }()
+	rotate := func() { hup <- syscall.SIGHUP; hup <- syscall.SIGHUP } // the second returns once the first is handled
+
+	if got := status("whsec_new"); got != http.StatusUnauthorized {
+		t.Fatalf("new secret before the rotation: %d", got)
+	}
+	write("whsec_old\nwhsec_new\n")
+	rotate()
+	if got := status("whsec_new"); got != http.StatusOK {
+		t.Errorf("new secret during the rotation: %d", got)
+	}
+	if got := status("whsec_old"); got != http.StatusOK {
+		t.Errorf("old secret during the rotation: %d", got)
+	}
+	write("whsec_new\n")
+	rotate()
+	if got := status("whsec_old"); got != http.StatusUnauthorized {
+		t.Errorf("old secret after the rotation: %d", got)
+	}
+	write("") // an empty file leaves the secrets as they were
+	rotate()
+	if got := status("whsec_new"); got != http.StatusOK {
+		t.Errorf("after an empty file: %d", got)
 	}
 }

@@ -1,18 +1,25 @@
 // Sender is the dashboard's "Send Test" on the command line: it sends one
-// signed test delivery to a webhook endpoint and says what happened.
+// signed test delivery to a webhook endpoint and says what happened. With
+// -retry it delivers on the service's schedule instead (up to 3 retries,
+// 1 s, 2 s, 4 s), printing each attempt as it happens.
 //
 //	go run ./examples/sender -url https://crm.example.com/webhooks -secret whsec_...
+//	WEBHOOK_SECRET=whsec_... go run ./examples/sender -url https://... -retry
 //
-// It exits 1 when the delivery failed. Like the service, it refuses private
-// and loopback addresses.
+// It exits 1 when the delivery failed and 2 when nothing could be sent. Like
+// the service, it refuses private and loopback addresses.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/signedhook/webhook"
 )
@@ -31,35 +38,58 @@ func (h headerFlags) Set(v string) error {
 }
 
 func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, nil, nil))
+}
+
+// errUsage is a bad command line: the flag package has said why.
+var errUsage = errors.New("usage")
+
+// run sends as args say and returns the exit code. A nil client means the
+// library's guarded default, and a nil policy the service's schedule; tests
+// pass a client that trusts their server and a fast policy.
+func run(args []string, stdout, stderr io.Writer, client *http.Client, policy *webhook.RetryPolicy) int {
 	headers := headerFlags{}
 	conn := webhook.Connection{Name: "command line", Headers: headers}
-	flag.StringVar(&conn.URL, "url", "", "the endpoint's https:// URL")
+	fs := flag.NewFlagSet("sender", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&conn.URL, "url", "", "the endpoint's https:// URL")
 	// The flag's default stays empty so that -h never prints the secret;
 	// the environment fills it in after parsing.
-	flag.StringVar(&conn.Secret, "secret", "", "the signing secret (default: the WEBHOOK_SECRET environment variable)")
-	flag.StringVar(&conn.Method, "method", "POST", "POST, PUT or PATCH")
-	flag.Var(headers, "H", "a custom header, `Name: value` (repeatable)")
-	flag.Parse()
+	fs.StringVar(&conn.Secret, "secret", "", "the signing secret (default: the WEBHOOK_SECRET environment variable)")
+	fs.StringVar(&conn.Method, "method", "POST", "POST, PUT or PATCH")
+	fs.Var(headers, "H", "a custom header, `Name: value` (repeatable)")
+	retry := fs.Bool("retry", false, "deliver with retries (1 s, 2 s, 4 s) instead of a single Send Test attempt")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
 	if conn.Secret == "" {
 		conn.Secret = os.Getenv("WEBHOOK_SECRET")
 	}
 
-	sender, err := webhook.NewSender(nil)
+	sender, err := webhook.NewSender(&webhook.SenderOptions{
+		Client: client,
+		Retry:  policy,
+		OnAttempt: func(_ context.Context, _ webhook.Connection, a webhook.Attempt) {
+			fmt.Fprintln(stdout, a) // as it happens: number, status, kind, wait before the next
+		},
+	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		fmt.Fprintln(stderr, err)
+		return 2
 	}
-	res, err := sender.SendTest(context.Background(), conn)
-	if len(res.Attempts) == 0 { // the connection is invalid: nothing was sent
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+	var res *webhook.Result
+	if *retry {
+		res, err = sender.Send(context.Background(), conn, webhook.SamplePayload(time.Now()))
+	} else {
+		res, err = sender.SendTest(context.Background(), conn)
 	}
-	a := res.Attempts[0]
-	fmt.Printf("%s\n", a.Diagnosis())
-	if len(a.ResponseBody) > 0 {
-		fmt.Printf("response body: %s\n", a.ResponseBody)
+	fmt.Fprintln(stdout)
+	res.WriteTable(stdout)
+	switch {
+	case len(res.Attempts) == 0: // invalid connection: nothing was sent
+		return 2
+	case err != nil:
+		return 1
 	}
-	if err != nil {
-		os.Exit(1)
-	}
+	return 0
 }

@@ -1,0 +1,70 @@
+package webhooktest_test
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+// A receiver's test: a valid, an expired and a tampered delivery.
+func ExampleNewRequest() {
+	v, _ := webhook.NewVerifier([]string{"whsec_test"}, nil)
+	handler := webhook.NewHandler(v, func(context.Context, webhook.Payload) error { return nil }, nil)
+	p := webhook.SamplePayload(time.Now())
+
+	tampered := webhooktest.NewRequest("whsec_test", p, time.Now())
+	tampered.Body = http.NoBody // or any other body than the one signed
+	for _, r := range []*http.Request{
+		webhooktest.NewRequest("whsec_test", p, time.Now()),
+		webhooktest.NewRequest("whsec_test", p, time.Now().Add(-10*time.Minute)),
+		tampered,
+	} {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, r)
+		fmt.Println(rec.Code)
+	}
+	// Output:
+	// 200
+	// 401
+	// 401
+}
+
+// A sender's test: the receiver fails twice, the third attempt succeeds.
+func ExampleServer_Script() {
+	srv := webhooktest.NewServer("whsec_test", nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(503), webhooktest.Reset())
+
+	fast := &webhook.RetryPolicy{MaxRetries: 3, Backoff: webhook.ExponentialBackoff(time.Millisecond, time.Second)}
+	res, err := srv.Sender(&webhook.SenderOptions{Retry: fast}).Send(context.Background(), srv.Connection(), webhook.SamplePayload(time.Now()))
+	for _, a := range res.Attempts {
+		fmt.Println(a.N, a.StatusCode, cmp.Or(string(a.Kind), "delivered"))
+	}
+	fmt.Println(err, len(srv.Deliveries()), srv.Deliveries()[2].Err)
+	// Output:
+	// 1 503 status
+	// 2 0 reset
+	// 3 200 delivered
+	// <nil> 3 <nil>
+}
+
+func ExampleServer_Deliveries() {
+	srv := webhooktest.NewServer("whsec_test", nil)
+	defer srv.Close()
+	_, _ = srv.Sender(nil).SendTest(context.Background(), srv.Connection())
+
+	d := srv.Deliveries()[0]
+	p, _ := d.Payload()
+	fmt.Println(d.Method, d.Path, d.Status, d.Err)
+	fmt.Println(d.Header.Get(webhook.HeaderEvent), p.User.Email, strings.HasPrefix(d.Header.Get(webhook.HeaderSignature), "sha256="))
+	// Output:
+	// POST /webhooks 200 <nil>
+	// user.identified test.user@example.com true
+}

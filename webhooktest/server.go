@@ -1,0 +1,328 @@
+// Package webhooktest provides what tests of webhook senders and receivers
+// need, in the spirit of net/http/httptest: a recording HTTPS receiver on
+// 127.0.0.1 that verifies every delivery and answers as scripted, a Sender
+// that trusts it, and signed requests for receivers' tests.
+//
+// A sender's test in a few lines:
+//
+//	srv := webhooktest.NewServer(secret, nil)
+//	defer srv.Close()
+//	srv.Script(webhooktest.Status(503), webhooktest.Reset())
+//	res, err := srv.Sender(nil).Send(ctx, srv.Connection(), payload)
+//	// res.Attempts: 503, reset, 200; srv.Deliveries(): three verified arrivals
+//
+// A receiver's test:
+//
+//	rec := httptest.NewRecorder()
+//	handler.ServeHTTP(rec, webhooktest.NewRequest(secret, payload, time.Now().Add(-10*time.Minute)))
+//	// rec.Code: 401, the delivery is expired
+//
+// The package uses only the standard library and this module.
+package webhooktest
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/signedhook/webhook"
+)
+
+// Delivery is one request the [Server] received, as it arrived.
+type Delivery struct {
+	Method string      // POST, PUT or PATCH for a real delivery
+	Path   string      // the request's path, such as "/webhooks"
+	Header http.Header // every header as received
+	Body   []byte      // the raw body
+	At     time.Time   // when it arrived
+	Err    error       // nil when it verified; otherwise why not (matches webhook.ErrVerification)
+	Status int         // the status the Server answered; 0 for a reset or a hang
+}
+
+// Payload decodes the delivery's body; see [webhook.ParsePayload].
+func (d Delivery) Payload() (webhook.Payload, error) { return webhook.ParsePayload(d.Body) }
+
+// ServerOptions configures a [Server]. A nil *ServerOptions selects the
+// defaults.
+type ServerOptions struct {
+	// Verifier configures the verification of each delivery, such as its
+	// Tolerance or Now. Its ErrorHandler is not used: the Server records
+	// the error and answers 401 (413 for a body over the limit) itself.
+	Verifier *webhook.VerifierOptions
+
+	// Handler, if not nil, answers the verified deliveries that no
+	// scripted answer is left for, instead of 200 with {"ok":true}. It
+	// reads the identical raw body from r.Body.
+	Handler http.Handler
+}
+
+// Server is an HTTPS receiver on 127.0.0.1 for tests. It verifies every
+// delivery against its secret with the library's [webhook.Verifier], records
+// it (see [Server.Deliveries]), and answers with the next scripted [Answer],
+// or, when none is left, 401 to what fails verification and 200 to the rest.
+// Its methods are safe for concurrent use.
+type Server struct {
+	// URL is the base URL, of the form https://127.0.0.1:port, with no
+	// trailing slash.
+	URL string
+
+	secret  string
+	srv     *httptest.Server
+	v       *webhook.Verifier
+	handler http.Handler
+	client  *http.Client
+	pool    *x509.CertPool
+	closed  chan struct{}
+
+	mu         sync.Mutex
+	script     []Answer
+	deliveries []Delivery
+}
+
+// NewServer starts and returns a Server that verifies deliveries with
+// secret. Close it when done. It panics if opts is invalid or no port is
+// free, as httptest.NewServer does.
+func NewServer(secret string, opts *ServerOptions) *Server {
+	if opts == nil {
+		opts = &ServerOptions{}
+	}
+	var vopts webhook.VerifierOptions
+	if opts.Verifier != nil {
+		vopts = *opts.Verifier
+	}
+	vopts.ErrorHandler = nil
+	v, err := webhook.NewVerifier([]string{secret}, &vopts)
+	if err != nil {
+		panic("webhooktest: " + err.Error())
+	}
+	s := &Server{secret: secret, v: v, handler: opts.Handler, closed: make(chan struct{})}
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // resets and hangs are on purpose
+	s.srv.StartTLS()
+	s.URL = s.srv.URL
+	s.pool = x509.NewCertPool()
+	s.pool.AddCert(s.srv.Certificate())
+	s.client = &http.Client{Transport: webhook.NewTransport(&webhook.TransportOptions{
+		TLSClientConfig:      &tls.Config{RootCAs: s.pool},
+		AllowPrivateNetworks: true, // the Server listens on loopback
+	})}
+	return s
+}
+
+// Close releases the answers that hang, shuts the Server down and closes
+// the idle connections of its Client. It blocks until every request has
+// ended.
+func (s *Server) Close() {
+	select {
+	case <-s.closed:
+		return
+	default:
+	}
+	close(s.closed)
+	s.srv.Close()
+	s.client.CloseIdleConnections()
+}
+
+// Connection returns a valid connection to the Server's path "/webhooks"
+// with its secret, named "webhooktest".
+func (s *Server) Connection() webhook.Connection {
+	return webhook.Connection{Name: "webhooktest", URL: s.URL + "/webhooks", Secret: s.secret}
+}
+
+// Client returns a client that trusts the Server's certificate, on the
+// library's own transport ([webhook.NewTransport], with its pool sizing)
+// with private networks allowed, since the Server is on loopback.
+func (s *Server) Client() *http.Client { return s.client }
+
+// Certificate returns the Server's certificate, for a client of your own.
+func (s *Server) Certificate() *x509.Certificate { return s.srv.Certificate() }
+
+// Sender returns a Sender configured by opts (nil for the defaults) whose
+// Client is the Server's [Server.Client]. It panics if opts is invalid.
+func (s *Server) Sender(opts *webhook.SenderOptions) *webhook.Sender {
+	var o webhook.SenderOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.Client = s.client
+	sender, err := webhook.NewSender(&o)
+	if err != nil {
+		panic("webhooktest: " + err.Error())
+	}
+	return sender
+}
+
+// Script sets the answers to the next deliveries, one each, in order,
+// replacing those not used yet. Once they are used the Server answers as
+// usual again. A scripted answer is given whether or not the delivery
+// verified.
+func (s *Server) Script(answers ...Answer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = append([]Answer(nil), answers...)
+}
+
+// Deliveries returns every delivery received so far, in order of arrival.
+func (s *Server) Deliveries() []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Delivery(nil), s.deliveries...)
+}
+
+// Reset forgets the deliveries received and the answers scripted.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deliveries, s.script = nil, nil
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := s.v.VerifyRequest(r)
+	d := Delivery{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now(), Err: err}
+
+	s.mu.Lock()
+	var answer Answer
+	scripted := len(s.script) > 0
+	if scripted {
+		answer, s.script = s.script[0], s.script[1:]
+	}
+	i := len(s.deliveries)
+	s.deliveries = append(s.deliveries, d)
+	s.mu.Unlock()
+
+	status := s.answer(w, r, err, answer, scripted)
+	s.mu.Lock()
+	s.deliveries[i].Status = status
+	s.mu.Unlock()
+}
+
+// answer writes the response and returns its status, or 0 when none was
+// written.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, verr error, a Answer, scripted bool) int {
+	if !scripted {
+		switch {
+		case errors.Is(verr, webhook.ErrBodyTooLarge):
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return http.StatusRequestEntityTooLarge
+		case verr != nil:
+			http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
+			return http.StatusUnauthorized
+		case s.handler != nil:
+			rw := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+			s.handler.ServeHTTP(rw, r)
+			return rw.status
+		}
+		return writeStatus(w, http.StatusOK)
+	}
+	if a.delay > 0 {
+		t := time.NewTimer(a.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return 0
+		case <-s.closed:
+			return 0
+		}
+	}
+	switch a.kind {
+	case answerHang:
+		select {
+		case <-r.Context().Done():
+		case <-s.closed:
+		}
+		return 0
+	case answerReset:
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return 0
+		}
+		if tc, ok := conn.(*tls.Conn); ok {
+			if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
+				tcp.SetLinger(0) // close with a TCP RST
+			}
+		}
+		conn.Close()
+		return 0
+	}
+	for name, value := range a.header {
+		w.Header().Set(name, value)
+	}
+	return writeStatus(w, a.status)
+}
+
+// writeStatus answers status with a small JSON body: {"ok":true} for a 2xx,
+// {"status":N} otherwise.
+func writeStatus(w http.ResponseWriter, status int) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if status/100 == 2 {
+		io.WriteString(w, `{"ok":true}`)
+	} else {
+		fmt.Fprintf(w, `{"status":%d}`, status)
+	}
+	return status
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Answer is a scripted answer of a [Server] to one delivery. Build one with
+// [Status], [RetryAfter], [Redirect], [Slow], [Hang] or [Reset].
+type Answer struct {
+	kind   answerKind
+	status int
+	header map[string]string
+	delay  time.Duration
+}
+
+type answerKind int
+
+const (
+	answerStatus answerKind = iota
+	answerHang
+	answerReset
+)
+
+// Status answers with the status code and a small JSON body.
+func Status(code int) Answer { return Answer{status: code} }
+
+// RetryAfter answers with the status code (such as 429 or 503) and a
+// Retry-After header asking to wait after, in whole seconds (rounded up).
+func RetryAfter(code int, after time.Duration) Answer {
+	secs := int64((after + time.Second - 1) / time.Second)
+	return Answer{status: code, header: map[string]string{"Retry-After": strconv.FormatInt(secs, 10)}}
+}
+
+// Redirect answers 307 Temporary Redirect to location. A Sender never
+// follows it: the attempt fails with kind webhook.KindRedirect.
+func Redirect(location string) Answer {
+	return Answer{status: http.StatusTemporaryRedirect, header: map[string]string{"Location": location}}
+}
+
+// Slow answers with the status code after a delay, or not at all if the
+// sender gives up first.
+func Slow(delay time.Duration, code int) Answer { return Answer{status: code, delay: delay} }
+
+// Hang never answers: the request is held until the sender gives up (its
+// attempt timeout) or the Server is closed.
+func Hang() Answer { return Answer{kind: answerHang} }
+
+// Reset closes the connection with a TCP RST instead of answering.
+func Reset() Answer { return Answer{kind: answerReset} }

@@ -1,0 +1,179 @@
+package webhooktest_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const secret = "whsec_webhooktest"
+
+func payload() webhook.Payload {
+	return webhook.SamplePayload(time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC))
+}
+
+func fastRetries(n int) *webhook.RetryPolicy {
+	return &webhook.RetryPolicy{MaxRetries: n, Backoff: webhook.ExponentialBackoff(2*time.Millisecond, 10*time.Millisecond)}
+}
+
+func kinds(as []webhook.Attempt) []webhook.FailureKind {
+	var out []webhook.FailureKind
+	for _, a := range as {
+		out = append(out, a.Kind)
+	}
+	return out
+}
+
+func TestServer_RecordsVerifiedDeliveries(t *testing.T) {
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	before := time.Now()
+	res, err := srv.Sender(nil).Send(context.Background(), srv.Connection(), payload())
+	require.NoError(t, err)
+	require.Len(t, res.Attempts, 1)
+
+	got := srv.Deliveries()
+	require.Len(t, got, 1)
+	d := got[0]
+	assert.NoError(t, d.Err)
+	assert.Equal(t, http.MethodPost, d.Method)
+	assert.Equal(t, "/webhooks", d.Path)
+	assert.Equal(t, http.StatusOK, d.Status)
+	assert.False(t, d.At.Before(before))
+	assert.Equal(t, webhook.EventUserIdentified, d.Header.Get(webhook.HeaderEvent))
+	p, err := d.Payload()
+	require.NoError(t, err)
+	assert.Equal(t, payload().User.Email, p.User.Email)
+	assert.Equal(t, `{"ok":true}`, string(res.Attempts[0].ResponseBody))
+}
+
+func TestServer_RefusesWhatDoesNotVerify(t *testing.T) {
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	c := srv.Connection()
+	c.Secret = "whsec_another"
+	res, err := srv.Sender(&webhook.SenderOptions{Retry: fastRetries(0)}).Send(context.Background(), c, payload())
+	require.Error(t, err)
+	assert.Equal(t, http.StatusUnauthorized, res.Attempts[0].StatusCode)
+	d := srv.Deliveries()[0]
+	assert.ErrorIs(t, d.Err, webhook.ErrSignatureMismatch)
+	assert.Equal(t, http.StatusUnauthorized, d.Status)
+}
+
+func TestServer_ScriptedAnswers(t *testing.T) {
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	srv.Script(
+		webhooktest.Status(503),
+		webhooktest.RetryAfter(429, 1500*time.Millisecond),
+		webhooktest.Redirect("https://elsewhere.example/"),
+		webhooktest.Reset(),
+		webhooktest.Hang(),
+		webhooktest.Slow(5*time.Millisecond, 500),
+	)
+	s := srv.Sender(&webhook.SenderOptions{Retry: fastRetries(6), AttemptTimeout: 300 * time.Millisecond})
+	res, err := s.Send(context.Background(), srv.Connection(), payload())
+	require.NoError(t, err, "the seventh answer is the default 200")
+	assert.Equal(t, []webhook.FailureKind{webhook.KindStatus, webhook.KindStatus, webhook.KindRedirect, webhook.KindReset,
+		webhook.KindTimeout, webhook.KindStatus, webhook.KindNone}, kinds(res.Attempts))
+	assert.Equal(t, 429, res.Attempts[1].StatusCode)
+
+	got := srv.Deliveries()
+	require.Len(t, got, 7)
+	var statuses []int
+	for _, d := range got {
+		assert.NoError(t, d.Err, "every arrival verified")
+		statuses = append(statuses, d.Status)
+	}
+	assert.Equal(t, []int{503, 429, 307, 0, 0, 500, 200}, statuses)
+}
+
+func TestServer_RetryAfterHeader(t *testing.T) {
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.RetryAfter(503, 1500*time.Millisecond))
+	resp, err := srv.Client().Post(srv.URL, "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "2", resp.Header.Get("Retry-After"), "rounded up to whole seconds")
+}
+
+func TestServer_HandlerAndReset(t *testing.T) {
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+	})})
+	defer srv.Close()
+	s := srv.Sender(nil)
+	_, err := s.Send(context.Background(), srv.Connection(), payload())
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusAccepted, srv.Deliveries()[0].Status)
+	srv.Script(webhooktest.Status(500))
+	srv.Reset()
+	assert.Empty(t, srv.Deliveries())
+	_, err = s.Send(context.Background(), srv.Connection(), payload())
+	require.NoError(t, err, "Reset dropped the script too")
+	srv.Close()
+	srv.Close() // twice is fine
+}
+
+func TestServer_ClientIsTheLibrarysTransport(t *testing.T) {
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	tr, ok := srv.Client().Transport.(*http.Transport)
+	require.True(t, ok)
+	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, tr.MaxIdleConnsPerHost, "not httptest's pool of 2")
+	assert.NotNil(t, srv.Certificate())
+}
+
+func TestServer_VerifierOptions(t *testing.T) {
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Verifier: &webhook.VerifierOptions{MaxBodyBytes: 64}})
+	defer srv.Close()
+	res, err := srv.Sender(&webhook.SenderOptions{Retry: fastRetries(0)}).Send(context.Background(), srv.Connection(), payload())
+	require.Error(t, err)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, res.Attempts[0].StatusCode)
+	assert.ErrorIs(t, srv.Deliveries()[0].Err, webhook.ErrBodyTooLarge)
+}
+
+func TestNewRequest(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{secret}, nil)
+	require.NoError(t, err)
+	handler := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	now := time.Now()
+	tests := []struct {
+		name string
+		r    *http.Request
+		want int
+	}{
+		{"valid", webhooktest.NewRequest(secret, payload(), now), http.StatusOK},
+		{"expired", webhooktest.NewRequest(secret, payload(), now.Add(-6*time.Minute)), http.StatusUnauthorized},
+		{"future", webhooktest.NewRequest(secret, payload(), now.Add(6*time.Minute)), http.StatusUnauthorized},
+		{"other secret", webhooktest.NewRequest("whsec_other", payload(), now), http.StatusUnauthorized},
+		{"raw", webhooktest.NewRawRequest(secret, "user.identified", []byte(`{"event":"user.identified"}`), now), http.StatusOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			handler.ServeHTTP(rec, tc.r)
+			assert.Equal(t, tc.want, rec.Code)
+		})
+	}
+	h := webhooktest.SignedHeader(secret, "user.identified", []byte(`{"a":1}`), now)
+	assert.NoError(t, webhook.Verify(secret, h, []byte(`{"a":1}`)))
+	assert.ErrorIs(t, webhook.Verify(secret, h, []byte(`{"a":2}`)), webhook.ErrSignatureMismatch)
+	assert.Panics(t, func() {
+		p := payload()
+		p.User.Metadata = webhook.Metadata{"x": func() {}}
+		webhooktest.NewRequest(secret, p, now)
+	})
+}
