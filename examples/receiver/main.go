@@ -125,4 +125,3 @@ func splitSecrets(s, sep string) []string {
 	}
 	return out
 }
-
