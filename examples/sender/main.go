@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,9 +39,6 @@ func (h headerFlags) Set(v string) error {
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, nil, nil))
 }
-
-// errUsage is a bad command line: the flag package has said why.
-var errUsage = errors.New("usage")
 
 // run sends as args say and returns the exit code. A nil client means the
 // library's guarded default, and a nil policy the service's schedule; tests

@@ -1,0 +1,98 @@
+// Package routers shows webhook receivers for three popular routers, chi,
+// gin and echo, each verifying deliveries with the library's
+// [webhook.Verifier] before the handler runs and handing it the identical
+// raw body. It is a nested module so that the library itself depends on none
+// of them.
+//
+// The pattern is the same everywhere: verify first (the middleware reads
+// the body under its size limit, checks signature and window, answers 401 or
+// 413, and restores r.Body), then read the raw body and decode it.
+package routers
+
+import (
+	"context"
+	"io"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-chi/chi/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/signedhook/webhook"
+)
+
+// OnPayload is called with each verified payload; an error answers 500 so
+// that the service retries.
+type OnPayload func(ctx context.Context, p webhook.Payload, raw []byte) error
+
+// Chi returns a chi router serving POST /webhooks. chi takes the library's
+// middleware as it is.
+func Chi(v *webhook.Verifier, on OnPayload) http.Handler {
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(v.Middleware)
+		r.Post("/webhooks", func(w http.ResponseWriter, r *http.Request) {
+			status := handle(r.Context(), r.Body, on)
+			w.WriteHeader(status)
+		})
+	})
+	return r
+}
+
+// GinVerify is gin middleware that verifies each request with v, answering
+// as [webhook.Verifier.Middleware] does (same status, body, logging and
+// ErrorHandler) and aborting the chain when it refuses.
+func GinVerify(v *webhook.Verifier) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		passed := false
+		v.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			passed = true
+			c.Request = r // its Body holds the verified bytes
+		})).ServeHTTP(c.Writer, c.Request)
+		if !passed {
+			c.Abort()
+			return
+		}
+		c.Next()
+	}
+}
+
+// Gin returns a gin engine serving POST /webhooks.
+func Gin(v *webhook.Verifier, on OnPayload) http.Handler {
+	r := gin.New()
+	r.POST("/webhooks", GinVerify(v), func(c *gin.Context) {
+		c.Status(handle(c.Request.Context(), c.Request.Body, on))
+	})
+	return r
+}
+
+// Echo returns an echo instance serving POST /webhooks. echo wraps the
+// library's middleware with echo.WrapMiddleware.
+func Echo(v *webhook.Verifier, on OnPayload) http.Handler {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.POST("/webhooks", func(c echo.Context) error {
+		return c.NoContent(handle(c.Request().Context(), c.Request().Body, on))
+	}, echo.WrapMiddleware(v.Middleware))
+	return e
+}
+
+// handle reads the verified raw body, decodes it and calls on; it returns
+// the status to answer.
+func handle(ctx context.Context, body io.Reader, on OnPayload) int {
+	raw, err := io.ReadAll(body) // the bytes that were verified, unchanged
+	if err != nil {
+		return http.StatusBadRequest
+	}
+	p, err := webhook.ParsePayload(raw)
+	if err != nil {
+		return http.StatusBadRequest
+	}
+	if p.Event != webhook.EventUserIdentified || p.IsSendTest() {
+		return http.StatusOK // unknown kinds are acknowledged; Send Tests are not stored
+	}
+	if err := on(ctx, p, raw); err != nil {
+		return http.StatusInternalServerError
+	}
+	return http.StatusOK
+}
