@@ -460,6 +460,7 @@ type Sender struct {
 	now       func() time.Time
 	maxConc   int
 	maxBody   int64
+	timeout   time.Duration // per attempt
 
 	deliveries sync.Pool // of *delivery
 }
@@ -523,12 +524,18 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
+	s.timeout = timeout
 	client.Transport = &attemptTransport{rt: rt, timeout: timeout}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	client.Timeout = 0 // attemptTransport bounds each attempt, without a goroutine per request
 	s.client = &client
 	return s, nil
 }
+
+// AttemptTimeout returns how long one attempt may take: the
+// SenderOptions.AttemptTimeout the Sender was made with, or its default. A
+// job queue running [Sender.Attempt] gives each job at least this long.
+func (s *Sender) AttemptTimeout() time.Duration { return s.timeout }
 
 // CloseIdleConnections closes the idle connections of the Sender's pool.
 // Deliveries in progress are not affected.

@@ -768,3 +768,12 @@ func TestSendAll_OnAttemptRunsConcurrently(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{"a": 1, "b": 1}, seen)
 }
+
+func TestSender_AttemptTimeout(t *testing.T) {
+	s, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	assert.Equal(t, webhook.DefaultAttemptTimeout, s.AttemptTimeout())
+	s, err = webhook.NewSender(&webhook.SenderOptions{AttemptTimeout: 3 * time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, s.AttemptTimeout())
+}
