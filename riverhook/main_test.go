@@ -1,0 +1,119 @@
+package riverhook_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testDB returns a pool on TEST_DATABASE_URL and a fresh schema migrated
+// with rivermigrate, dropped at the end of the test. Without the variable
+// the test is skipped, or fails under CI=true.
+func testDB(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	url := os.Getenv("TEST_DATABASE_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("TEST_DATABASE_URL is not set: .ci/run starts a PostgreSQL and sets it")
+		}
+		t.Skip("TEST_DATABASE_URL is not set; run .ci/run, or point it at a PostgreSQL")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "riverhook_" + hex.EncodeToString(b[:])
+	_, err = pool.Exec(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: quietLogger()})
+	require.NoError(t, err)
+	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		pool.Close()
+	})
+	return pool, schema
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newClient returns a River client on schema working with the given
+// workers, not started.
+func newClient(t testing.TB, pool *pgxpool.Pool, schema string, workers *river.Workers, tweak func(*river.Config)) *river.Client[pgx.Tx] {
+	t.Helper()
+	cfg := &river.Config{
+		Schema:            schema,
+		Workers:           workers,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Logger:            quietLogger(),
+	}
+	if workers == nil {
+		cfg.Queues = nil // an insert-only client
+	}
+	if tweak != nil {
+		tweak(cfg)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+	return client
+}
+
+// start starts client and stops it at the end of the test.
+func start(t testing.TB, client *river.Client[pgx.Tx]) {
+	t.Helper()
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		client.StopAndCancel(ctx)
+	})
+}
+
+// waitFinal waits for n jobs to reach a final state (completed, cancelled or
+// discarded) and returns their rows by id.
+func waitFinal(t testing.TB, events <-chan *river.Event, n int) map[int64]*rivertype.JobRow {
+	t.Helper()
+	got := map[int64]*rivertype.JobRow{}
+	timeout := time.NewTimer(60 * time.Second)
+	defer timeout.Stop()
+	for len(got) < n {
+		select {
+		case ev := <-events:
+			switch ev.Job.State {
+			case rivertype.JobStateCompleted, rivertype.JobStateCancelled, rivertype.JobStateDiscarded:
+				got[ev.Job.ID] = ev.Job
+			}
+		case <-timeout.C:
+			t.Fatalf("%d of %d jobs ended within 60 s", len(got), n)
+		}
+	}
+	return got
+}
+
+func finalEvents(t testing.TB, client *river.Client[pgx.Tx]) <-chan *river.Event {
+	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobCancelled, river.EventKindJobFailed)
+	t.Cleanup(cancel)
+	return events
+}
+
+type pgxTx = pgx.Tx

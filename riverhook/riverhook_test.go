@@ -1,0 +1,376 @@
+package riverhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+const secret = "whsec_riverhook"
+
+// resolver serves connections from a map; a missing id is gone.
+type resolver struct {
+	mu    sync.Mutex
+	conns map[string]webhook.Connection
+}
+
+func newResolver(conns map[string]webhook.Connection) *resolver { return &resolver{conns: conns} }
+
+func (r *resolver) resolve(_ context.Context, id string) (webhook.Connection, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.conns[id]
+	if !ok {
+		return webhook.Connection{}, riverhook.ErrConnectionGone
+	}
+	return c, nil
+}
+
+func payload(deliveryID string) webhook.Payload {
+	p := webhook.SamplePayload(time.Now())
+	p.User.ID = "usr_" + deliveryID
+	p.User.Metadata = webhook.Metadata{"plan": "pro", "delivery_id": deliveryID}
+	return p
+}
+
+// fastPolicy waits 50 ms, then 100 ms, ...: real waits River must honour.
+func fastPolicy(retries int) *webhook.RetryPolicy {
+	return &webhook.RetryPolicy{MaxRetries: retries, Backoff: webhook.ExponentialBackoff(50*time.Millisecond, time.Second)}
+}
+
+// insert inserts the delivery's jobs outside a transaction.
+func insert(t *testing.T, client *river.Client[pgxTx], deliveryID string, conns []string, policy *webhook.RetryPolicy) []*rivertype.JobInsertResult {
+	t.Helper()
+	params, err := riverhook.InsertParams(deliveryID, conns, payload(deliveryID), &riverhook.InsertOptions{Retry: policy})
+	require.NoError(t, err)
+	res, err := client.InsertMany(context.Background(), params)
+	require.NoError(t, err)
+	return res
+}
+
+func TestWorker_RetriesOnThePolicysScheduleThenDelivers(t *testing.T) {
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(500), webhooktest.Status(500))
+	policy := fastPolicy(3)
+	var mu sync.Mutex
+	var seen []webhook.Attempt
+	worker := riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
+		newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve,
+		&riverhook.WorkerOptions{OnAttempt: func(_ context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, a)
+			return errors.New("the caller's log is down") // logged, never fails the delivery
+		}})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	client := newClient(t, pool, schema, workers, nil)
+	events := finalEvents(t, client)
+	start(t, client)
+
+	res := insert(t, client, "d1", []string{"crm"}, policy)
+	job := waitFinal(t, events, 1)[res[0].Job.ID]
+	assert.Equal(t, rivertype.JobStateCompleted, job.State)
+	assert.Equal(t, 3, job.Attempt)
+	assert.Equal(t, 4, job.MaxAttempts, "the policy's retries + 1")
+	require.Len(t, job.Errors, 2, "two recorded errors")
+	assert.Contains(t, job.Errors[0].Error, "attempt 1 failed (status, status 500)")
+	assert.NotContains(t, job.Errors[0].Error, secret)
+
+	got := srv.Deliveries()
+	require.Len(t, got, 3)
+	for i, d := range got {
+		require.NoError(t, d.Err, "arrival %d verifies", i+1)
+		assert.Equal(t, got[0].Body, d.Body, "identical bodies")
+		if i > 0 {
+			prev, _ := strconv.ParseInt(got[i-1].Header.Get(webhook.HeaderTimestamp), 10, 64)
+			ts, _ := strconv.ParseInt(d.Header.Get(webhook.HeaderTimestamp), 10, 64)
+			assert.Greater(t, ts, prev, "fresh, increasing timestamps")
+			wait := policy.Backoff(i, nil)
+			assert.GreaterOrEqual(t, d.At.Sub(got[i-1].At), wait, "retry %d waited the policy's %v", i, wait)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, 3)
+	assert.Equal(t, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 0}, []time.Duration{seen[0].RetryIn, seen[1].RetryIn, seen[2].RetryIn})
+	var out riverhook.Outcome
+	require.NoError(t, json.Unmarshal(job.Output(), &out))
+	assert.Equal(t, riverhook.Outcome{Attempt: 3, StatusCode: 200, Duration: out.Duration, Timestamp: out.Timestamp}, out)
+}
+
+func TestWorker_LastAttemptFailingIsDiscarded(t *testing.T) {
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(503), webhooktest.Status(503))
+	policy := fastPolicy(1)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
+		newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve, nil))
+	client := newClient(t, pool, schema, workers, nil)
+	events := finalEvents(t, client)
+	start(t, client)
+
+	res := insert(t, client, "d1", []string{"crm"}, policy)
+	job := waitFinal(t, events, 1)[res[0].Job.ID]
+	assert.Equal(t, rivertype.JobStateDiscarded, job.State)
+	assert.Equal(t, 2, job.Attempt)
+	assert.Len(t, srv.Deliveries(), 2)
+}
+
+func TestWorker_PermanentFailuresAreCancelled(t *testing.T) {
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	guarded, err := webhook.NewSender(nil) // the default transport: 127.0.0.1 is refused
+	require.NoError(t, err)
+	invalid := srv.Connection()
+	invalid.URL = "http://plain.example"
+	workers := river.NewWorkers()
+	river.AddWorker(workers, riverhook.NewWorker(guarded, newResolver(map[string]webhook.Connection{
+		"loopback": srv.Connection(),
+		"invalid":  invalid,
+	}).resolve, nil))
+	client := newClient(t, pool, schema, workers, nil)
+	events := finalEvents(t, client)
+	start(t, client)
+
+	res := insert(t, client, "d1", []string{"loopback", "deleted", "invalid"}, nil)
+	jobs := waitFinal(t, events, 3)
+	for i, want := range []string{"blocked", "connection \"deleted\" is gone", "invalid"} {
+		job := jobs[res[i].Job.ID]
+		assert.Equal(t, rivertype.JobStateCancelled, job.State, want)
+		assert.Equal(t, 1, job.Attempt, "never retried: %s", want)
+		require.Len(t, job.Errors, 1)
+		assert.Contains(t, job.Errors[0].Error, want)
+	}
+	assert.Empty(t, srv.Deliveries(), "nothing reached the receiver")
+}
+
+func TestInsertParams_Outbox(t *testing.T) {
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, riverhook.NewWorker(srv.Sender(nil),
+		newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "erp": srv.Connection()}).resolve, nil))
+	client := newClient(t, pool, schema, workers, nil)
+	events := finalEvents(t, client)
+	ctx := context.Background()
+
+	params, err := riverhook.InsertParams("d-rolled-back", []string{"crm"}, payload("d-rolled-back"), nil)
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = client.InsertManyTx(ctx, tx, params)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+
+	params, err = riverhook.InsertParams("d-committed", []string{"crm", "erp"}, payload("d-committed"), nil)
+	require.NoError(t, err)
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := client.InsertManyTx(ctx, tx, params)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Len(t, res, 2)
+
+	again, err := client.InsertMany(ctx, params) // the same delivery, inserted twice
+	require.NoError(t, err)
+	for _, r := range again {
+		assert.True(t, r.UniqueSkippedAsDuplicate, "a repeated insert is skipped")
+	}
+
+	start(t, client)
+	waitFinal(t, events, 2)
+	got := srv.Deliveries()
+	require.Len(t, got, 2, "the committed delivery, once per connection; nothing of the rolled-back one")
+	for _, d := range got {
+		p, err := d.Payload()
+		require.NoError(t, err)
+		assert.Equal(t, "d-committed", p.User.Metadata["delivery_id"])
+	}
+	list, err := client.JobList(ctx, river.NewJobListParams().States(rivertype.JobStateAvailable, rivertype.JobStateRetryable, rivertype.JobStateRunning))
+	require.NoError(t, err)
+	assert.Empty(t, list.Jobs)
+
+	_, err = riverhook.InsertParams("d", []string{"crm"}, webhook.Payload{}, nil)
+	assert.ErrorIs(t, err, webhook.ErrInvalidPayload)
+	_, err = riverhook.InsertParams("", []string{"crm"}, payload("x"), nil)
+	assert.ErrorContains(t, err, "delivery id")
+}
+
+// holdFirst is a receiver handler that holds the first delivery until the
+// sender gives up, signalling its arrival, and accepts the others.
+func holdFirst(arrived chan<- struct{}) http.Handler {
+	var n atomic.Int32
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			close(arrived)
+			<-r.Context().Done()
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
+func TestWorker_ClientStoppedMidAttemptPutsTheJobBack(t *testing.T) {
+	pool, schema := testDB(t)
+	arrived := make(chan struct{})
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: holdFirst(arrived)})
+	defer srv.Close()
+	res := newResolver(map[string]webhook.Connection{"crm": srv.Connection()})
+	newWorkers := func() *river.Workers {
+		workers := river.NewWorkers()
+		river.AddWorker(workers, riverhook.NewWorker(srv.Sender(nil), res.resolve, nil))
+		return workers
+	}
+	first := newClient(t, pool, schema, newWorkers(), nil)
+	require.NoError(t, first.Start(context.Background()))
+	inserted := insert(t, first, "d1", []string{"crm"}, nil)
+	<-arrived // the attempt is on the wire
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, first.StopAndCancel(ctx))
+	job, err := first.JobGet(ctx, inserted[0].Job.ID)
+	require.NoError(t, err)
+	assert.Equal(t, rivertype.JobStateAvailable, job.State, "available again")
+	assert.Equal(t, 0, job.Attempt, "the interrupted attempt is not counted")
+
+	second := newClient(t, pool, schema, newWorkers(), nil)
+	events := finalEvents(t, second)
+	start(t, second)
+	job = waitFinal(t, events, 1)[inserted[0].Job.ID]
+	assert.Equal(t, rivertype.JobStateCompleted, job.State, "a second client finishes what the first started")
+	assert.Equal(t, 1, job.Attempt)
+	assert.Len(t, srv.Deliveries(), 2)
+}
+
+func TestWorker_TwoClientsLoseNothing(t *testing.T) {
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	res := newResolver(map[string]webhook.Connection{"crm": srv.Connection()})
+	var clients []*river.Client[pgxTx]
+	var events []<-chan *river.Event
+	for range 2 {
+		workers := river.NewWorkers()
+		river.AddWorker(workers, riverhook.NewWorker(srv.Sender(nil), res.resolve, nil))
+		c := newClient(t, pool, schema, workers, nil)
+		events = append(events, finalEvents(t, c))
+		clients = append(clients, c)
+	}
+	const n = 60
+	var params []river.InsertManyParams
+	for i := range n {
+		p, err := riverhook.InsertParams("d"+strconv.Itoa(i), []string{"crm"}, payload("d"+strconv.Itoa(i)), nil)
+		require.NoError(t, err)
+		params = append(params, p...)
+	}
+	_, err := clients[0].InsertMany(context.Background(), params)
+	require.NoError(t, err)
+	for _, c := range clients {
+		start(t, c)
+	}
+	merged := make(chan *river.Event)
+	done := make(chan struct{})
+	defer close(done)
+	for _, ch := range events {
+		go func() {
+			for {
+				select {
+				case ev := <-ch:
+					select {
+					case merged <- ev:
+					case <-done:
+						return
+					}
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	jobs := waitFinal(t, merged, n)
+	ids := map[string]int{}
+	for _, d := range srv.Deliveries() {
+		require.NoError(t, d.Err)
+		p, err := d.Payload()
+		require.NoError(t, err)
+		ids[p.User.Metadata["delivery_id"].(string)]++
+	}
+	assert.Len(t, ids, n, "n distinct arrivals")
+	for id, count := range ids {
+		assert.Equal(t, 1, count, "delivery %s arrived once", id)
+	}
+	for _, j := range jobs {
+		assert.Equal(t, rivertype.JobStateCompleted, j.State)
+	}
+}
+
+func TestWorker_PerConnectionLimit(t *testing.T) {
+	pool, schema := testDB(t)
+	var inFlight, peak atomic.Int32
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select { // a slow endpoint: 30 ms per delivery
+		case <-time.After(30 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+	})})
+	defer srv.Close()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, riverhook.NewWorker(srv.Sender(nil),
+		newResolver(map[string]webhook.Connection{"slow": srv.Connection()}).resolve,
+		&riverhook.WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: 10 * time.Millisecond}))
+	client := newClient(t, pool, schema, workers, nil)
+	events := finalEvents(t, client)
+	const n = 12
+	var params []river.InsertManyParams
+	for i := range n {
+		p, err := riverhook.InsertParams("d"+strconv.Itoa(i), []string{"slow"}, payload("d"+strconv.Itoa(i)), nil)
+		require.NoError(t, err)
+		params = append(params, p...)
+	}
+	_, err := client.InsertMany(context.Background(), params)
+	require.NoError(t, err)
+	start(t, client)
+	jobs := waitFinal(t, events, n)
+	for _, j := range jobs {
+		assert.Equal(t, rivertype.JobStateCompleted, j.State)
+		assert.Equal(t, 1, j.Attempt, "a snoozed job is not counted as an attempt")
+	}
+	assert.LessOrEqual(t, peak.Load(), int32(2), "never more than 2 in flight to one connection")
+	assert.Len(t, srv.Deliveries(), n)
+}
+
+func TestDurableRetryPolicy(t *testing.T) {
+	p := riverhook.DurableRetryPolicy()
+	var got []time.Duration
+	for retry := 1; retry <= p.MaxRetries; retry++ {
+		got = append(got, p.Backoff(retry, nil))
+	}
+	assert.Equal(t, []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour}, got)
+}
