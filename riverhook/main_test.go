@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -117,3 +118,5 @@ func finalEvents(t testing.TB, client *river.Client[pgx.Tx]) <-chan *river.Event
 }
 
 type pgxTx = pgx.Tx
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
