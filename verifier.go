@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -171,13 +172,54 @@ func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 	if v.keys.Load() == nil {
 		return nil, errZeroVerifier
 	}
-	body, err := readBody(r.Body, r.ContentLength, v.maxBody)
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	body, err := readBody(nil, r.Body, r.ContentLength, v.maxBody)
+	r.Body = &bodyReader{Reader: bytes.NewReader(body)}
 	if err != nil {
 		return body, err
 	}
 	return body, v.Verify(r.Header, body)
 }
+
+// bodyReader is the restored r.Body: the bytes read, in one allocation.
+type bodyReader struct{ *bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// serveVerified reads r's body into a pooled buffer and verifies it. It
+// answers a refusal itself; otherwise it calls serve with the body, r.Body
+// holding the same bytes. When serve returns, r.Body is emptied and the
+// buffer recycled: net/http's Handler contract forbids reading r.Body after
+// ServeHTTP returns, and a late reader gets EOF, never another request's
+// bytes.
+func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve func(body []byte)) {
+	if v.keys.Load() == nil {
+		v.refuse(w, r, errZeroVerifier)
+		return
+	}
+	buf := bodyPool.Get().(*[]byte)
+	body, err := readBody((*buf)[:0], r.Body, r.ContentLength, v.maxBody)
+	rd := &bodyReader{Reader: bytes.NewReader(body)}
+	r.Body = rd
+	if err == nil {
+		err = v.Verify(r.Header, body)
+	}
+	if err != nil {
+		v.refuse(w, r, err)
+	} else {
+		serve(body)
+	}
+	rd.Reset(nil)
+	if cap(body) <= maxPooledBody {
+		*buf = body[:0]
+		bodyPool.Put(buf)
+	}
+}
+
+// Bodies of up to maxPooledBody bytes are read into pooled buffers; a larger
+// one is read into its own and left to the garbage collector.
+const maxPooledBody = 64 << 10
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // SetSecrets replaces the secrets v accepts, for a rotation without a
 // restart: every request verified after it returns uses the new secrets,
@@ -202,18 +244,22 @@ func (v *Verifier) SetSecrets(secrets []string) error {
 	return nil
 }
 
-func readBody(rc io.ReadCloser, contentLength, limit int64) ([]byte, error) {
+// readBody reads rc, at most limit bytes, appending to buf (which may be
+// nil).
+func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte, error) {
 	if rc == nil || rc == http.NoBody {
-		return nil, nil
+		return buf, nil
 	}
 	if contentLength > limit {
-		return nil, bodyTooLarge(limit)
+		return buf, bodyTooLarge(limit)
 	}
 	size := int64(512)
 	if contentLength >= 0 {
 		size = contentLength + 1 // room to see EOF without growing
 	}
-	buf := make([]byte, 0, size)
+	if int64(cap(buf)) < size {
+		buf = make([]byte, 0, size)
+	}
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -243,13 +289,11 @@ func bodyTooLarge(limit int64) error {
 // reason goes to VerifierOptions.Logger and ErrorHandler, never to the client.
 //
 // Its shape fits routers' Use methods, such as chi's r.Use(v.Middleware).
+// The body is read into a recycled buffer: as net/http's Handler contract
+// says, next must not read r.Body after it returns (it would read nothing).
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := v.VerifyRequest(r); err != nil {
-			v.refuse(w, r, err)
-			return
-		}
-		next.ServeHTTP(w, r)
+		v.serveVerified(w, r, func([]byte) { next.ServeHTTP(w, r) })
 	})
 }
 
@@ -477,11 +521,12 @@ type eventHandler struct {
 var ack = []byte(`{"ok":true}` + "\n")
 
 func (h *eventHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := h.v.VerifyRequest(r)
-	if err != nil {
-		h.v.refuse(w, r, err)
-		return
-	}
+	h.v.serveVerified(w, r, func(body []byte) { h.serve(w, r, body) })
+}
+
+// serve dispatches a verified body. The Payload it decodes shares no memory
+// with body, which is recycled when serve returns.
+func (h *eventHandler) serve(w http.ResponseWriter, r *http.Request, body []byte) {
 	ctx := r.Context()
 	var envelope struct {
 		Event string `json:"event"`

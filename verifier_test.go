@@ -517,3 +517,42 @@ func TestVerifier_SetSecretsWhileServing(t *testing.T) {
 	assert.ErrorContains(t, v.SetSecrets([]string{"whsec_x", ""}), "secret 2 of 2 is empty")
 	assert.Equal(t, http.StatusOK, serve("whsec_new"), "a refused SetSecrets changes nothing")
 }
+
+// TestMiddleware_LateReadsSeeNoOtherRequest pins the recycling of body
+// buffers: a handler that breaks net/http's contract by keeping r.Body past
+// its return reads nothing, never the bytes of a later request.
+func TestMiddleware_LateReadsSeeNoOtherRequest(t *testing.T) {
+	v := newTestVerifier(t)
+	var kept []io.Reader
+	handler := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kept = append(kept, r.Body)
+	}))
+	first := []byte(`{"event":"user.identified","user":{"email":"first@example.com"}}`)
+	second := []byte(`{"event":"user.identified","user":{"email":"second@example.com"}}`)
+	for _, body := range [][]byte{first, second} {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, newSignedRequest(testSecret, testNow.UnixMilli(), body))
+		require.Equal(t, http.StatusOK, rec.Code)
+	}
+	late, err := io.ReadAll(kept[0])
+	require.NoError(t, err)
+	assert.Empty(t, late, "a late read of the first request's body")
+}
+
+func TestNewHandler_PayloadOutlivesTheRecycledBody(t *testing.T) {
+	var got []webhook.Payload
+	h := webhook.NewHandler(newTestVerifier(t), func(_ context.Context, p webhook.Payload) error {
+		got = append(got, p)
+		return nil
+	}, nil)
+	for _, email := range []string{"first@example.com", "second@example.com"} {
+		body := []byte(`{"event":"user.identified","timestamp":"2026-11-21T10:00:00.000Z","user":{"id":"usr_1","email":"` +
+			email + `","metadata":{"plan":"` + email + `"}},"application":{"id":"app_1"}}`)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, newSignedRequest(testSecret, testNow.UnixMilli(), body))
+		require.Equal(t, http.StatusOK, rec.Code)
+	}
+	require.Len(t, got, 2)
+	assert.Equal(t, "first@example.com", got[0].User.Email, "decoded strings share nothing with the buffer")
+	assert.Equal(t, "first@example.com", got[0].User.Metadata.Plan())
+}
