@@ -159,69 +159,78 @@ var reservedHeaders = map[string]bool{
 // Transfer-Encoding, Connection and the other hop-by-hop headers), compared
 // without regard to case. Plain http:// is refused; there is no switch.
 func (c Connection) Validate() error {
-	if err := validateURL(c.URL); err != nil {
-		return err
+	_, err := c.validate()
+	return err
+}
+
+// validate is Validate, returning the parsed URL for the request.
+func (c Connection) validate() (*url.URL, error) {
+	u, err := validateURL(c.URL)
+	if err != nil {
+		return nil, err
 	}
 	switch c.Method {
 	case "", http.MethodPost, http.MethodPut, http.MethodPatch:
 	default:
-		return connError("Method", fmt.Sprintf("want POST, PUT or PATCH, got %q", c.Method))
+		return nil, connError("Method", fmt.Sprintf("want POST, PUT or PATCH, got %q", c.Method))
 	}
 	if c.Secret == "" {
-		return connError("Secret", "must not be empty")
+		return nil, connError("Secret", "must not be empty")
 	}
 	names := c.headerNames() // sorted: report the same header first every time
 	for i, name := range names {
 		if err := validateHeader(name, c.Headers[name]); err != nil {
-			return err
+			return nil, err
 		}
 		for _, other := range names[i+1:] {
 			if strings.EqualFold(name, other) {
 				// Both would be sent under one canonical name, in map order.
-				return connError("Headers["+strconv.Quote(name)+"]", fmt.Sprintf("is the same header as %q; keep one", other))
+				return nil, connError(headerField(name), fmt.Sprintf("is the same header as %q; keep one", other))
 			}
 		}
 	}
-	return nil
+	return u, nil
 }
 
-func validateURL(raw string) error {
+func validateURL(raw string) (*url.URL, error) {
 	if raw == "" {
-		return connError("URL", "must not be empty")
+		return nil, connError("URL", "must not be empty")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return connError("URL", "is not a URL")
+		return nil, connError("URL", "is not a URL")
 	}
 	switch {
 	case u.Scheme != "https":
-		return connError("URL", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
+		return nil, connError("URL", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
 	case u.Host == "" || u.Hostname() == "":
-		return connError("URL", "has no host")
+		return nil, connError("URL", "has no host")
 	case !utf8.ValidString(u.Hostname()):
 		// net/http would send it to another host: its IDNA form.
-		return connError("URL", "host is not valid UTF-8")
+		return nil, connError("URL", "host is not valid UTF-8")
 	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {
-			return connError("URL", fmt.Sprintf("port must be a number from 1 to 65535, got %q", port))
+			return nil, connError("URL", fmt.Sprintf("port must be a number from 1 to 65535, got %q", port))
 		}
 	}
-	return nil
+	return u, nil
 }
 
+// headerField names a custom header in a FieldError.
+func headerField(name string) string { return "Headers[" + strconv.Quote(name) + "]" }
+
 func validateHeader(name, value string) error {
-	field := "Headers[" + strconv.Quote(name) + "]"
 	if !validHeaderName(name) {
-		return connError(field, "is not a valid header name")
+		return connError(headerField(name), "is not a valid header name")
 	}
 	canonical := http.CanonicalHeaderKey(name)
 	if reservedHeaders[canonical] || strings.HasPrefix(canonical, "X-Service-") {
-		return connError(field, "would replace a header the library or the transport sets")
+		return connError(headerField(name), "would replace a header the library or the transport sets")
 	}
 	for i := 0; i < len(value); i++ {
 		if c := value[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return connError(field, fmt.Sprintf("value has a control character (%q) at offset %d", c, i))
+			return connError(headerField(name), fmt.Sprintf("value has a control character (%q) at offset %d", c, i))
 		}
 	}
 	return nil
@@ -601,8 +610,7 @@ func (s *Sender) SendBytes(ctx context.Context, c Connection, event string, body
 		return failed(c, errZeroSender)
 	}
 	d := s.newDelivery(c, event, body, 1)
-	d.run(ctx, d.maxRetries)
-	return d.result()
+	return d.runForResult(ctx, d.maxRetries)
 }
 
 // SendAll delivers p to every connection in cs, at most
@@ -655,6 +663,7 @@ func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body [
 	d := s.newDelivery(c, event, body, n)
 	defer d.release()
 	d.queued = true
+	d.attempts = d.one[:0] // copied out below, before d is pooled
 	d.run(ctx, 0)
 	if len(d.attempts) == 0 {
 		return Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: d.errKind}
@@ -677,8 +686,7 @@ func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
 	}
 	d := s.newDelivery(c, EventUserIdentified, body, 1)
 	d.maxRetries = 0 // a test is never retried
-	d.run(ctx, 0)
-	return d.result()
+	return d.runForResult(ctx, 0)
 }
 
 // SendTestSource is the "source" metadata of the payload SendTest delivers
@@ -725,6 +733,7 @@ type delivery struct {
 	ts         int64         // its timestamp
 	wait       time.Duration // decided after the last attempt, for Backoff
 	queued     bool          // Sender.Attempt: a queue schedules the retry, whatever ctx's deadline
+	one        [1]Attempt    // the log of Sender.Attempt
 	err        error         // set when nothing could be sent, or by cancellation
 	errKind    FailureKind   // why nothing could be sent: KindInvalid or KindCanceled
 }
@@ -744,7 +753,8 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 			Backoff:        func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
 			PrepareRetry: func(r *http.Request) error {
 				r.Header = r.Header.Clone() // the previous attempt's request keeps its own
-				d.sign(r.Header)
+				r.Body = newRequestBody(d.body)
+				d.sign(r.Header, make([]string, 2))
 				return nil
 			},
 			ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
@@ -756,28 +766,43 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 
 // release clears d, whose attempts now belong to the caller, and pools it.
 func (d *delivery) release() {
-	d.conn, d.event, d.body, d.attempts, d.err, d.queued = Connection{}, "", nil, nil, nil, false
+	d.conn, d.event, d.body, d.attempts, d.err, d.queued, d.one = Connection{}, "", nil, nil, nil, false, [1]Attempt{}
 	d.s.deliveries.Put(d)
 }
 
 // run makes the delivery, with at most maxRetries retries.
 func (d *delivery) run(ctx context.Context, maxRetries int) {
-	d.errKind, d.err = d.check(ctx)
+	var u *url.URL
+	u, d.errKind, d.err = d.check(ctx)
 	if d.err != nil {
 		return
 	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, d.conn.method(), d.conn.URL, d.body)
-	if err != nil { // Validate accepted the URL, so this is unexpected
-		d.err = fmt.Errorf("webhook: building request: %w", err)
-		return
-	}
+	// Built here from the URL Validate parsed, rather than parsed again by
+	// retryablehttp.NewRequest; PrepareRetry rewinds the body.
+	body := d.body
+	hreq := (&http.Request{
+		Method:        d.conn.method(),
+		URL:           u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        make(http.Header, 4+len(d.conn.Headers)),
+		Body:          newRequestBody(body),
+		GetBody:       func() (io.ReadCloser, error) { return newRequestBody(body), nil },
+		ContentLength: int64(len(body)),
+		Host:          u.Host,
+	}).WithContext(ctx)
+	req := &retryablehttp.Request{Request: hreq}
 	h := req.Header
 	for name, value := range d.conn.Headers {
 		h.Set(name, value)
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set(HeaderEvent, d.event)
-	d.sign(h)
+	// One backing array for the four values; each slice has no room to
+	// grow into its neighbour.
+	vals := make([]string, 4)
+	vals[0], vals[1] = "application/json", d.event
+	h["Content-Type"], h[HeaderEvent] = vals[0:1:1], vals[1:2:2]
+	d.sign(h, vals[2:4])
 	d.rc.RetryMax = maxRetries
 	resp, err := d.rc.Do(req)
 	if resp != nil {
@@ -790,30 +815,48 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 	}
 }
 
-// check returns why nothing may be sent, and its kind: an invalid
-// connection, event or body, or a context that is done already.
-func (d *delivery) check(ctx context.Context) (FailureKind, error) {
-	if err := d.conn.Validate(); err != nil {
-		return KindInvalid, err
+// check returns the connection's parsed URL, or why nothing may be sent and
+// its kind: an invalid connection, event or body, or a context that is done
+// already.
+func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
+	u, err := d.conn.validate()
+	if err != nil {
+		return nil, KindInvalid, err
 	}
 	if d.event == "" || strings.ContainsFunc(d.event, unicode.IsControl) {
-		return KindInvalid, payloadError("event", fmt.Sprintf("want a non-empty event kind without control characters, got %q", d.event))
+		return nil, KindInvalid, payloadError("event", fmt.Sprintf("want a non-empty event kind without control characters, got %q", d.event))
 	}
 	if n := int64(len(d.body)); n > d.s.maxBody {
-		return KindInvalid, payloadError("body", fmt.Sprintf("has %d bytes, over the limit of %d (SenderOptions.MaxBodyBytes): receivers refuse it", n, d.s.maxBody))
+		return nil, KindInvalid, payloadError("body", fmt.Sprintf("has %d bytes, over the limit of %d (SenderOptions.MaxBodyBytes): receivers refuse it", n, d.s.maxBody))
 	}
 	if ctx.Err() != nil {
-		return KindCanceled, fmt.Errorf("webhook: nothing sent: %w", context.Cause(ctx))
+		return nil, KindCanceled, fmt.Errorf("webhook: nothing sent: %w", context.Cause(ctx))
 	}
-	return KindNone, nil
+	return u, KindNone, nil
 }
 
+// requestBody is a request's body: the encoded payload, in one allocation.
+type requestBody struct{ bytes.Reader }
+
+func newRequestBody(b []byte) *requestBody {
+	r := new(requestBody)
+	r.Reset(b)
+	return r
+}
+
+func (*requestBody) Close() error { return nil }
+
 // sign sets a fresh timestamp and the signature over the unchanged body.
-func (d *delivery) sign(h http.Header) {
+// Both values are cut from one string and stored in vals, which has room
+// for two.
+func (d *delivery) sign(h http.Header, vals []string) {
 	d.ts = d.s.now().UnixMilli()
-	var sig [signatureLen]byte
-	h.Set(HeaderTimestamp, strconv.FormatInt(d.ts, 10))
-	h.Set(HeaderSignature, string(AppendSignature(sig[:0], d.conn.Secret, d.ts, d.body)))
+	var buf [20 + signatureLen]byte
+	b := strconv.AppendInt(buf[:0], d.ts, 10)
+	n := len(b)
+	both := string(AppendSignature(b, d.conn.Secret, d.ts, d.body))
+	vals[0], vals[1] = both[:n], both[n:]
+	h[HeaderTimestamp], h[HeaderSignature] = vals[0:1:1], vals[1:2:2]
 }
 
 // checkRetry records the attempt that just ended and decides on a retry.
@@ -899,9 +942,25 @@ func (d *delivery) log(ctx context.Context, a *Attempt) {
 	d.s.logger.LogAttrs(ctx, level, "webhook: delivery attempt", attrs...)
 }
 
-// result returns the Result of the delivery and its error, and releases d.
-func (d *delivery) result() (*Result, error) {
-	r := &Result{Connection: d.conn.Name, Attempts: d.attempts}
+// resultWithLog is a Result allocated with room for a one-attempt log, the
+// common case, in one allocation.
+type resultWithLog struct {
+	r   Result
+	one [1]Attempt
+}
+
+// runForResult makes the delivery and returns its Result and error.
+func (d *delivery) runForResult(ctx context.Context, maxRetries int) (*Result, error) {
+	box := new(resultWithLog)
+	d.attempts = box.one[:0]
+	d.run(ctx, maxRetries)
+	return d.result(&box.r)
+}
+
+// result fills r, the Result of the delivery, returns it with its error,
+// and releases d.
+func (d *delivery) result(r *Result) (*Result, error) {
+	r.Connection, r.Attempts = d.conn.Name, d.attempts
 	switch {
 	case len(d.attempts) == 0:
 		r.Err = d.err
