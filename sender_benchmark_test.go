@@ -3,15 +3,22 @@ package webhook_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,4 +205,112 @@ func rawRequest(ctx context.Context, conn webhook.Connection, p webhook.Payload)
 	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(webhook.HeaderSignature, webhook.Sign(conn.Secret, ts, body))
 	return req, nil
+}
+
+// BenchmarkNewConnections delivers to 32 receivers on distinct ports (32
+// hosts to the transport), each closing its connection after every answer,
+// as most customers' endpoints in effect do for a sender that reaches them
+// now and then: every delivery opens a new TLS connection. impl=resume is
+// the default transport, which resumes TLS sessions; impl=full is the same
+// transport without a session cache.
+func BenchmarkNewConnections(b *testing.B) {
+	// Distinct addresses, 127.0.0.1 to 127.0.0.32: TLS sessions are cached
+	// per host name, without the port.
+	var ips []net.IP
+	for i := range 32 {
+		ips = append(ips, net.IPv4(127, 0, 0, byte(i+1)))
+	}
+	cert, pool := newCertificate(b, ips)
+	var urls []string
+	for _, ip := range ips {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+		}))
+		srv.Listener.Close()
+		srv.Listener = ln
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+		srv.Config.SetKeepAlivesEnabled(false)
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+		srv.StartTLS()
+		b.Cleanup(srv.Close)
+		urls = append(urls, srv.URL+"/hooks")
+	}
+	p := samplePayload()
+	for _, conc := range []int{1, 8} {
+		for _, impl := range []string{"full", "resume"} {
+			b.Run(fmt.Sprintf("conc=%d/impl=%s", conc, impl), func(b *testing.B) {
+				tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+				if impl == "full" {
+					tr.TLSClientConfig.ClientSessionCache = nil
+				}
+				b.Cleanup(tr.CloseIdleConnections)
+				s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var next atomic.Int64
+				deliver := func() {
+					url := urls[int(next.Add(1))%len(urls)]
+					if _, err := s.Send(context.Background(), webhook.Connection{URL: url, Secret: testSecret}, p); err != nil {
+						b.Error(err)
+					}
+				}
+				for _, u := range urls { // one full handshake per host before timing, as a running sender has had
+					if _, err := s.Send(context.Background(), webhook.Connection{URL: u, Secret: testSecret}, p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ResetTimer()
+				if conc == 1 {
+					for b.Loop() {
+						deliver()
+					}
+				} else {
+					b.SetParallelism(conc / runtime.GOMAXPROCS(0))
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							deliver()
+						}
+					})
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deliveries/s")
+			})
+		}
+	}
+}
+
+// newCertificate returns a self-signed RSA 2048 certificate for ips, the
+// kind most endpoints present, and a pool that trusts it.
+func newCertificate(b *testing.B, ips []net.IP) (tls.Certificate, *x509.CertPool) {
+	b.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "webhook benchmark"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IPAddresses:           ips,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }

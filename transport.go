@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"io"
@@ -19,6 +20,17 @@ import (
 // since a smaller pool opens a new TLS connection for most requests.
 const DefaultMaxIdleConnsPerHost = 1024
 
+// DefaultMaxIdleConns is how many idle connections the transport from
+// [NewTransport] keeps across all hosts: a sender reaching thousands of
+// customer hosts keeps the most recently used connections, not one per host
+// it ever reached.
+const DefaultMaxIdleConns = 1024
+
+// DefaultTLSSessionCacheSize is how many hosts' TLS sessions the transport
+// from [NewTransport] remembers, so that a new connection to a host it
+// reached before resumes the session instead of a full handshake.
+const DefaultTLSSessionCacheSize = 4096
+
 // maxResponseHeaderBytes bounds the headers of each answer, 1xx ones
 // included, on the transport from NewTransport.
 const maxResponseHeaderBytes = 64 << 10
@@ -28,7 +40,9 @@ const maxResponseHeaderBytes = 64 << 10
 type TransportOptions struct {
 	// TLSClientConfig is the TLS configuration, cloned: set RootCAs for a
 	// private CA or a test server's certificate. Nil means the system's
-	// roots. A MinVersion below TLS 1.2 is raised to TLS 1.2.
+	// roots. A MinVersion below TLS 1.2 is raised to TLS 1.2. A nil
+	// ClientSessionCache is given an LRU cache of DefaultTLSSessionCacheSize
+	// sessions.
 	TLSClientConfig *tls.Config
 
 	// AllowPrivateNetworks turns the private-network guard off: the
@@ -39,6 +53,11 @@ type TransportOptions struct {
 	// MaxIdleConnsPerHost is how many idle connections are kept per host.
 	// Zero means DefaultMaxIdleConnsPerHost.
 	MaxIdleConnsPerHost int
+
+	// MaxIdleConns is how many idle connections are kept across all hosts;
+	// past it the least recently used is closed. Zero means
+	// DefaultMaxIdleConns.
+	MaxIdleConns int
 
 	// Proxy, if not nil, returns the egress proxy for a request (such as
 	// Smokescreen, which refuses private destinations itself), or nil to
@@ -56,10 +75,10 @@ type TransportOptions struct {
 }
 
 // NewTransport returns the transport a [Sender] uses by default, for a
-// Client of your own: no proxy unless opts says so, TLS 1.2 or later, HTTP/2
-// when the receiver offers it, response headers bounded to 64 KiB, a pool of
-// DefaultMaxIdleConnsPerHost idle connections per host, and the
-// private-network guard. The guard refuses, at dial time and on the address
+// Client of your own: no proxy unless opts says so, TLS 1.2 or later with
+// session resumption, HTTP/2 when the receiver offers it, response headers
+// bounded to 64 KiB, a pool of DefaultMaxIdleConnsPerHost idle connections
+// per host and DefaultMaxIdleConns in all, and the private-network guard. The guard refuses, at dial time and on the address
 // DNS resolved (so DNS rebinding cannot pass it), loopback, private,
 // link-local (cloud metadata), shared (CGNAT), multicast, documentation,
 // benchmarking and reserved addresses, and IPv6 forms that carry such an
@@ -84,17 +103,20 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		tlsConfig = opts.TLSClientConfig.Clone()
 	}
 	tlsConfig.MinVersion = max(tlsConfig.MinVersion, tls.VersionTLS12)
-	perHost := opts.MaxIdleConnsPerHost
-	if perHost <= 0 {
-		perHost = DefaultMaxIdleConnsPerHost
+	if tlsConfig.ClientSessionCache == nil {
+		// Most customers' endpoints get a delivery now and then, so most
+		// deliveries open a new connection: resuming saves a handshake.
+		tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(DefaultTLSSessionCacheSize)
 	}
+	perHost := cmp.Or(max(opts.MaxIdleConnsPerHost, 0), DefaultMaxIdleConnsPerHost)
+	total := cmp.Or(max(opts.MaxIdleConns, 0), DefaultMaxIdleConns)
 	t := &http.Transport{
 		Proxy:                  nil,
 		DialContext:            dialer.DialContext,
 		TLSClientConfig:        tlsConfig,
 		TLSHandshakeTimeout:    10 * time.Second,
 		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           0, // no limit overall
+		MaxIdleConns:           total,
 		MaxIdleConnsPerHost:    perHost,
 		IdleConnTimeout:        90 * time.Second,
 		ExpectContinueTimeout:  time.Second,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -79,7 +80,13 @@ func TestNewTransport_Defaults(t *testing.T) {
 	assert.Equal(t, "x", tr.TLSClientConfig.ServerName)
 	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, tr.MaxIdleConnsPerHost)
 	assert.EqualValues(t, 64<<10, tr.MaxResponseHeaderBytes)
+	assert.Equal(t, webhook.DefaultMaxIdleConns, tr.MaxIdleConns, "a cap across all hosts")
+	assert.NotNil(t, tr.TLSClientConfig.ClientSessionCache, "sessions are resumed")
+	assert.Nil(t, custom.ClientSessionCache)
 	assert.Equal(t, 7, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: 7}).MaxIdleConnsPerHost)
+	assert.Equal(t, 9, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConns: 9}).MaxIdleConns)
+	own := tls.NewLRUClientSessionCache(1)
+	assert.Equal(t, own, webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{ClientSessionCache: own}}).TLSClientConfig.ClientSessionCache)
 	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, webhook.NewTransport(nil).MaxIdleConnsPerHost)
 }
 
@@ -188,4 +195,32 @@ func (p *connectProxy) serve() {
 			<-done
 		}()
 	}
+}
+
+// TestNewTransport_ResumesTLSSessions counts full handshakes at a receiver
+// that closes every connection: after the first, each new connection
+// resumes the session.
+func TestNewTransport_ResumesTLSSessions(t *testing.T) {
+	var resumed, full atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS.DidResume {
+			resumed.Add(1)
+		} else {
+			full.Add(1)
+		}
+	}))
+	srv.Config.SetKeepAlivesEnabled(false)
+	srv.StartTLS()
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	defer tr.CloseIdleConnections()
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
+	for range 5 {
+		_, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL, Secret: testSecret}, samplePayload())
+		require.NoError(t, err)
+	}
+	assert.EqualValues(t, 1, full.Load(), "one full handshake")
+	assert.EqualValues(t, 4, resumed.Load(), "then resumed sessions")
 }
