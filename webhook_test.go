@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -776,4 +777,38 @@ func TestSender_AttemptTimeout(t *testing.T) {
 	s, err = webhook.NewSender(&webhook.SenderOptions{AttemptTimeout: 3 * time.Second})
 	require.NoError(t, err)
 	assert.Equal(t, 3*time.Second, s.AttemptTimeout())
+}
+
+// TestSend_WritesEachRequestInOneRecord pins that the request's headers and
+// body go out together: a body net/http does not know to be in memory makes
+// it flush the headers first, a second write and TLS record per delivery.
+func TestSend_WritesEachRequestInOneRecord(t *testing.T) {
+	var writes []int
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c1, c2 := net.Pipe()
+		go func() { // a receiver answering 200 to one request
+			defer c2.Close()
+			req, err := http.ReadRequest(bufio.NewReader(c2))
+			if err == nil {
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c2, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}
+		}()
+		return &countingConn{Conn: c1, writes: &writes}, nil
+	}}
+	tr.DialTLSContext = tr.DialContext // the https:// URL is served in plain text over the pipe
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
+	_, err := s.Send(context.Background(), fakeConn, samplePayload())
+	require.NoError(t, err)
+	assert.Len(t, writes, 1, "headers and body in one write: %v bytes", writes)
+}
+
+type countingConn struct {
+	net.Conn
+	writes *[]int
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	*c.writes = append(*c.writes, len(p))
+	return c.Conn.Write(p)
 }
