@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the comparison beside the peers and the library's own delivery and
+# middleware benchmarks, COUNT times each (default 6), and prints benchstat
+# tables with every implementation beside the floor measured in the same run.
+#
+#	./internal/benchcmp/run.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+count=${COUNT:-6}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "machine: $(go env GOOS)/$(go env GOARCH), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(go version | cut -d' ' -f3)"
+echo "count: $count"
+go test -run '^$' -bench . -count "$count" . > "$out/peers.txt"
+(cd ../.. && go test -run '^$' -bench 'SendInMemory|Middleware|Deliver/conc=.*/impl=(raw|retryablehttp|sender)$|NewConnections' -count "$count" .) > "$out/library.txt"
+
+echo
+echo "== verification and signing beside the floor (impl=floor) and the peers"
+go tool benchstat -col /impl "$out/peers.txt"
+echo
+echo "== the Sender's own cost, the middleware's, deliveries over the wire and new connections"
+go tool benchstat -col /impl "$out/library.txt"
