@@ -95,45 +95,34 @@ func BenchmarkDeliver(b *testing.B) {
 	rc.Logger = nil
 	rc.HTTPClient.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool}
 	b.Cleanup(rc.HTTPClient.CloseIdleConnections)
-	retryable := func() error {
-		req, err := rawRequest(ctx, conn, p)
-		if err != nil {
-			return err
+	// viaRetryablehttp delivers through rc doing the same encoding and
+	// signing as the raw client.
+	viaRetryablehttp := func(rc *retryablehttp.Client) func() error {
+		return func() error {
+			req, err := rawRequest(ctx, conn, p)
+			if err != nil {
+				return err
+			}
+			rreq, err := retryablehttp.FromRequest(req)
+			if err != nil {
+				return err
+			}
+			resp, err := rc.Do(rreq)
+			if err != nil {
+				return err
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return nil
 		}
-		rreq, err := retryablehttp.FromRequest(req)
-		if err != nil {
-			return err
-		}
-		resp, err := rc.Do(rreq)
-		if err != nil {
-			return err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return nil
 	}
+	retryable := viaRetryablehttp(rc)
 
 	// go-retryablehttp on the same keep-alive client, doing the same
 	// encoding and signing: what the Sender is built on.
 	rcSame := &retryablehttp.Client{HTTPClient: client, RetryMax: 3, CheckRetry: retryablehttp.DefaultRetryPolicy,
 		Backoff: retryablehttp.DefaultBackoff, RetryWaitMin: time.Second, RetryWaitMax: 4 * time.Second}
-	retryableSame := func() error {
-		req, err := rawRequest(ctx, conn, p)
-		if err != nil {
-			return err
-		}
-		rreq, err := retryablehttp.FromRequest(req)
-		if err != nil {
-			return err
-		}
-		resp, err := rcSame.Do(rreq)
-		if err != nil {
-			return err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return nil
-	}
+	retryableSame := viaRetryablehttp(rcSame)
 
 	impls := []struct {
 		name    string

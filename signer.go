@@ -10,6 +10,7 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // Header names of a delivery. http.Header canonicalises names, so these match
@@ -105,18 +106,20 @@ func (k *keyedMAC) finish(st *macState, ts, body []byte, out *[sha256.Size]byte)
 	k.pool.Put(st)
 }
 
-// The cache of keyed states behind Sign and Verify: sharded maps behind
-// mutexes (a string key in a sync.Map would allocate on every lookup), each
-// shard bounded so a sender with many connections cannot grow it forever.
+// The cache of keyed states behind Sign and Verify: sharded, each shard an
+// immutable map read without a lock (a string key in a sync.Map would
+// allocate on every lookup) and replaced whole, under the shard's mutex,
+// when a secret is added (16 entries to copy). Each shard is bounded, so a
+// sender with many connections cannot grow it forever.
 const (
-	keyShards      = 32
-	keysPerShard   = 128
+	keyShards      = 256
+	keysPerShard   = 16
 	keyCacheMaxLen = keyShards * keysPerShard
 )
 
 type keyShard struct {
-	mu   sync.Mutex
-	keys map[string]*keyedMAC
+	keys atomic.Pointer[map[string]*keyedMAC]
+	mu   sync.Mutex // held to replace keys
 }
 
 var (
@@ -126,21 +129,33 @@ var (
 
 func cachedKey(secret string) *keyedMAC {
 	s := &keyCache[maphash.String(keySeed, secret)%keyShards]
+	if m := s.keys.Load(); m != nil {
+		if k, ok := (*m)[secret]; ok {
+			return k
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if k, ok := s.keys[secret]; ok {
-		return k
+	old := s.keys.Load()
+	if old != nil {
+		if k, ok := (*old)[secret]; ok { // added while this call waited
+			return k
+		}
 	}
-	if s.keys == nil {
-		s.keys = make(map[string]*keyedMAC)
+	next := make(map[string]*keyedMAC, keysPerShard)
+	if old != nil {
+		for sec, k := range *old {
+			next[sec] = k
+		}
 	}
-	if len(s.keys) >= keysPerShard {
-		for old := range s.keys { // evict one arbitrary entry
-			delete(s.keys, old)
+	if len(next) >= keysPerShard {
+		for evict := range next { // evict one arbitrary entry
+			delete(next, evict)
 			break
 		}
 	}
 	k := newKeyedMAC(secret)
-	s.keys[secret] = k
+	next[secret] = k
+	s.keys.Store(&next)
 	return k
 }

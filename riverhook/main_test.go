@@ -2,11 +2,7 @@ package riverhook_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"io"
 	"log/slog"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -15,46 +11,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// testDB returns a pool on TEST_DATABASE_URL and a fresh schema migrated
-// with rivermigrate, dropped at the end of the test. Without the variable
-// the test is skipped, or fails under CI=true.
-func testDB(t testing.TB) (*pgxpool.Pool, string) {
-	t.Helper()
-	url := os.Getenv("TEST_DATABASE_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("TEST_DATABASE_URL is not set: .ci/run starts a PostgreSQL and sets it")
-		}
-		t.Skip("TEST_DATABASE_URL is not set; run .ci/run, or point it at a PostgreSQL")
-	}
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "riverhook_" + hex.EncodeToString(b[:])
-	_, err = pool.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: quietLogger()})
-	require.NoError(t, err)
-	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		pool.Close()
-	})
-	return pool, schema
-}
+// testDB returns a pool and a fresh schema migrated with rivermigrate.
+func testDB(t testing.TB) (*pgxpool.Pool, string) { return testdb.Schema(t, "riverhook", true) }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger { return testdb.Quiet() }
 
 // newClient returns a River client on schema working with the given
 // workers, not started.

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"io"
@@ -20,11 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
 	"github.com/signedhook/webhook/webhooktest"
 )
 
@@ -41,25 +39,9 @@ type fixture struct {
 
 func newFixture(t *testing.T, handler http.Handler) *fixture {
 	t.Helper()
-	db := os.Getenv("TEST_DATABASE_URL")
-	if db == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("TEST_DATABASE_URL is not set: .ci/run starts a PostgreSQL and sets it")
-		}
-		t.Skip("TEST_DATABASE_URL is not set; run .ci/run, or point it at a PostgreSQL")
-	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db)
-	require.NoError(t, err)
-	var b [6]byte
-	rand.Read(b[:])
-	f := &fixture{db: db, schema: "durable_" + hex.EncodeToString(b[:])}
-	_, err = pool.Exec(ctx, "CREATE SCHEMA "+f.schema)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		pool.Exec(context.Background(), "DROP SCHEMA "+f.schema+" CASCADE")
-		pool.Close()
-	})
+	_, schema := testdb.Schema(t, "durable", false) // durable migrate makes River's tables
+	f := &fixture{db: testdb.URL(t), schema: schema}
 
 	f.srv = webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: handler})
 	t.Cleanup(f.srv.Close)
