@@ -4,14 +4,15 @@
 # tables with every implementation beside the floor measured in the same run.
 #
 #	./internal/benchcmp/run.sh
+#	OUT=results COUNT=10 ./internal/benchcmp/run.sh   # keep the raw results in results/
 set -euo pipefail
 cd "$(dirname "$0")"
 count=${COUNT:-6}
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
 
 echo "machine: $(go env GOOS)/$(go env GOARCH), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(go version | cut -d' ' -f3)"
-echo "count: $count"
+echo "count: $count; raw results in $out"
 go test -run '^$' -bench . -count "$count" . > "$out/peers.txt"
 (cd ../.. && go test -run '^$' -bench 'SendInMemory|Middleware|Deliver/conc=.*/impl=(raw|retryablehttp|sender)$|NewConnections' -count "$count" .) > "$out/library.txt"
 
