@@ -187,10 +187,10 @@ func (*bodyReader) Close() error { return nil }
 
 // serveVerified reads r's body into a pooled buffer and verifies it. It
 // answers a refusal itself; otherwise it calls serve with the body, r.Body
-// holding the same bytes. When serve returns, r.Body is emptied and the
-// buffer recycled: net/http's Handler contract forbids reading r.Body after
-// ServeHTTP returns, and a late reader gets EOF, never another request's
-// bytes.
+// holding the same bytes. When serve returns, the buffer is recycled:
+// net/http's Handler contract forbids reading r.Body after ServeHTTP
+// returns, and a late read fails with errBodyAfterServe, never seeing
+// another request's bytes.
 func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve func(body []byte)) {
 	if v.keys.Load() == nil {
 		v.refuse(w, r, errZeroVerifier)
@@ -198,7 +198,8 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	}
 	buf := bodyPool.Get().(*[]byte)
 	body, err := readBody((*buf)[:0], r.Body, r.ContentLength, v.maxBody)
-	rd := &bodyReader{Reader: bytes.NewReader(body)}
+	rd := &recycledBody{}
+	rd.r.Reset(body)
 	r.Body = rd
 	if err == nil {
 		err = v.Verify(r.Header, body)
@@ -208,12 +209,34 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	} else {
 		serve(body)
 	}
-	rd.Reset(nil)
+	rd.r.Reset(nil)
+	rd.released = true
 	if cap(body) <= maxPooledBody {
 		*buf = body[:0]
 		bodyPool.Put(buf)
 	}
 }
+
+// recycledBody is r.Body while the middleware serves: the verified bytes,
+// readable until the middleware returns. It has no WriteTo, so that io.Copy
+// goes through Read too.
+type recycledBody struct {
+	r        bytes.Reader
+	released bool
+}
+
+// errBodyAfterServe is what a read of a recycled body gives once the
+// middleware has returned.
+var errBodyAfterServe = errors.New("webhook: request body read after the verifying middleware returned; read it within the next handler's ServeHTTP")
+
+func (b *recycledBody) Read(p []byte) (int, error) {
+	if b.released {
+		return 0, errBodyAfterServe
+	}
+	return b.r.Read(p)
+}
+
+func (*recycledBody) Close() error { return nil }
 
 // Bodies of up to maxPooledBody bytes are read into pooled buffers; a larger
 // one is read into its own and left to the garbage collector.
@@ -290,7 +313,9 @@ func bodyTooLarge(limit int64) error {
 //
 // Its shape fits routers' Use methods, such as chi's r.Use(v.Middleware).
 // The body is read into a recycled buffer: as net/http's Handler contract
-// says, next must not read r.Body after it returns (it would read nothing).
+// says, r.Body may be read only until next returns; a later read fails with
+// an error that says so. An adapter for another router must run the rest of
+// its chain inside next (see examples/routers for gin).
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v.serveVerified(w, r, func([]byte) { next.ServeHTTP(w, r) })

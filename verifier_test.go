@@ -520,7 +520,7 @@ func TestVerifier_SetSecretsWhileServing(t *testing.T) {
 
 // TestMiddleware_LateReadsSeeNoOtherRequest pins the recycling of body
 // buffers: a handler that breaks net/http's contract by keeping r.Body past
-// its return reads nothing, never the bytes of a later request.
+// its return gets an error, never the bytes of a later request.
 func TestMiddleware_LateReadsSeeNoOtherRequest(t *testing.T) {
 	v := newTestVerifier(t)
 	var kept []io.Reader
@@ -535,8 +535,13 @@ func TestMiddleware_LateReadsSeeNoOtherRequest(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code)
 	}
 	late, err := io.ReadAll(kept[0])
-	require.NoError(t, err)
 	assert.Empty(t, late, "a late read of the first request's body")
+	require.Error(t, err, "a late read fails loudly, not as an empty body")
+	assert.Contains(t, err.Error(), "after the verifying middleware returned")
+	var buf bytes.Buffer
+	_, err = io.Copy(&buf, kept[1]) // io.Copy too, which would use a WriterTo
+	assert.Error(t, err)
+	assert.Empty(t, buf.Bytes())
 }
 
 func TestNewHandler_PayloadOutlivesTheRecycledBody(t *testing.T) {

@@ -41,19 +41,20 @@ func Chi(v *webhook.Verifier, on OnPayload) http.Handler {
 
 // GinVerify is gin middleware that verifies each request with v, answering
 // as [webhook.Verifier.Middleware] does (same status, body, logging and
-// ErrorHandler) and aborting the chain when it refuses.
+// ErrorHandler) and aborting the chain when it refuses. The rest of the
+// chain runs inside the library's middleware, while the verified body is
+// readable.
 func GinVerify(v *webhook.Verifier) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		passed := false
 		v.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 			passed = true
 			c.Request = r // its Body holds the verified bytes
+			c.Next()
 		})).ServeHTTP(c.Writer, c.Request)
 		if !passed {
 			c.Abort()
-			return
 		}
-		c.Next()
 	}
 }
 
