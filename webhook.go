@@ -74,6 +74,14 @@
 // [Sign] and [Verify] keep the keyed hash state of a bounded number of
 // recently used secrets in memory, to skip key setup; a [Verifier] keeps its
 // own.
+//
+// # Testing and durable deliveries
+//
+// Package webhooktest is to this package what net/http/httptest is to
+// net/http: a recording, verifying HTTPS receiver with scripted answers, a
+// Sender that trusts it, and signed requests for receivers' tests. The
+// nested module github.com/signedhook/webhook/riverhook makes deliveries
+// durable with River on PostgreSQL, one [Sender.Attempt] per job.
 package webhook
 
 import (
