@@ -786,7 +786,9 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 		return
 	}
 	// Built here from the URL Validate parsed, rather than parsed again by
-	// retryablehttp.NewRequest; PrepareRetry rewinds the body.
+	// retryablehttp.NewRequest; PrepareRetry rewinds the body. As
+	// http.NewRequest does, "host:" loses its empty port.
+	u.Host = strings.TrimSuffix(u.Host, ":")
 	body := d.body
 	hreq := (&http.Request{
 		Method:        d.conn.method(),

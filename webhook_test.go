@@ -812,3 +812,15 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	*c.writes = append(*c.writes, len(p))
 	return c.Conn.Write(p)
 }
+
+func TestSend_EmptyPortIsDropped(t *testing.T) {
+	var host, url string
+	s := fakeSender(t, func(r *http.Request) (*http.Response, error) {
+		host, url = r.Host, r.URL.String()
+		return answer(200), nil
+	}, nil)
+	_, err := s.Send(context.Background(), webhook.Connection{URL: "https://crm.example.com:/hooks?x=1", Secret: testSecret}, samplePayload())
+	require.NoError(t, err)
+	assert.Equal(t, "crm.example.com", host, "as http.NewRequest sends it")
+	assert.Equal(t, "https://crm.example.com/hooks?x=1", url)
+}
