@@ -96,6 +96,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -105,7 +106,6 @@ import (
 	"syscall"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/hashicorp/go-retryablehttp"
 
@@ -160,12 +160,15 @@ var reservedHeaders = map[string]bool{
 
 // Validate reports the first thing wrong with c, as a [*FieldError] naming
 // the field and matching [ErrInvalidConnection]: a URL that is not an
-// absolute https:// URL with a host, a method other than POST, PUT or PATCH,
-// an empty secret, or a custom header with an invalid name or value (control
-// characters such as CR and LF) or one that would replace Content-Type, an
-// X-Service-* header or a header the transport owns (Host, Content-Length,
-// Transfer-Encoding, Connection and the other hop-by-hop headers), compared
-// without regard to case. Plain http:// is refused; there is no switch.
+// absolute https:// URL whose host is an IP address or an ASCII host name
+// (an internationalised name in its xn-- form) and whose port, if any, is 1
+// to 65535; a method other than POST, PUT or PATCH; an empty secret; or a
+// custom header with an invalid name or value (control characters such as CR
+// and LF), one that would replace Content-Type, an X-Service-* header or a
+// header the transport owns (Host, Content-Length, Transfer-Encoding,
+// Connection and the other hop-by-hop headers), or two whose names differ
+// only in case, all compared without regard to case. Plain http:// is
+// refused; there is no switch.
 func (c Connection) Validate() error {
 	_, err := c.validate()
 	return err
@@ -213,9 +216,10 @@ func validateURL(raw string) (*url.URL, error) {
 		return nil, connError("URL", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
 	case u.Host == "" || u.Hostname() == "":
 		return nil, connError("URL", "has no host")
-	case !utf8.ValidString(u.Hostname()):
-		// net/http would send it to another host: its IDNA form.
-		return nil, connError("URL", "host is not valid UTF-8")
+	case !validHost(u.Hostname()):
+		// net/http would rewrite anything else (IDNA), or dial the raw bytes
+		// when that fails: the host dialled must be the host validated.
+		return nil, connError("URL", "host must be an IP address or an ASCII host name (write an internationalised name in its xn-- form)")
 	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {
@@ -223,6 +227,31 @@ func validateURL(raw string) (*url.URL, error) {
 		}
 	}
 	return u, nil
+}
+
+// validHost reports whether host is an IP address or an ASCII host name:
+// dot-separated labels of letters, digits, hyphens and underscores, each
+// 1 to 63 bytes, at most 253 in all, with an optional final dot.
+func validHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	host = strings.TrimSuffix(host, ".")
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(host, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // headerField names a custom header in a FieldError.

@@ -148,8 +148,15 @@ func TestConnection_Validate(t *testing.T) {
 		{"names differing only in case", func(c *webhook.Connection) {
 			c.Headers = map[string]string{"x-tenant": "1", "X-Tenant": "2"}
 		}, `Headers["X-Tenant"]`, `same header as "x-tenant"`},
-		{"host not UTF-8", func(c *webhook.Connection) { c.URL = "https://\xd90/hooks" }, "URL", "UTF-8"},
-		{"internationalised host", func(c *webhook.Connection) { c.URL = "https://bücher.example/hooks" }, "", ""},
+		{"host not UTF-8", func(c *webhook.Connection) { c.URL = "https://\xd90/hooks" }, "URL", "ASCII host name"},
+		{"internationalised host", func(c *webhook.Connection) { c.URL = "https://bücher.example/hooks" }, "URL", "xn-- form"},
+		{"its punycode form", func(c *webhook.Connection) { c.URL = "https://xn--bcher-kva.example/hooks" }, "", ""},
+		{"not IDNA either", func(c *webhook.Connection) { c.URL = "https://\u0652/hooks" }, "URL", "ASCII host name"},
+		{"label with a hyphen at its end", func(c *webhook.Connection) { c.URL = "https://crm-.example.com/hooks" }, "URL", "host"},
+		{"empty label", func(c *webhook.Connection) { c.URL = "https://crm..example.com/hooks" }, "URL", "host"},
+		{"final dot", func(c *webhook.Connection) { c.URL = "https://crm.example.com./hooks" }, "", ""},
+		{"IPv6 literal", func(c *webhook.Connection) { c.URL = "https://[2001:db8::1]:8443/hooks" }, "", ""},
+		{"underscore", func(c *webhook.Connection) { c.URL = "https://my_service.example.com/hooks" }, "", ""},
 		{"port 443", func(c *webhook.Connection) { c.URL = "https://crm.example.com:443/hooks" }, "", ""},
 		{"port 65535", func(c *webhook.Connection) { c.URL = "https://crm.example.com:65535/hooks" }, "", ""},
 		{"port 0", func(c *webhook.Connection) { c.URL = "https://crm.example.com:0/hooks" }, "URL", "port"},
