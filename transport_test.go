@@ -20,18 +20,6 @@ import (
 	"github.com/signedhook/webhook"
 )
 
-// tracingTransport stands in for a RoundTripper that wraps another, such as
-// otelhttp.NewTransport: it counts requests and passes them on.
-type tracingTransport struct {
-	next  http.RoundTripper
-	count atomic.Int64
-}
-
-func (t *tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	t.count.Add(1)
-	return t.next.RoundTrip(r)
-}
-
 func certPool(rv *receiver) *x509.CertPool {
 	pool := x509.NewCertPool()
 	pool.AddCert(rv.Certificate())
@@ -44,7 +32,7 @@ func TestNewTransport_WrappedClientKeepsTheGuard(t *testing.T) {
 	require.NoError(t, err)
 	guarded := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(rv)}})
 	defer guarded.CloseIdleConnections()
-	tracing := &tracingTransport{next: guarded}
+	tracing := &countingTransport{next: guarded} // defined beside ExampleNewTransport
 	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tracing}, Retry: shortPolicy(0)})
 
 	for _, host := range []string{"127.0.0.1", "10.0.0.1", "169.254.169.254", "[2002:7f00:1::1]", "[::1]", "[fd00::1]"} {
@@ -54,11 +42,11 @@ func TestNewTransport_WrappedClientKeepsTheGuard(t *testing.T) {
 		assert.Equal(t, []webhook.FailureKind{webhook.KindBlocked}, kinds(res.Attempts), host)
 	}
 	assert.Empty(t, rv.deliveries(), "nothing reached the receiver")
-	assert.EqualValues(t, 6, tracing.count.Load(), "every request went through the wrapper")
+	assert.EqualValues(t, 6, tracing.n.Load(), "every request went through the wrapper")
 
 	open := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(rv)}, AllowPrivateNetworks: true})
 	defer open.CloseIdleConnections()
-	s = newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: &tracingTransport{next: open}}})
+	s = newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: &countingTransport{next: open}}})
 	_, err = s.Send(context.Background(), rv.conn("/"), samplePayload())
 	require.NoError(t, err, "AllowPrivateNetworks reaches the loopback test server, trusting its CA")
 	assert.Len(t, rv.deliveries(), 1)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/signedhook/webhook/riverhook"
 	"github.com/signedhook/webhook/riverhook/internal/testdb"
 )
 
@@ -46,6 +47,16 @@ func newClient(t testing.TB, pool *pgxpool.Pool, schema string, workers *river.W
 	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
 	require.NoError(t, err)
 	return client
+}
+
+// workerClient returns a client working with worker alone, not started, and
+// its events of jobs reaching a final state.
+func workerClient(t testing.TB, pool *pgxpool.Pool, schema string, worker *riverhook.Worker) (*river.Client[pgx.Tx], <-chan *river.Event) {
+	t.Helper()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	client := newClient(t, pool, schema, workers, nil)
+	return client, finalEvents(t, client)
 }
 
 // start starts client and stops it at the end of the test.

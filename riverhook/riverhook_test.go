@@ -79,10 +79,7 @@ func TestWorker_RetriesOnThePolicysScheduleThenDelivers(t *testing.T) {
 			seen = append(seen, a)
 			return errors.New("the caller's log is down") // logged, never fails the delivery
 		}})
-	workers := river.NewWorkers()
-	river.AddWorker(workers, worker)
-	client := newClient(t, pool, schema, workers, nil)
-	events := finalEvents(t, client)
+	client, events := workerClient(t, pool, schema, worker)
 	start(t, client)
 
 	res := insert(t, client, "d1", []string{"crm"}, policy)
@@ -122,11 +119,8 @@ func TestWorker_LastAttemptFailingIsDiscarded(t *testing.T) {
 	defer srv.Close()
 	srv.Script(webhooktest.Status(503), webhooktest.Status(503))
 	policy := fastPolicy(1)
-	workers := river.NewWorkers()
-	river.AddWorker(workers, riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
+	client, events := workerClient(t, pool, schema, riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
 		newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve, nil))
-	client := newClient(t, pool, schema, workers, nil)
-	events := finalEvents(t, client)
 	start(t, client)
 
 	res := insert(t, client, "d1", []string{"crm"}, policy)
@@ -144,13 +138,10 @@ func TestWorker_PermanentFailuresAreCancelled(t *testing.T) {
 	require.NoError(t, err)
 	invalid := srv.Connection()
 	invalid.URL = "http://plain.example"
-	workers := river.NewWorkers()
-	river.AddWorker(workers, riverhook.NewWorker(guarded, newResolver(map[string]webhook.Connection{
+	client, events := workerClient(t, pool, schema, riverhook.NewWorker(guarded, newResolver(map[string]webhook.Connection{
 		"loopback": srv.Connection(),
 		"invalid":  invalid,
 	}).resolve, nil))
-	client := newClient(t, pool, schema, workers, nil)
-	events := finalEvents(t, client)
 	start(t, client)
 
 	res := insert(t, client, "d1", []string{"loopback", "deleted", "invalid"}, nil)
@@ -169,11 +160,8 @@ func TestInsertParams_Outbox(t *testing.T) {
 	pool, schema := testDB(t)
 	srv := webhooktest.NewServer(secret, nil)
 	defer srv.Close()
-	workers := river.NewWorkers()
-	river.AddWorker(workers, riverhook.NewWorker(srv.Sender(nil),
+	client, events := workerClient(t, pool, schema, riverhook.NewWorker(srv.Sender(nil),
 		newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "erp": srv.Connection()}).resolve, nil))
-	client := newClient(t, pool, schema, workers, nil)
-	events := finalEvents(t, client)
 	ctx := context.Background()
 
 	params, err := riverhook.InsertParams("d-rolled-back", []string{"crm"}, payload("d-rolled-back"), nil)
@@ -273,10 +261,8 @@ func TestWorker_TwoClientsLoseNothing(t *testing.T) {
 	var clients []*river.Client[pgxTx]
 	var events []<-chan *river.Event
 	for range 2 {
-		workers := river.NewWorkers()
-		river.AddWorker(workers, riverhook.NewWorker(srv.Sender(nil), res.resolve, nil))
-		c := newClient(t, pool, schema, workers, nil)
-		events = append(events, finalEvents(t, c))
+		c, ev := workerClient(t, pool, schema, riverhook.NewWorker(srv.Sender(nil), res.resolve, nil))
+		events = append(events, ev)
 		clients = append(clients, c)
 	}
 	const n = 60
@@ -341,12 +327,9 @@ func TestWorker_PerConnectionLimit(t *testing.T) {
 		}
 	})})
 	defer srv.Close()
-	workers := river.NewWorkers()
-	river.AddWorker(workers, riverhook.NewWorker(srv.Sender(nil),
+	client, events := workerClient(t, pool, schema, riverhook.NewWorker(srv.Sender(nil),
 		newResolver(map[string]webhook.Connection{"slow": srv.Connection()}).resolve,
 		&riverhook.WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: 10 * time.Millisecond}))
-	client := newClient(t, pool, schema, workers, nil)
-	events := finalEvents(t, client)
 	const n = 12
 	var params []river.InsertManyParams
 	for i := range n {
