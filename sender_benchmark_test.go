@@ -33,6 +33,11 @@ import (
 //
 //   - impl=raw: a bare net/http client doing the same JSON encoding and
 //     signing, on a keep-alive transport sized for the concurrency (the floor);
+//   - impl=retryablehttp: go-retryablehttp on that client, doing the same
+//     encoding and signing, each attempt unbounded in time;
+//   - impl=retryablehttp-bounded: the same with HTTPClient.Timeout set to
+//     the Sender's 30 s, go-retryablehttp's way to bound each attempt as the
+//     spec requires: the same work as the Sender;
 //   - impl=sender: the Sender on that same client;
 //   - impl=sender-default: the Sender on its own default transport;
 //   - impl=retryablehttp-default: go-retryablehttp as shipped (NewClient),
@@ -123,6 +128,10 @@ func BenchmarkDeliver(b *testing.B) {
 	rcSame := &retryablehttp.Client{HTTPClient: client, RetryMax: 3, CheckRetry: retryablehttp.DefaultRetryPolicy,
 		Backoff: retryablehttp.DefaultBackoff, RetryWaitMin: time.Second, RetryWaitMax: 4 * time.Second}
 	retryableSame := viaRetryablehttp(rcSame)
+	rcBounded := &retryablehttp.Client{HTTPClient: &http.Client{Transport: tr, Timeout: webhook.DefaultAttemptTimeout},
+		RetryMax: 3, CheckRetry: retryablehttp.DefaultRetryPolicy, Backoff: retryablehttp.DefaultBackoff,
+		RetryWaitMin: time.Second, RetryWaitMax: 4 * time.Second}
+	retryableBounded := viaRetryablehttp(rcBounded)
 
 	impls := []struct {
 		name    string
@@ -130,6 +139,7 @@ func BenchmarkDeliver(b *testing.B) {
 	}{
 		{"raw", raw},
 		{"retryablehttp", retryableSame},
+		{"retryablehttp-bounded", retryableBounded},
 		{"sender", sender},
 		{"sender-default", senderDefault},
 		{"retryablehttp-default", retryable},

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -169,44 +168,22 @@ func proxyAddr(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
-// attemptTransport bounds each request, from dialling to the end of the
-// response body, by a timeout. It also hides its RoundTripper's
-// CloseIdleConnections: go-retryablehttp closes the client's idle
-// connections whenever a delivery gives up, which on a shared pool would cost
-// every other delivery its connections.
+// attemptTransport refuses to switch protocols: net/http hands over the raw
+// connection as the body of a 101 and stops watching the request's context,
+// so a receiver that held it would hold the delivery forever. It also hides
+// its RoundTripper's CloseIdleConnections: go-retryablehttp closes the
+// client's idle connections whenever a delivery gives up, which on a shared
+// pool would cost every other delivery its connections. Each attempt's time
+// is bounded by its request's context (delivery.bound).
 type attemptTransport struct {
-	rt      http.RoundTripper
-	timeout time.Duration
+	rt http.RoundTripper
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
-	resp, err := t.rt.RoundTrip(req.WithContext(ctx))
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// net/http hands over the raw connection as the body of a 101 and
-		// stops watching the context: a receiver that holds it would hold
-		// the delivery forever. A delivery never switches protocols.
+	resp, err := t.rt.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body.Close()
-		cancel()
 		resp.Body = http.NoBody
-		return resp, nil
 	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
-}
-
-// cancelOnClose releases an attempt's timer when its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
+	return resp, err
 }

@@ -229,13 +229,21 @@ func validateURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// validHost reports whether host is an IP address or an ASCII host name:
-// dot-separated labels of letters, digits, hyphens and underscores, each
-// 1 to 63 bytes, at most 253 in all, with an optional final dot.
+// validHost reports whether host is an ASCII host name or an IP address.
+// The name is tried first: most hosts are names, and a failed address
+// parse allocates its error.
 func validHost(host string) bool {
-	if _, err := netip.ParseAddr(host); err == nil {
+	if validHostName(host) {
 		return true
 	}
+	_, err := netip.ParseAddr(host)
+	return err == nil
+}
+
+// validHostName reports whether host is an ASCII host name: dot-separated
+// labels of letters, digits, hyphens and underscores, each 1 to 63 bytes,
+// at most 253 in all, with an optional final dot.
+func validHostName(host string) bool {
 	host = strings.TrimSuffix(host, ".")
 	if host == "" || len(host) > 253 {
 		return false
@@ -571,9 +579,9 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 		rt = http.DefaultTransport
 	}
 	s.timeout = timeout
-	client.Transport = &attemptTransport{rt: rt, timeout: timeout}
+	client.Transport = &attemptTransport{rt: rt}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	client.Timeout = 0 // attemptTransport bounds each attempt, without a goroutine per request
+	client.Timeout = 0 // each attempt's request is bounded (delivery.bound), without a goroutine per request
 	s.client = &client
 	return s, nil
 }
@@ -766,13 +774,16 @@ type delivery struct {
 	first      int // the number of the first attempt made
 	maxRetries int // the policy's, or 0 for a test delivery
 	attempts   []Attempt
-	start      time.Time     // of the attempt in flight
-	ts         int64         // its timestamp
-	wait       time.Duration // decided after the last attempt, for Backoff
-	queued     bool          // Sender.Attempt: a queue schedules the retry, whatever ctx's deadline
-	one        [1]Attempt    // the log of Sender.Attempt
-	err        error         // set when nothing could be sent, or by cancellation
-	errKind    FailureKind   // why nothing could be sent: KindInvalid or KindCanceled
+	ctx        context.Context       // the delivery's; each attempt's request has its own, bounded
+	req        retryablehttp.Request // the request of the attempt in flight
+	cancel     context.CancelFunc    // ends the attempt in flight
+	start      time.Time             // of the attempt in flight
+	ts         int64                 // its timestamp
+	wait       time.Duration         // decided after the last attempt, for Backoff
+	queued     bool                  // Sender.Attempt: a queue schedules the retry, whatever ctx's deadline
+	one        [1]Attempt            // the log of Sender.Attempt
+	err        error                 // set when nothing could be sent, or by cancellation
+	errKind    FailureKind           // why nothing could be sent: KindInvalid or KindCanceled
 }
 
 // newDelivery returns a delivery from the Sender's pool, whose
@@ -783,15 +794,15 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 	if d == nil {
 		d = &delivery{s: s}
 		d.rc = &retryablehttp.Client{
-			HTTPClient:     s.client,
-			Logger:         nil, // never go-retryablehttp's stderr logger
-			RequestLogHook: func(retryablehttp.Logger, *http.Request, int) { d.start = d.s.now() },
-			CheckRetry:     d.checkRetry,
-			Backoff:        func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
+			HTTPClient: s.client,
+			Logger:     nil, // never go-retryablehttp's stderr logger
+			CheckRetry: d.checkRetry,
+			Backoff:    func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
 			PrepareRetry: func(r *http.Request) error {
 				r.Header = r.Header.Clone() // the previous attempt's request keeps its own
 				r.Body = newRequestBody(d.body)
 				d.sign(r.Header, make([]string, 2))
+				d.req.Request = d.bound(r) // go-retryablehttp sends whatever req.Request is now
 				return nil
 			},
 			ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
@@ -804,6 +815,7 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 // release clears d, whose attempts now belong to the caller, and pools it.
 func (d *delivery) release() {
 	d.conn, d.event, d.body, d.attempts, d.err, d.queued, d.one = Connection{}, "", nil, nil, nil, false, [1]Attempt{}
+	d.ctx, d.req, d.cancel = nil, retryablehttp.Request{}, nil
 	d.s.deliveries.Put(d)
 }
 
@@ -819,7 +831,8 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 	// http.NewRequest does, "host:" loses its empty port.
 	u.Host = strings.TrimSuffix(u.Host, ":")
 	body := d.body
-	hreq := (&http.Request{
+	d.ctx = ctx
+	hreq := &http.Request{
 		Method:        d.conn.method(),
 		URL:           u,
 		Proto:         "HTTP/1.1",
@@ -830,9 +843,8 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 		GetBody:       func() (io.ReadCloser, error) { return newRequestBody(body), nil },
 		ContentLength: int64(len(body)),
 		Host:          u.Host,
-	}).WithContext(ctx)
-	req := &retryablehttp.Request{Request: hreq}
-	h := req.Header
+	}
+	h := hreq.Header
 	for name, value := range d.conn.Headers {
 		h.Set(name, value)
 	}
@@ -842,11 +854,13 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 	vals[0], vals[1] = "application/json", d.event
 	h["Content-Type"], h[HeaderEvent] = vals[0:1:1], vals[1:2:2]
 	d.sign(h, vals[2:4])
+	d.req = retryablehttp.Request{Request: d.bound(hreq)}
 	d.rc.RetryMax = maxRetries
-	resp, err := d.rc.Do(req)
+	resp, err := d.rc.Do(&d.req)
 	if resp != nil {
 		resp.Body.Close() // read in checkRetry already
 	}
+	d.endAttempt() // in case go-retryablehttp returned before checkRetry
 	if err != nil && ctx.Err() != nil && (len(d.attempts) == 0 || d.attempts[len(d.attempts)-1].Retry) {
 		// Stopped while waiting for a retry: the log ends on a failure
 		// whose retry never came.
@@ -874,6 +888,25 @@ func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
 	return u, KindNone, nil
 }
 
+// bound returns a copy of r whose context ends when the delivery's does or
+// when the attempt has taken the Sender's AttemptTimeout, from dialling to
+// the end of the response body: checkRetry reads the body, then ends the
+// attempt. Bounding the request itself, rather than wrapping the client's
+// RoundTripper, costs one request copy and no wrapped body.
+func (d *delivery) bound(r *http.Request) *http.Request {
+	ctx, cancel := context.WithTimeout(d.ctx, d.s.timeout)
+	d.cancel = cancel
+	return r.WithContext(ctx)
+}
+
+// endAttempt releases the attempt in flight, if any.
+func (d *delivery) endAttempt() {
+	if d.cancel != nil {
+		d.cancel()
+		d.cancel = nil
+	}
+}
+
 // newRequestBody returns a request's body: a type net/http knows to be in
 // memory, so that it writes the headers and the body in one go instead of
 // flushing the headers first (a second write, a second TLS record).
@@ -883,7 +916,8 @@ func newRequestBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReade
 // Both values are cut from one string and stored in vals, which has room
 // for two.
 func (d *delivery) sign(h http.Header, vals []string) {
-	d.ts = d.s.now().UnixMilli()
+	d.start = d.s.now() // the attempt starts as it is signed
+	d.ts = d.start.UnixMilli()
 	var buf [20 + signatureLen]byte
 	b := strconv.AppendInt(buf[:0], d.ts, 10)
 	n := len(b)
@@ -893,7 +927,9 @@ func (d *delivery) sign(h http.Header, vals []string) {
 }
 
 // checkRetry records the attempt that just ended and decides on a retry.
-func (d *delivery) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+// go-retryablehttp passes the attempt's context; the delivery's is d.ctx.
+func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error) (bool, error) {
+	ctx := d.ctx
 	a := Attempt{
 		N:         d.first + len(d.attempts),
 		Start:     d.start,
@@ -903,10 +939,16 @@ func (d *delivery) checkRetry(ctx context.Context, resp *http.Response, err erro
 		a.StatusCode = resp.StatusCode
 		a.ResponseBody = readResponseBody(resp)
 	}
+	d.endAttempt()
 	a.Duration = d.s.now().Sub(d.start)
 	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL)
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
+	}
+	if a.Retry {
+		// go-retryablehttp waits for the retry on the request's context:
+		// the delivery's, not the attempt's, which has ended.
+		d.req.Request = d.req.Request.WithContext(ctx)
 	}
 	d.wait = a.RetryIn
 	d.attempts = append(d.attempts, a)
@@ -938,14 +980,18 @@ func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) 
 // so the connection can be reused, and closes it. A read error (the attempt
 // timing out, say) shows as a shorter body: the status has already come.
 func readResponseBody(resp *http.Response) []byte {
-	defer resp.Body.Close()
+	body := resp.Body
+	resp.Body = http.NoBody
+	defer body.Close()
+	if resp.ContentLength == 0 {
+		return nil // the common answer: nothing to read
+	}
 	buf := bodyBuffers.Get().(*[maxLoggedBody]byte)
 	defer bodyBuffers.Put(buf)
-	n, _ := io.ReadFull(resp.Body, buf[:])
+	n, _ := io.ReadFull(body, buf[:])
 	if n == len(buf) {
-		io.CopyN(io.Discard, resp.Body, maxDrainedBody)
+		io.CopyN(io.Discard, body, maxDrainedBody)
 	}
-	resp.Body = http.NoBody
 	if n == 0 {
 		return nil
 	}
