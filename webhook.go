@@ -216,6 +216,10 @@ func validateURL(raw string) (*url.URL, error) {
 		return nil, connError("URL", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
 	case u.Host == "" || u.Hostname() == "":
 		return nil, connError("URL", "has no host")
+	case strings.Contains(u.Hostname(), ":") && !strings.HasPrefix(u.Host, "["):
+		// Without brackets, the colons of an address and of a port are
+		// one and the same: net/http would dial another host.
+		return nil, connError("URL", "an IPv6 address must be in brackets, as in https://[2001:db8::1]/")
 	case !validHost(u.Hostname()):
 		// net/http would rewrite anything else (IDNA), or dial the raw bytes
 		// when that fails: the host dialled must be the host validated.

@@ -156,6 +156,8 @@ func TestConnection_Validate(t *testing.T) {
 		{"empty label", func(c *webhook.Connection) { c.URL = "https://crm..example.com/hooks" }, "URL", "host"},
 		{"final dot", func(c *webhook.Connection) { c.URL = "https://crm.example.com./hooks" }, "", ""},
 		{"IPv6 literal", func(c *webhook.Connection) { c.URL = "https://[2001:db8::1]:8443/hooks" }, "", ""},
+		{"IPv6 literal without brackets", func(c *webhook.Connection) { c.URL = "https://2001:db8::1/hooks" }, "URL", "brackets"},
+		{"colons alone (found by the fuzzer)", func(c *webhook.Connection) { c.URL = "https://:::" }, "URL", "brackets"},
 		{"underscore", func(c *webhook.Connection) { c.URL = "https://my_service.example.com/hooks" }, "", ""},
 		{"port 443", func(c *webhook.Connection) { c.URL = "https://crm.example.com:443/hooks" }, "", ""},
 		{"port 65535", func(c *webhook.Connection) { c.URL = "https://crm.example.com:65535/hooks" }, "", ""},
