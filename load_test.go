@@ -130,6 +130,7 @@ func (lr *loadReceiver) serve(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-lr.release:
 		}
+		panic(http.ErrAbortHandler) // never answer, not even the 200 of a handler that returns
 	case faultReset, faultClose, faultSwitch:
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
