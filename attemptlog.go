@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // String returns the attempt on one line for people, such as
@@ -20,7 +22,10 @@ func (a Attempt) String() string {
 	if a.StatusCode != 0 {
 		fmt.Fprintf(&b, "%d ", a.StatusCode)
 	}
-	fmt.Fprintf(&b, "%s in %v", a.outcome(), roundDuration(a.Duration))
+	b.WriteString(a.outcome())
+	if a.Kind != KindInterrupted { // how long it ran is unknown
+		fmt.Fprintf(&b, " in %v", roundDuration(a.Duration))
+	}
 	if a.Retry {
 		fmt.Fprintf(&b, ", retry in %v", a.RetryIn)
 	}
@@ -54,7 +59,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			status = fmt.Sprint(a.StatusCode)
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%v\t%s\t%s\n", a.N, a.Timestamp, status, a.outcome(),
-			roundDuration(a.Duration), next, printable(a.ResponseBody, 60))
+			roundDuration(a.Duration), next, printable(string(a.ResponseBody), 60))
 	}
 	tw.Flush()
 	switch {
@@ -63,38 +68,56 @@ func (r *Result) WriteTable(w io.Writer) error {
 		buf.WriteString(last.Diagnosis() + "\n")
 		var de *DeliveryError
 		if last.Retry && errors.As(r.Err, &de) { // stopped while waiting for the retry
-			fmt.Fprintf(&buf, "%v\n", de.Err)
+			buf.WriteString(printable(de.Err.Error(), 0) + "\n")
 		}
 	case r.Err != nil:
-		fmt.Fprintf(&buf, "not sent: %v\n", r.Err)
+		buf.WriteString("not sent: " + printable(r.Err.Error(), 0) + "\n")
 	}
 	_, err := w.Write(buf.Bytes())
 	return err
 }
 
-// printable returns at most max bytes of body on one line, with control
-// characters replaced: a receiver's answer is not trusted to be text.
-func printable(body []byte, max int) string {
-	body = bytes.TrimSpace(body)
-	cut := len(body) > max
-	if cut {
-		body = body[:max]
-	}
-	s := strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f || r == '\uFFFD' {
-			return '.'
+// ResponseText returns the start of the answer's body, ResponseBody, as one
+// line of text that is safe to print on a terminal and to store in a text
+// column: valid UTF-8 without any control or format character. Line breaks
+// and other white space become spaces; every other control or format
+// character (C0 and C1 controls, DEL, bidi overrides and isolates,
+// zero-width characters, NUL), every unassigned or private-use code point
+// and every byte that is not UTF-8 becomes U+FFFD; the ends are trimmed. It
+// is empty when no body came.
+func (a Attempt) ResponseText() string { return printable(string(a.ResponseBody), 0) }
+
+// printable returns s as ResponseText describes, cut after maxRunes runes
+// with "…" when it is longer and maxRunes is positive. A receiver's answer,
+// its status line and its certificate's names are not trusted to be text.
+func printable(s string, maxRunes int) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	n := 0
+	for _, r := range strings.TrimSpace(s) {
+		if maxRunes > 0 && n == maxRunes {
+			b.WriteString("…")
+			break
 		}
-		return r
-	}, strings.ToValidUTF8(string(body), "."))
-	if cut {
-		s += "…"
+		n++
+		switch {
+		case unicode.IsSpace(r):
+			b.WriteByte(' ')
+		case !unicode.IsPrint(r): // invalid bytes decode as U+FFFD, which is printable
+			b.WriteRune(utf8.RuneError)
+		default:
+			b.WriteRune(r)
+		}
 	}
-	return s
+	return strings.TrimSpace(b.String())
 }
 
 // Diagnosis describes the attempt in one sentence a person can act on: what
-// happened and, for a failure, what to check.
-func (a Attempt) Diagnosis() string {
+// happened and, for a failure, what to check. Text that came from the
+// receiver is made printable as [Attempt.ResponseText] describes.
+func (a Attempt) Diagnosis() string { return printable(a.diagnosis(), 0) }
+
+func (a Attempt) diagnosis() string {
 	took := roundDuration(a.Duration)
 	switch a.Kind {
 	case KindNone:
@@ -122,6 +145,8 @@ func (a Attempt) Diagnosis() string {
 		return fmt.Sprintf("failed: the endpoint answered %d in %v; any 2xx status means success", a.StatusCode, took)
 	case KindCanceled:
 		return "not completed: the request was canceled"
+	case KindInterrupted:
+		return "interrupted: the process making the attempt stopped before it ended (a crash or a kill); it was run again and cost no retry"
 	}
 	return fmt.Sprintf("failed: %v", a.Err)
 }

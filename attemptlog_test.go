@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,10 +29,12 @@ func TestAttempt_String(t *testing.T) {
 			"attempt 1: 503 status in 3.21ms, retry in 1s"},
 		{webhook.Attempt{N: 3, StatusCode: 200, Duration: 612 * time.Microsecond}, "attempt 3: 200 delivered in 610µs"},
 		{webhook.Attempt{N: 2, Kind: webhook.KindTimeout, Duration: 30 * time.Second}, "attempt 2: timeout in 30s"},
+		{webhook.Attempt{N: 2, Kind: webhook.KindInterrupted}, "attempt 2: interrupted"},
 	}
 	for _, tc := range tests {
 		assert.Equal(t, tc.want, tc.a.String())
 	}
+	assert.Contains(t, webhook.Attempt{Kind: webhook.KindInterrupted}.Diagnosis(), "cost no retry")
 }
 
 func TestResult_WriteTable(t *testing.T) {
@@ -57,7 +62,7 @@ func TestResult_WriteTable_HostileBodyAndNothingSent(t *testing.T) {
 	require.NoError(t, res.WriteTable(&out))
 	assert.NotContains(t, out.String(), "\x1b", "no terminal escapes from a receiver")
 	assert.NotContains(t, out.String(), "\r")
-	assert.Contains(t, out.String(), "line1..")
+	assert.Contains(t, out.String(), "line1  \uFFFD[31mred\uFFFD")
 	assert.Contains(t, out.String(), "…")
 
 	res = &webhook.Result{Connection: "x", Err: errors.New("webhook: invalid connection: URL: must use https://")}
@@ -78,4 +83,74 @@ func TestResult_WriteTable_Stopped(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, res.WriteTable(&out))
 	assert.Contains(t, out.String(), "stopped before the next attempt: context canceled")
+}
+
+// hostileText holds what a receiver may send that must never reach a
+// terminal or a text column as it is: C0 and C1 controls (U+009B acts as
+// ESC [ on many terminals), DEL, bidi overrides and isolates, zero-width and
+// other format characters, line and paragraph separators, NUL and invalid
+// UTF-8.
+var hostileText = []string{"\x1b[2J", "\u009b31m", "\x7f", "\u202e", "\u2066", "\u2069", "\u200b",
+	"\ufeff", "\u2028", "\u2029", "\x00", "\xff", "\xc3"}
+
+func TestAttempt_ResponseText(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want string
+	}{
+		{"JSON as it came", `{"ok":true}`, `{"ok":true}`},
+		{"empty", "", ""},
+		{"lines join with spaces, ends trimmed", " {\n\t\"a\": 1\r\n}\n", `{  "a": 1  }`},
+		{"text in any script", "déjà vu, 東京 ✓", "déjà vu, 東京 ✓"},
+		{"terminal escapes", "\x1b[31mred\x1b[0m", "\uFFFD[31mred\uFFFD[0m"},
+		{"C1 CSI", "a\u009b2Jb", "a\uFFFD2Jb"},
+		{"bidi override", "paid\u202edeifirev", "paid\uFFFDdeifirev"},
+		{"isolates and zero width", "\u2066x\u2069\u200by\ufeff", "\uFFFDx\uFFFD\uFFFDy\uFFFD"},
+		{"NUL and DEL", "a\x00b\x7fc", "a\uFFFDb\uFFFDc"},
+		{"invalid UTF-8", "a\xffb\xc3", "a\uFFFDb\uFFFD"},
+		{"separators", "a\u2028b\u2029c", "a b c"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := webhook.Attempt{ResponseBody: []byte(tc.body)}.ResponseText()
+			assert.Equal(t, tc.want, got)
+			assert.True(t, utf8.ValidString(got))
+		})
+	}
+}
+
+// TestPrintedText_NoControlOrFormatCharacters pins that nothing a receiver
+// sends reaches text printed for people: the table, String, Diagnosis and
+// the attempt's error, whatever the failure kind.
+func TestPrintedText_NoControlOrFormatCharacters(t *testing.T) {
+	hostile := strings.Join(hostileText, "x")
+	for _, kind := range []webhook.FailureKind{webhook.KindNone, webhook.KindStatus, webhook.KindRedirect, webhook.KindTLS,
+		webhook.KindInvalid, webhook.KindOther, webhook.KindTimeout} {
+		a := webhook.Attempt{N: 1, StatusCode: 500, Kind: kind, ResponseBody: []byte(hostile)}
+		if kind != webhook.KindNone {
+			a.Err = fmt.Errorf("webhook: wrapped: %w", errors.New(hostile))
+		}
+		res := &webhook.Result{Connection: "c" + hostile, Attempts: []webhook.Attempt{a}, Err: a.Err}
+		var out bytes.Buffer
+		require.NoError(t, res.WriteTable(&out))
+		for _, text := range []string{out.String(), a.String(), a.Diagnosis()} {
+			requirePrintable(t, text, "\n")
+		}
+	}
+}
+
+// requirePrintable fails unless s is valid UTF-8 with no control or format
+// character (Unicode Cc, Cf, Zl, Zp) other than those in allowed.
+func requirePrintable(t *testing.T, s, allowed string) {
+	t.Helper()
+	require.True(t, utf8.ValidString(s), "invalid UTF-8 in %q", s)
+	for i, r := range s {
+		if strings.ContainsRune(allowed, r) {
+			continue
+		}
+		if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
+			t.Fatalf("%U at offset %d of %q", r, i, s)
+		}
+	}
 }

@@ -3,11 +3,16 @@ package webhook_test
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -429,4 +434,91 @@ func TestSend_DNSFailure(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, []webhook.FailureKind{webhook.KindDNS, webhook.KindDNS}, kinds(res.Attempts), "%v", err)
 	assert.Contains(t, res.Attempts[0].Diagnosis(), "does not resolve")
+}
+
+// hostileCert returns a self-signed certificate for 127.0.0.1 whose DNS names
+// and common name carry terminal escapes and a bidi override, and a pool
+// that trusts it.
+func hostileCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "evil\u202e\x1b[2J"},
+		DNSNames:     []string{"a\x1b]0;pwned\x07.example", "b\x1b[31m.example"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:         true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	leaf, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// TestSend_HostileTextIsNeverPrinted pins that what a receiver controls (a
+// status line's reason phrase, a Location header, the names in its
+// certificate) reaches no printed text raw: not the attempt's error, not
+// the DeliveryError, not Diagnosis, not the table.
+func TestSend_HostileTextIsNeverPrinted(t *testing.T) {
+	const evil = "\x1b[2J\u009b31m\u202e\u2066\u200b\x00\xff"
+	cert, pool := hostileCert(t)
+	answers := map[string]string{
+		"redirect": "HTTP/1.1 307 Go" + evil + "\r\nLocation: https://x" + "\u202e" + ".example/p?q\r\nContent-Length: 0\r\n\r\n",
+		"status":   "HTTP/1.1 500 Oops" + evil + "\r\nContent-Length: 4\r\n\r\n" + evil[:4],
+	}
+	for name, answer := range answers {
+		t.Run(name, func(t *testing.T) {
+			h := newHostile(t, func(conn net.Conn, _ *http.Request) { io.WriteString(conn, answer) })
+			res, err := faultSender(t, h.pool, shortPolicy(0)).Send(context.Background(), h.conn(), samplePayload())
+			require.Error(t, err)
+			requireAllPrintable(t, res, err)
+		})
+	}
+	for name, trusted := range map[string]*x509.CertPool{"unknown authority": x509.NewCertPool(), "wrong host name": pool} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+			require.NoError(t, err)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.(*tls.Conn).Handshake()
+					c.Close()
+				}
+			}()
+			defer func() { ln.Close(); <-done }()
+			_, port, _ := net.SplitHostPort(ln.Addr().String())
+			conn := webhook.Connection{Name: "tls", URL: "https://localhost:" + port + "/", Secret: testSecret}
+			res, err := faultSender(t, trusted, shortPolicy(0)).Send(context.Background(), conn, samplePayload())
+			require.Error(t, err)
+			require.Equal(t, webhook.KindTLS, res.Attempts[0].Kind, "%v", err)
+			requireAllPrintable(t, res, err)
+		})
+	}
+}
+
+// requireAllPrintable checks every text a failed delivery prints.
+func requireAllPrintable(t *testing.T, res *webhook.Result, err error) {
+	t.Helper()
+	var table strings.Builder
+	require.NoError(t, res.WriteTable(&table))
+	texts := []string{err.Error(), table.String()}
+	for _, a := range res.Attempts {
+		texts = append(texts, a.Err.Error(), a.Diagnosis(), a.String(), a.ResponseText())
+	}
+	for _, s := range texts {
+		requirePrintable(t, s, "\n")
+	}
 }

@@ -398,6 +398,12 @@ const (
 	KindStatus   FailureKind = "status"   // another non-2xx answer
 	KindCanceled FailureKind = "canceled" // the caller's context was done
 	KindOther    FailureKind = "other"    // any other failure
+
+	// KindInterrupted is an attempt whose process died (a crash, a
+	// SIGKILL) before it ended: its outcome is unknown, the receiver may
+	// have had it. Only a durable queue, which runs the delivery again,
+	// logs one; it costs no retry.
+	KindInterrupted FailureKind = "interrupted"
 )
 
 // Attempt is one try of a delivery: an entry of the delivery-attempt log.
@@ -1057,7 +1063,9 @@ func (d *delivery) result(r *Result) (*Result, error) {
 }
 
 // classify returns the kind and error of an attempt with answer resp or
-// transport error err. Errors never contain the URL's query.
+// transport error err. The error's text names the endpoint by its origin
+// alone (redactURL) and is printable: a status line's reason phrase, a
+// Location header and a certificate's names are the receiver's text.
 func classify(ctx context.Context, resp *http.Response, err error, rawURL string) (FailureKind, error) {
 	if err == nil {
 		code := resp.StatusCode
@@ -1065,13 +1073,13 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		case code >= 200 && code < 300:
 			return KindNone, nil
 		case code >= 300 && code < 400:
-			msg := fmt.Sprintf("webhook: receiver answered %s; redirects are not followed", resp.Status)
+			msg := "webhook: receiver answered " + resp.Status + "; redirects are not followed"
 			if loc := resp.Header.Get("Location"); loc != "" {
 				msg += " (Location: " + redactURL(loc) + ")"
 			}
-			return KindRedirect, errors.New(msg)
+			return KindRedirect, errors.New(printable(msg, 0))
 		}
-		return KindStatus, fmt.Errorf("webhook: receiver answered %s", resp.Status)
+		return KindStatus, errors.New(printable("webhook: receiver answered "+resp.Status, 0))
 	}
 	cause := err
 	var ue *url.Error
@@ -1107,8 +1115,19 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		kind = KindReset
 	}
-	return kind, fmt.Errorf("webhook: %s %s: %w", kindText[kind], redactURL(rawURL), cause)
+	msg := "webhook: " + kindText[kind] + " " + redactURL(rawURL) + ": " + cause.Error()
+	return kind, &attemptError{msg: printable(msg, 0), cause: cause}
 }
+
+// attemptError is the error of an attempt that failed without an answer:
+// printable text, and the cause for errors.Is and errors.As.
+type attemptError struct {
+	msg   string
+	cause error
+}
+
+func (e *attemptError) Error() string { return e.msg }
+func (e *attemptError) Unwrap() error { return e.cause }
 
 func isTimeout(err error) bool {
 	var ne net.Error
