@@ -318,19 +318,20 @@ func ExampleNewSecret() {
 func ExampleConnection() {
 	conn := webhook.Connection{
 		Name:    "CRM",
-		URL:     "https://crm.example.com/hooks?token=abc",
+		URL:     "https://hooks.crm.example.com/services/T0001/B0002/path-token",
 		Headers: map[string]string{"Authorization": "Bearer api-key"},
 		Secret:  "whsec_test_secret",
 	}
-	// No verb, slog handler or json.Marshal shows the secret, the query
-	// string or a header value.
+	// No verb, slog handler or json.Marshal shows the secret, the URL's
+	// path or query (the credential of many webhook URLs) or a header
+	// value: the URL's origin and the Name say which endpoint it is.
 	fmt.Printf("%v\n%+v\n", conn, []webhook.Connection{conn})
 	b, _ := json.Marshal(conn)
 	fmt.Println(string(b))
 	// Output:
-	// webhook connection "CRM" (POST https://crm.example.com/hooks?…)
-	// [webhook connection "CRM" (POST https://crm.example.com/hooks?…)]
-	// {"name":"CRM","method":"POST","url":"https://crm.example.com/hooks?…","headers":["Authorization"]}
+	// webhook connection "CRM" (POST https://hooks.crm.example.com/…)
+	// [webhook connection "CRM" (POST https://hooks.crm.example.com/…)]
+	// {"name":"CRM","method":"POST","url":"https://hooks.crm.example.com/…","headers":["Authorization"]}
 }
 
 func ExampleSender_Attempt() {

@@ -198,7 +198,7 @@ func TestSend_HostileReceivers(t *testing.T) {
 			script: func(_ *hostile, conn net.Conn, _ *http.Request) {
 				io.WriteString(conn, "HTTP/1.1 307 Temporary Redirect\r\nLocation: https://169.254.169.254/latest?k=v\r\nContent-Length: 0\r\n\r\n")
 			},
-			wantKinds: []webhook.FailureKind{webhook.KindRedirect, webhook.KindRedirect}, wantStatus: 307, wantErr: "169.254.169.254/latest?…",
+			wantKinds: []webhook.FailureKind{webhook.KindRedirect, webhook.KindRedirect}, wantStatus: 307, wantErr: "(Location: https://169.254.169.254/…)",
 		},
 		{
 			name: "5xx",

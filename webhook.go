@@ -59,7 +59,9 @@
 // from NewTransport. Custom headers cannot replace Content-Type, the
 // X-Service-* headers or the transport's own headers. Secrets never appear
 // in a delivery, an error, a log line, json.Marshal or the formatting of a
-// [Connection]; neither do URL query strings nor custom header values.
+// [Connection]; neither do custom header values, nor a URL's path, query or
+// user information, where many webhook URLs carry their credential: an
+// endpoint is named by its origin, such as https://hooks.example.com/….
 // Nothing is printed unless a *slog.Logger is given. [NewSecret] makes a
 // secret with 256 bits of entropy.
 //
@@ -127,9 +129,11 @@ var ErrBlockedDestination = dialguard.ErrBlocked
 //
 // A Connection is not a storage format. Every fmt verb (through Format),
 // slog (LogValue, and MarshalJSON inside slices, maps and structs) and
-// json.Marshal show the name, the method, the URL without credentials, query
-// or fragment, and the names of custom headers; never the secret nor the
-// values of custom headers, which may carry credentials too. fmt prints by
+// json.Marshal show the name, the method, the URL's origin (scheme, host and
+// port, then "/…" when the URL has a path or a query), and the names of
+// custom headers; never the secret, the URL's path, query or user
+// information (many webhook URLs carry their credential in the path), nor
+// the values of custom headers, which may carry credentials too. fmt prints by
 // reflection, calling no method and so showing every field, in three cases:
 // a Connection held in an unexported struct field, and the misuses that go
 // vet reports, %p of a value that is not a pointer and %w of one that is not
@@ -314,7 +318,7 @@ func (c Connection) method() string {
 }
 
 // String returns a description of c without secrets, such as
-// `webhook connection "CRM" (POST https://crm.example.com/hooks)`.
+// `webhook connection "CRM" (POST https://crm.example.com/…)`.
 func (c Connection) String() string {
 	return fmt.Sprintf("webhook connection %q (%s %s)", c.Name, c.method(), redactURL(c.URL))
 }
@@ -332,8 +336,8 @@ func (c Connection) Format(f fmt.State, verb rune) {
 	io.WriteString(f, c.String())
 }
 
-// MarshalJSON encodes what LogValue shows: name, method, redacted URL and
-// custom header names. It never encodes the secret or header values, so a
+// MarshalJSON encodes what LogValue shows: name, method, the URL's origin
+// and custom header names. It never encodes the secret or header values, so a
 // Connection cannot be stored as JSON by accident; store your own type.
 func (c Connection) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
@@ -344,7 +348,8 @@ func (c Connection) MarshalJSON() ([]byte, error) {
 	}{c.Name, c.method(), redactURL(c.URL), c.headerNames()})
 }
 
-// LogValue returns c's name, method, redacted URL and custom header names.
+// LogValue returns c's name, method, the URL's origin and custom header
+// names.
 func (c Connection) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("name", c.Name),
@@ -364,20 +369,23 @@ func (c Connection) headerNames() []string {
 	return names
 }
 
-// redactURL returns raw without user information, query or fragment, which
-// may carry credentials.
+// redactURL names the endpoint of raw by its origin, scheme, host and
+// port, and "/…" when it has more: many webhook URLs carry their
+// credential in the path (Slack, Zapier), in the query or in the user
+// information, and none of them is shown.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || u.Scheme == "" || u.Host == "" {
 		return "(unparsable URL)"
 	}
-	hasQuery := u.RawQuery != "" || u.ForceQuery
-	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
-	s := u.String()
-	if hasQuery {
-		s += "?…"
+	origin := u.Scheme + "://" + u.Host
+	switch {
+	case u.RawQuery != "" || u.ForceQuery || (u.Path != "" && u.Path != "/"):
+		return origin + "/…"
+	case u.Path == "/":
+		return origin + "/"
 	}
-	return s
+	return origin
 }
 
 // FailureKind says why an attempt failed, so a program can switch on it.

@@ -195,16 +195,17 @@ func TestConnection_Validate(t *testing.T) {
 	}
 }
 
-// leakyConnection has a secret, credentials in its URL and a credential in
+// leakyConnection has a secret, credentials in its URL (user information, a
+// path token as Slack's and Zapier's URLs have, a query) and a credential in
 // a custom header value: none of them may be shown.
 var leakyConnection = webhook.Connection{
 	Name:    "crm",
-	URL:     "https://user:pass@crm.example.com/hooks?token=tok123#frag",
+	URL:     "https://user:pass@crm.example.com/services/T0001/pathtok9/hooks?token=tok123#frag",
 	Secret:  "whsec_very_secret",
 	Headers: map[string]string{"Authorization": "Bearer api-key-123"},
 }
 
-var leakyParts = []string{"whsec_very_secret", "very_secret", "api-key-123", "tok123", "pass", "frag",
+var leakyParts = []string{"whsec_very_secret", "very_secret", "api-key-123", "tok123", "pass", "frag", "pathtok9", "services",
 	// the secret and the header value in hex, as %x of a string would print them
 	fmt.Sprintf("%x", "whsec_very_secret"), fmt.Sprintf("%X", "whsec_very_secret"), fmt.Sprintf("%x", "api-key-123")}
 
@@ -250,7 +251,7 @@ func TestConnection_NoFmtVerbShowsSecrets(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, `webhook connection "crm" (POST https://crm.example.com/hooks?…)`, c.String())
+	assert.Equal(t, `webhook connection "crm" (POST https://crm.example.com/…)`, c.String())
 	assert.Equal(t, c.String(), fmt.Sprint(c))
 	assert.Equal(t, strconv.Quote(c.String()), fmt.Sprintf("%q", c))
 	assert.Equal(t, "<nil>", fmt.Sprint((*webhook.Connection)(nil)))
@@ -280,19 +281,19 @@ func TestConnection_SlogAndJSONShowNoSecrets(t *testing.T) {
 			logger.Info("x", "conn", v)
 			logger.Info("x", slog.Any("conn", v), slog.Group("g", "conn", v))
 			assertNoLeak(t, hname+" handler with "+name, out.String())
-			assert.Contains(t, out.String(), "crm.example.com/hooks", "%s handler with %s", hname, name)
+			assert.Contains(t, out.String(), "https://crm.example.com/…", "%s handler with %s", hname, name)
 		}
 		b, err := json.Marshal(v)
 		require.NoError(t, err)
 		assertNoLeak(t, "json.Marshal of "+name, string(b))
-		assert.Contains(t, string(b), "crm.example.com/hooks")
+		assert.Contains(t, string(b), "https://crm.example.com/…")
 	}
 	var logs bytes.Buffer
 	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "connection", c)
 	assert.Contains(t, logs.String(), `"headers":["Authorization"]`)
 	b, err := json.Marshal(c)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"name":"crm","method":"POST","url":"https://crm.example.com/hooks?…","headers":["Authorization"]}`, string(b))
+	assert.JSONEq(t, `{"name":"crm","method":"POST","url":"https://crm.example.com/…","headers":["Authorization"]}`, string(b))
 }
 
 func TestSend_WireFormat(t *testing.T) {
@@ -514,8 +515,9 @@ func TestSend_DoesNotFollowRedirect(t *testing.T) {
 	a := res.Attempts[0]
 	assert.Equal(t, webhook.KindRedirect, a.Kind)
 	assert.Equal(t, http.StatusFound, a.StatusCode)
-	assert.Contains(t, a.Err.Error(), target.URL+"/stolen?…")
+	assert.Contains(t, a.Err.Error(), "(Location: "+target.URL+"/…)")
 	assert.NotContains(t, a.Err.Error(), "k1")
+	assert.NotContains(t, a.Err.Error(), "stolen", "a Location's path may carry a token too")
 }
 
 func TestSend_RefusesPrivateAddressesByDefault(t *testing.T) {
@@ -834,4 +836,85 @@ func TestSend_EmptyPortIsDropped(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "crm.example.com", host, "as http.NewRequest sends it")
 	assert.Equal(t, "https://crm.example.com/hooks?x=1", url)
+}
+
+func TestRedactedURL(t *testing.T) {
+	tests := []struct{ url, want string }{
+		{"https://crm.example.com", "https://crm.example.com"},
+		{"https://crm.example.com/", "https://crm.example.com/"},
+		{"https://crm.example.com:8443/", "https://crm.example.com:8443/"},
+		{"https://hooks.slack.example/services/T0001/B0002/token", "https://hooks.slack.example/…"},
+		{"https://crm.example.com/?k=v", "https://crm.example.com/…"},
+		{"https://crm.example.com?k=v", "https://crm.example.com/…"},
+		{"https://crm.example.com/#frag", "https://crm.example.com/"},
+		{"https://u:p@[2001:db8::1]:443/x", "https://[2001:db8::1]:443/…"},
+		{"https://crm.example.com/%zz", "(unparsable URL)"},
+		{"", "(unparsable URL)"},
+	}
+	for _, tc := range tests {
+		c := webhook.Connection{Name: "n", URL: tc.url}
+		assert.Equal(t, `webhook connection "n" (POST `+tc.want+`)`, c.String(), tc.url)
+	}
+}
+
+// TestSend_URLPathIsNeverShown pins that a URL's path, which carries the
+// credential in many webhook URLs, reaches no error, log line, table or
+// formatting of a failed delivery, whatever the failure.
+func TestSend_URLPathIsNeverShown(t *testing.T) {
+	const path = "/services/T0001/B0002/pathsecret9"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := "https://" + ln.Addr().String() + path + "?q=querysecret8"
+	require.NoError(t, ln.Close())
+	hang := newReceiver(t)
+	hang.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		<-r.Context().Done()
+		panic(http.ErrAbortHandler)
+	}
+	redirect := newReceiver(t)
+	redirect.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		http.Redirect(w, r, "https://elsewhere.example"+path, http.StatusTemporaryRedirect)
+		return true
+	}
+	status := newReceiver(t, http.StatusGone)
+	for name, target := range map[string]struct {
+		rv  *receiver
+		url string
+	}{
+		"refused":  {nil, refused},
+		"timeout":  {hang, hang.URL + path},
+		"redirect": {redirect, redirect.URL + path},
+		"status":   {status, status.URL + path},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var logs bytes.Buffer
+			opts := &webhook.SenderOptions{AllowPrivateNetworks: true, Retry: shortPolicy(1), AttemptTimeout: 200 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+			if target.rv != nil {
+				opts.Client = target.rv.Client()
+			}
+			s := newTestSender(t, nil, opts)
+			conn := webhook.Connection{Name: "crm", URL: target.url, Secret: testSecret}
+			res, err := s.Send(context.Background(), conn, samplePayload())
+			require.Error(t, err)
+			var table bytes.Buffer
+			require.NoError(t, res.WriteTable(&table))
+			shown := []string{err.Error(), table.String(), logs.String(), fmt.Sprintf("%v %+v", res, res), conn.String()}
+			for _, a := range res.Attempts {
+				shown = append(shown, a.Err.Error(), a.Diagnosis(), a.String())
+			}
+			if name == "refused" {
+				a := s.Attempt(context.Background(), conn, webhook.EventUserIdentified, []byte(`{}`), 1)
+				shown = append(shown, a.Err.Error(), a.Diagnosis())
+			}
+			for _, text := range shown {
+				for _, part := range []string{"pathsecret9", "B0002", "services", "querysecret8"} {
+					assert.NotContains(t, text, part)
+				}
+			}
+			if target.rv != redirect && target.rv != status { // an answer's error names no URL
+				assert.Contains(t, err.Error(), "/…", "the error says there was more to the URL")
+			}
+		})
+	}
 }
