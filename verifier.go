@@ -187,10 +187,11 @@ func (*bodyReader) Close() error { return nil }
 
 // serveVerified reads r's body into a pooled buffer and verifies it. It
 // answers a refusal itself; otherwise it calls serve with the body, r.Body
-// holding the same bytes. When serve returns, the buffer is recycled:
-// net/http's Handler contract forbids reading r.Body after ServeHTTP
-// returns, and a late read fails with errBodyAfterServe, never seeing
-// another request's bytes.
+// holding the same bytes. When serve returns, r.Body is released and the
+// buffer recycled: net/http's Handler contract forbids reading r.Body after
+// ServeHTTP returns, and a read from then on, from any goroutine, fails with
+// errBodyAfterServe. It never sees another request's bytes: see
+// recycledBody.
 func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve func(body []byte)) {
 	if v.keys.Load() == nil {
 		v.refuse(w, r, errZeroVerifier)
@@ -209,18 +210,21 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	} else {
 		serve(body)
 	}
-	rd.r.Reset(nil)
-	rd.released = true
+	rd.release()
 	if cap(body) <= maxPooledBody {
 		*buf = body[:0]
 		bodyPool.Put(buf)
 	}
 }
 
-// recycledBody is r.Body while the middleware serves: the verified bytes,
-// readable until the middleware returns. It has no WriteTo, so that io.Copy
-// goes through Read too.
+// recycledBody is r.Body while the middleware serves: the verified bytes in
+// a pooled buffer, readable until the middleware returns. A goroutine of the
+// handler's may still hold it then, so, as net/http's own request body does,
+// every Read and the release take one mutex: once release has returned, no
+// Read touches the buffer, which may then hold another request. It has no
+// WriteTo, so that io.Copy goes through Read too.
 type recycledBody struct {
+	mu       sync.Mutex
 	r        bytes.Reader
 	released bool
 }
@@ -230,10 +234,20 @@ type recycledBody struct {
 var errBodyAfterServe = errors.New("webhook: request body read after the verifying middleware returned; read it within the next handler's ServeHTTP")
 
 func (b *recycledBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.released {
 		return 0, errBodyAfterServe
 	}
 	return b.r.Read(p)
+}
+
+// release ends every read: the buffer is the pool's again.
+func (b *recycledBody) release() {
+	b.mu.Lock()
+	b.released = true
+	b.r.Reset(nil)
+	b.mu.Unlock()
 }
 
 func (*recycledBody) Close() error { return nil }
@@ -313,9 +327,13 @@ func bodyTooLarge(limit int64) error {
 //
 // Its shape fits routers' Use methods, such as chi's r.Use(v.Middleware).
 // The body is read into a recycled buffer: as net/http's Handler contract
-// says, r.Body may be read only until next returns; a later read fails with
-// an error that says so. An adapter for another router must run the rest of
-// its chain inside next (see examples/routers for gin).
+// says, r.Body may be read only until next returns. A later read, from any
+// goroutine (a handler that hands r.Body or r.Clone(ctx).Body to background
+// work and answers at once), fails with an error that says so: every read
+// gives a prefix of the request's own bytes or an error, never another
+// request's bytes. Copy the body before next returns to keep it. An adapter
+// for another router must run the rest of its chain inside next (see
+// examples/routers for gin).
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v.serveVerified(w, r, func([]byte) { next.ServeHTTP(w, r) })
