@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -104,7 +105,9 @@ type VerifierOptions struct {
 // Verifier checks deliveries against one or more secrets. Configuring the
 // old and the new secret of a connection at once lets a customer rotate the
 // secret without refusing a delivery. A Verifier is safe for concurrent use.
-// Create one with [NewVerifier]: the zero Verifier refuses every request.
+// Create one with [NewVerifier]. The zero Verifier refuses every request
+// until [Verifier.SetSecrets] gives it secrets; it then checks them with the
+// defaults, as NewVerifier(secrets, nil) does.
 type Verifier struct {
 	keys      atomic.Pointer[[]*keyedMAC] // replaced whole by SetSecrets
 	tolerance time.Duration
@@ -160,7 +163,20 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if keys == nil {
 		return errZeroVerifier
 	}
-	return verify(*keys, v.tolerance, v.maxBody, v.now(), h, body)
+	return verify(*keys, cmp.Or(v.tolerance, DefaultTolerance), v.maxBodyBytes(), v.clock(), h, body)
+}
+
+// maxBodyBytes is the body limit: the configured one, or the default in a
+// zero Verifier.
+func (v *Verifier) maxBodyBytes() int64 { return cmp.Or(v.maxBody, DefaultMaxBodyBytes) }
+
+// clock returns the current time by VerifierOptions.Now, or time.Now in a
+// zero Verifier.
+func (v *Verifier) clock() time.Time {
+	if v.now == nil {
+		return time.Now()
+	}
+	return v.now()
 }
 
 // VerifyRequest reads r's body (at most the body limit), verifies it with
@@ -172,7 +188,7 @@ func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 	if v.keys.Load() == nil {
 		return nil, errZeroVerifier
 	}
-	body, err := readBody(nil, r.Body, r.ContentLength, v.maxBody)
+	body, err := readBody(nil, r.Body, r.ContentLength, v.maxBodyBytes())
 	r.Body = &bodyReader{Reader: bytes.NewReader(body)}
 	if err != nil {
 		return body, err
@@ -198,7 +214,7 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 		return
 	}
 	buf := bodyPool.Get().(*[]byte)
-	body, err := readBody((*buf)[:0], r.Body, r.ContentLength, v.maxBody)
+	body, err := readBody((*buf)[:0], r.Body, r.ContentLength, v.maxBodyBytes())
 	rd := &recycledBody{}
 	rd.r.Reset(body)
 	r.Body = rd

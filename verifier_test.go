@@ -454,6 +454,38 @@ func TestVerifier_ZeroValueRefusesClearly(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, rec.Code)
 }
 
+// TestVerifier_ZeroValueWithSecretsUsesTheDefaults pins that SetSecrets on a
+// Verifier not made by NewVerifier gives one that checks with the defaults
+// (the clock, DefaultTolerance, DefaultMaxBodyBytes), rather than one that
+// panics on its first request.
+func TestVerifier_ZeroValueWithSecretsUsesTheDefaults(t *testing.T) {
+	var v webhook.Verifier
+	require.NoError(t, v.SetSecrets([]string{testSecret}))
+	body := []byte(`{"event":"user.identified"}`)
+	now := time.Now()
+	assert.NoError(t, v.Verify(signedHeader(testSecret, now.UnixMilli(), body), body))
+	assert.ErrorIs(t, v.Verify(signedHeader(testSecret, now.Add(-webhook.DefaultTolerance-time.Minute).UnixMilli(), body), body),
+		webhook.ErrTimestampExpired)
+	big := bytes.Repeat([]byte("x"), webhook.DefaultMaxBodyBytes+1)
+	assert.ErrorIs(t, v.Verify(signedHeader(testSecret, now.UnixMilli(), big), big), webhook.ErrBodyTooLarge)
+
+	for _, tc := range []struct {
+		body []byte
+		ts   time.Time
+		want int
+	}{
+		{body, now, http.StatusOK},
+		{body, now.Add(-time.Hour), http.StatusUnauthorized},
+		{big, now, http.StatusRequestEntityTooLarge},
+	} {
+		rec := httptest.NewRecorder()
+		v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, newSignedRequest(testSecret, tc.ts.UnixMilli(), tc.body))
+		assert.Equal(t, tc.want, rec.Code)
+		_, err := v.VerifyRequest(newSignedRequest(testSecret, tc.ts.UnixMilli(), tc.body))
+		assert.Equal(t, tc.want == http.StatusOK, err == nil, "VerifyRequest: %v", err)
+	}
+}
+
 func TestMiddleware_ErrorHandlerGetsUnreadableBody(t *testing.T) {
 	var got error
 	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
