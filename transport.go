@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/signedhook/webhook/internal/dialguard"
@@ -65,25 +65,29 @@ type TransportOptions struct {
 	//
 	// With a proxy the guard checks what this process can see: a URL whose
 	// host is an IP address that is not public is refused before anything
-	// is sent, and requests that Proxy sends directly are dialled with the
-	// guard as usual. The connection to a proxy URL that Proxy returned is
-	// not guarded (it is usually private), and host names sent through the
-	// proxy are resolved by the proxy: its own policy must refuse private
-	// addresses.
+	// is sent, and every direct connection is guarded, also one to a
+	// proxy's own address. Only the connection that an attempt of a
+	// [Sender] makes to reach the proxy Proxy returned for it is not
+	// guarded (a proxy is usually private); a request made with this
+	// transport outside a Sender reaches a proxy only at a public address.
+	// Host names sent through the proxy are resolved by the proxy: its own
+	// policy must refuse private addresses.
 	Proxy func(*http.Request) (*url.URL, error)
 }
 
 // NewTransport returns the transport a [Sender] uses by default, for a
 // Client of your own: no proxy unless opts says so, TLS 1.2 or later with
-// session resumption, HTTP/2 when the receiver offers it, response headers
-// bounded to 64 KiB, a pool of DefaultMaxIdleConnsPerHost idle connections
-// per host and DefaultMaxIdleConns in all, and the private-network guard. The guard refuses, at dial time and on the address
-// DNS resolved (so DNS rebinding cannot pass it), loopback, private,
-// link-local (cloud metadata), shared (CGNAT), multicast, documentation,
-// benchmarking and reserved addresses, and IPv6 forms that carry such an
-// IPv4 address (6to4, Teredo, IPv4-compatible, IPv4-translated, NAT64);
-// outside IPv4, only global unicast IPv6 is allowed. The error of a refused
-// attempt matches [ErrBlockedDestination].
+// session resumption, HTTP/2 when the
+// receiver offers it, response headers bounded to 64 KiB, a pool of
+// DefaultMaxIdleConnsPerHost idle connections per host and
+// DefaultMaxIdleConns in all, and the private-network guard. The guard
+// refuses, at dial time and on the address DNS resolved (so DNS rebinding
+// cannot pass it), loopback, private, link-local (cloud metadata), shared
+// (CGNAT), multicast, documentation, benchmarking and reserved addresses,
+// and IPv6 forms that carry such an IPv4 address (6to4, Teredo,
+// IPv4-compatible, IPv4-translated, NAT64); outside IPv4, only global
+// unicast IPv6 is allowed. The error of a refused attempt matches
+// [ErrBlockedDestination].
 //
 // A Client keeps the guard as long as its Transport is this transport or
 // wraps it (a tracing RoundTripper such as otelhttp's, say): every
@@ -92,10 +96,10 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 	if opts == nil {
 		opts = &TransportOptions{}
 	}
-	guard := !opts.AllowPrivateNetworks
-	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
-	if guard {
-		dialer.Control = dialguard.Control
+	d := &dialer{
+		guard:   !opts.AllowPrivateNetworks,
+		plain:   &net.Dialer{KeepAlive: 30 * time.Second},
+		guarded: &net.Dialer{KeepAlive: 30 * time.Second, Control: dialguard.Control},
 	}
 	tlsConfig := &tls.Config{}
 	if opts.TLSClientConfig != nil {
@@ -111,7 +115,7 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 	total := cmp.Or(max(opts.MaxIdleConns, 0), DefaultMaxIdleConns)
 	t := &http.Transport{
 		Proxy:                  nil,
-		DialContext:            dialer.DialContext,
+		DialContext:            d.dial,
 		TLSClientConfig:        tlsConfig,
 		TLSHandshakeTimeout:    10 * time.Second,
 		ForceAttemptHTTP2:      true,
@@ -122,24 +126,62 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	if opts.Proxy != nil {
-		p := &guardedProxy{proxy: opts.Proxy, guard: guard, direct: dialer, plain: &net.Dialer{KeepAlive: 30 * time.Second}}
+		p := &proxyRouter{proxy: opts.Proxy, guard: d.guard}
 		t.Proxy = p.proxyFor
-		t.DialContext = p.dial
 	}
 	return t
 }
 
-// guardedProxy routes through the caller's proxy, guarding what it can: IP
-// literals in URLs, and direct connections.
-type guardedProxy struct {
-	proxy   func(*http.Request) (*url.URL, error)
+// dialer makes the transport's connections: every one under the guard
+// (unless it is off), except the connection a request makes to reach the
+// proxy proxyRouter chose for it, which the request's route names.
+type dialer struct {
 	guard   bool
-	direct  *net.Dialer // guarded unless the guard is off
-	plain   *net.Dialer // for proxies
-	proxies sync.Map    // host:port of every proxy returned, as the transport dials it
+	plain   *net.Dialer
+	guarded *net.Dialer // refuses addresses dialguard refuses
 }
 
-func (p *guardedProxy) proxyFor(r *http.Request) (*url.URL, error) {
+func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.guard && !routedToProxy(ctx, addr) {
+		return d.guarded.DialContext(ctx, network, addr)
+	}
+	return d.plain.DialContext(ctx, network, addr)
+}
+
+// route is carried by the context of a Sender's attempt to the dial of its
+// connection: proxyRouter notes in it the address of the proxy it chose for
+// the request, which the dial may then reach unguarded. A direct request's
+// route stays empty, so its dial is guarded even when its address is a
+// proxy's.
+type route struct{ proxy atomic.Pointer[string] }
+
+type routeKey struct{}
+
+// withRoute returns ctx carrying a new, empty route.
+func withRoute(ctx context.Context) context.Context {
+	return context.WithValue(ctx, routeKey{}, new(route))
+}
+
+// routedToProxy reports whether the request whose dial has ctx (net/http
+// dials with the request's context values) was routed through the proxy at
+// addr.
+func routedToProxy(ctx context.Context, addr string) bool {
+	r, ok := ctx.Value(routeKey{}).(*route)
+	if !ok {
+		return false
+	}
+	p := r.proxy.Load()
+	return p != nil && *p == addr
+}
+
+// proxyRouter routes through the caller's proxy, guarding what it can: IP
+// literals in URLs here, every direct connection at its dial.
+type proxyRouter struct {
+	proxy func(*http.Request) (*url.URL, error)
+	guard bool
+}
+
+func (p *proxyRouter) proxyFor(r *http.Request) (*url.URL, error) {
 	if p.guard {
 		if ip, err := netip.ParseAddr(r.URL.Hostname()); err == nil && !dialguard.Allowed(ip) {
 			return nil, dialguard.Blocked(ip)
@@ -147,16 +189,12 @@ func (p *guardedProxy) proxyFor(r *http.Request) (*url.URL, error) {
 	}
 	u, err := p.proxy(r)
 	if u != nil && err == nil {
-		p.proxies.Store(proxyAddr(u), true)
+		if rt, ok := r.Context().Value(routeKey{}).(*route); ok {
+			addr := proxyAddr(u)
+			rt.proxy.Store(&addr)
+		}
 	}
 	return u, err
-}
-
-func (p *guardedProxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if _, ok := p.proxies.Load(addr); ok {
-		return p.plain.DialContext(ctx, network, addr)
-	}
-	return p.direct.DialContext(ctx, network, addr)
 }
 
 // proxyAddr returns the host:port net/http dials for proxy u.

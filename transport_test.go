@@ -73,8 +73,6 @@ func TestNewTransport_Defaults(t *testing.T) {
 	assert.Nil(t, custom.ClientSessionCache)
 	assert.Equal(t, 7, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: 7}).MaxIdleConnsPerHost)
 	assert.Equal(t, 9, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConns: 9}).MaxIdleConns)
-	own := tls.NewLRUClientSessionCache(1)
-	assert.Equal(t, own, webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{ClientSessionCache: own}}).TLSClientConfig.ClientSessionCache)
 	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, webhook.NewTransport(nil).MaxIdleConnsPerHost)
 }
 
@@ -111,7 +109,8 @@ func TestNewTransport_EgressProxy(t *testing.T) {
 type connectProxy struct {
 	addr     string
 	ln       net.Listener
-	routes   sync.Map // requested host:port -> address to dial
+	routes   sync.Map     // requested host:port -> address to dial
+	accepted atomic.Int64 // connections, whatever they carry
 	connects atomic.Int64
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -153,6 +152,7 @@ func (p *connectProxy) serve() {
 			return
 		}
 		p.track(c)
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -211,4 +211,66 @@ func TestNewTransport_ResumesTLSSessions(t *testing.T) {
 	}
 	assert.EqualValues(t, 1, full.Load(), "one full handshake")
 	assert.EqualValues(t, 4, resumed.Load(), "then resumed sessions")
+}
+
+// TestNewTransport_ProxysAddressIsGuardedForDirectRequests pins that only a
+// connection made to reach a proxy skips the guard. Go's proxy functions
+// never proxy localhost, so with a local egress proxy a customer URL naming
+// the proxy's own address is sent directly: that connection is guarded like
+// any other, before and after the proxy was first used.
+func TestNewTransport_ProxysAddressIsGuardedForDirectRequests(t *testing.T) {
+	rv := newReceiver(t)
+	proxy := newConnectProxy(t)
+	_, proxyPort, _ := net.SplitHostPort(proxy.addr)
+	_, port, _ := net.SplitHostPort(rv.Listener.Addr().String())
+	proxy.route("example.com:"+port, rv.Listener.Addr().String())
+	proxyURL := &url.URL{Scheme: "http", Host: "localhost:" + proxyPort}
+	tr := webhook.NewTransport(&webhook.TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: certPool(rv)},
+		Proxy: func(r *http.Request) (*url.URL, error) {
+			if r.URL.Hostname() == "localhost" {
+				return nil, nil // as http.ProxyFromEnvironment: localhost is never proxied
+			}
+			return proxyURL, nil
+		},
+	})
+	defer tr.CloseIdleConnections()
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+	direct := webhook.Connection{URL: "https://localhost:" + proxyPort + "/", Secret: testSecret}
+
+	for i, step := range []string{"before the proxy is used", "after"} {
+		res, err := s.Send(context.Background(), direct, samplePayload())
+		require.ErrorIs(t, err, webhook.ErrBlockedDestination, step)
+		assert.Equal(t, []webhook.FailureKind{webhook.KindBlocked}, kinds(res.Attempts), step)
+		assert.EqualValues(t, i, proxy.accepted.Load(), "%s: the direct request never reached the proxy's port", step)
+
+		_, err = s.Send(context.Background(), webhook.Connection{URL: "https://example.com:" + port + "/", Secret: testSecret}, samplePayload())
+		require.NoError(t, err, "%s: through the proxy, whose private address is dialled", step)
+		tr.CloseIdleConnections() // the next proxied request dials the proxy again
+	}
+	assert.Len(t, rv.deliveries(), 2)
+
+	// A request made outside a Sender carries no attempt of a Sender: the
+	// proxy's private address is guarded for it too.
+	client := &http.Client{Transport: tr}
+	_, err := client.Get("https://example.com:" + port + "/")
+	require.ErrorIs(t, err, webhook.ErrBlockedDestination)
+}
+
+// TestNewTransport_HTTP2 pins that the transport still negotiates HTTP/2
+// with a receiver that offers it.
+func TestNewTransport_HTTP2(t *testing.T) {
+	var proto atomic.Value
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { proto.Store(r.Proto) }))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	defer tr.CloseIdleConnections()
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
+	_, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL, Secret: testSecret}, samplePayload())
+	require.NoError(t, err)
+	assert.Equal(t, "HTTP/2.0", proto.Load())
 }

@@ -533,6 +533,7 @@ type Sender struct {
 	maxConc   int
 	maxBody   int64
 	timeout   time.Duration // per attempt
+	routed    bool          // attempts carry a route: the transport may have a proxy
 
 	deliveries sync.Pool // of *delivery
 }
@@ -595,6 +596,9 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	rt := client.Transport
 	if rt == nil {
 		rt = http.DefaultTransport
+	}
+	if t, ok := rt.(*http.Transport); !ok || t.Proxy != nil {
+		s.routed = true // NewTransport's, maybe wrapped, may route through a proxy
 	}
 	s.timeout = timeout
 	client.Transport = &attemptTransport{rt: rt}
@@ -912,7 +916,11 @@ func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
 // attempt. Bounding the request itself, rather than wrapping the client's
 // RoundTripper, costs one request copy and no wrapped body.
 func (d *delivery) bound(r *http.Request) *http.Request {
-	ctx, cancel := context.WithTimeout(d.ctx, d.s.timeout)
+	ctx := d.ctx
+	if d.s.routed {
+		ctx = withRoute(ctx) // lets NewTransport's dialer tell a proxy's connection from a direct one
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.s.timeout)
 	d.cancel = cancel
 	return r.WithContext(ctx)
 }
