@@ -71,13 +71,15 @@ type TransportOptions struct {
 	// guarded (a proxy is usually private); a request made with this
 	// transport outside a Sender reaches a proxy only at a public address.
 	// Host names sent through the proxy are resolved by the proxy: its own
-	// policy must refuse private addresses.
+	// policy must refuse private addresses. TLS sessions are not resumed
+	// through a proxy (they are keyed by host and port, which only a direct
+	// connection's dial knows).
 	Proxy func(*http.Request) (*url.URL, error)
 }
 
 // NewTransport returns the transport a [Sender] uses by default, for a
 // Client of your own: no proxy unless opts says so, TLS 1.2 or later with
-// session resumption, HTTP/2 when the
+// session resumption (sessions keyed by host and port), HTTP/2 when the
 // receiver offers it, response headers bounded to 64 KiB, a pool of
 // DefaultMaxIdleConnsPerHost idle connections per host and
 // DefaultMaxIdleConns in all, and the private-network guard. The guard
@@ -106,16 +108,22 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		tlsConfig = opts.TLSClientConfig.Clone()
 	}
 	tlsConfig.MinVersion = max(tlsConfig.MinVersion, tls.VersionTLS12)
-	if tlsConfig.ClientSessionCache == nil {
-		// Most customers' endpoints get a delivery now and then, so most
-		// deliveries open a new connection: resuming saves a handshake.
-		tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(DefaultTLSSessionCacheSize)
+	// Most customers' endpoints get a delivery now and then, so most
+	// deliveries open a new connection: resuming saves a handshake. The
+	// dialer keeps the cache, not the config: TLS would key sessions by
+	// host name alone, and a connection made through a proxy by the
+	// transport itself would use them so.
+	d.sessions = tlsConfig.ClientSessionCache
+	if d.sessions == nil {
+		d.sessions = tls.NewLRUClientSessionCache(DefaultTLSSessionCacheSize)
 	}
+	tlsConfig.ClientSessionCache = nil
 	perHost := cmp.Or(max(opts.MaxIdleConnsPerHost, 0), DefaultMaxIdleConnsPerHost)
 	total := cmp.Or(max(opts.MaxIdleConns, 0), DefaultMaxIdleConns)
 	t := &http.Transport{
 		Proxy:                  nil,
 		DialContext:            d.dial,
+		DialTLSContext:         d.dialTLS,
 		TLSClientConfig:        tlsConfig,
 		TLSHandshakeTimeout:    10 * time.Second,
 		ForceAttemptHTTP2:      true,
@@ -125,6 +133,7 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
+	d.t = t
 	if opts.Proxy != nil {
 		p := &proxyRouter{proxy: opts.Proxy, guard: d.guard}
 		t.Proxy = p.proxyFor
@@ -136,9 +145,11 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 // (unless it is off), except the connection a request makes to reach the
 // proxy proxyRouter chose for it, which the request's route names.
 type dialer struct {
-	guard   bool
-	plain   *net.Dialer
-	guarded *net.Dialer // refuses addresses dialguard refuses
+	t        *http.Transport // its TLSClientConfig, read at each dial: net/http adds HTTP/2 to it
+	guard    bool
+	plain    *net.Dialer
+	guarded  *net.Dialer // refuses addresses dialguard refuses
+	sessions tls.ClientSessionCache
 }
 
 func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -146,6 +157,55 @@ func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, erro
 		return d.guarded.DialContext(ctx, network, addr)
 	}
 	return d.plain.DialContext(ctx, network, addr)
+}
+
+// dialTLS dials addr and makes the TLS handshake, as net/http would, but
+// with the sessions of addr's host and port: a session of host:443 is never
+// offered to host:8443. net/http calls it for HTTPS destinations reached
+// directly, and for HTTPS proxies.
+func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := d.dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{}
+	if d.t.TLSClientConfig != nil {
+		cfg = d.t.TLSClientConfig.Clone()
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	cfg.ClientSessionCache = portSessions{d.sessions, port}
+	if timeout := d.t.TLSHandshakeTimeout; timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// portSessions is a session cache for one port's connections: TLS keys a
+// session by the server's name, and this adds the port.
+type portSessions struct {
+	cache tls.ClientSessionCache
+	port  string
+}
+
+func (s portSessions) Get(name string) (*tls.ClientSessionState, bool) {
+	return s.cache.Get(net.JoinHostPort(name, s.port))
+}
+
+func (s portSessions) Put(name string, cs *tls.ClientSessionState) {
+	s.cache.Put(net.JoinHostPort(name, s.port), cs)
 }
 
 // route is carried by the context of a Sender's attempt to the dial of its

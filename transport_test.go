@@ -69,11 +69,38 @@ func TestNewTransport_Defaults(t *testing.T) {
 	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, tr.MaxIdleConnsPerHost)
 	assert.EqualValues(t, 64<<10, tr.MaxResponseHeaderBytes)
 	assert.Equal(t, webhook.DefaultMaxIdleConns, tr.MaxIdleConns, "a cap across all hosts")
-	assert.NotNil(t, tr.TLSClientConfig.ClientSessionCache, "sessions are resumed")
 	assert.Nil(t, custom.ClientSessionCache)
 	assert.Equal(t, 7, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: 7}).MaxIdleConnsPerHost)
 	assert.Equal(t, 9, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConns: 9}).MaxIdleConns)
 	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, webhook.NewTransport(nil).MaxIdleConnsPerHost)
+}
+
+// keyRecorder is a session cache that records the keys it is given.
+type keyRecorder struct {
+	tls.ClientSessionCache
+	mu   sync.Mutex
+	keys []string
+}
+
+func (c *keyRecorder) Put(key string, cs *tls.ClientSessionState) {
+	c.mu.Lock()
+	c.keys = append(c.keys, key)
+	c.mu.Unlock()
+	c.ClientSessionCache.Put(key, cs)
+}
+
+func TestNewTransport_UsesTheCallersSessionCache(t *testing.T) {
+	rv := newReceiver(t)
+	own := &keyRecorder{ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+	tr := webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: true,
+		TLSClientConfig: &tls.Config{RootCAs: certPool(rv), ClientSessionCache: own}})
+	defer tr.CloseIdleConnections()
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
+	_, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.NoError(t, err)
+	own.mu.Lock()
+	defer own.mu.Unlock()
+	assert.Contains(t, own.keys, rv.Listener.Addr().String(), "keyed by host and port")
 }
 
 // TestNewTransport_EgressProxy runs a CONNECT proxy on loopback. Through it,
@@ -255,6 +282,46 @@ func TestNewTransport_ProxysAddressIsGuardedForDirectRequests(t *testing.T) {
 	client := &http.Client{Transport: tr}
 	_, err := client.Get("https://example.com:" + port + "/")
 	require.ErrorIs(t, err, webhook.ErrBlockedDestination)
+}
+
+// TestNewTransport_SessionsAreKeyedByHostAndPort pins that a TLS session of
+// host:A is never offered to host:B. The two receivers share their ticket
+// keys, as two services behind one terminating proxy may, so a ticket of one
+// would resume at the other.
+func TestNewTransport_SessionsAreKeyedByHostAndPort(t *testing.T) {
+	var ticketKey [32]byte
+	newServer := func(resumed *atomic.Int32) *httptest.Server {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.TLS.DidResume {
+				resumed.Add(1)
+			}
+		}))
+		srv.Config.SetKeepAlivesEnabled(false) // a new connection per delivery
+		srv.TLS = &tls.Config{}
+		srv.TLS.SetSessionTicketKeys([][32]byte{ticketKey})
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	var resumedA, resumedB atomic.Int32
+	a, b := newServer(&resumedA), newServer(&resumedB)
+	pool := x509.NewCertPool()
+	pool.AddCert(a.Certificate())
+	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	defer tr.CloseIdleConnections()
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
+	send := func(srv *httptest.Server) {
+		t.Helper()
+		_, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL, Secret: testSecret}, samplePayload())
+		require.NoError(t, err)
+	}
+	send(a)
+	send(a)
+	require.EqualValues(t, 1, resumedA.Load(), "the second connection to A resumes")
+	send(b)
+	assert.Zero(t, resumedB.Load(), "B, another port of the same host, is not offered A's session")
+	send(b)
+	assert.EqualValues(t, 1, resumedB.Load(), "B's own session resumes")
 }
 
 // TestNewTransport_HTTP2 pins that the transport still negotiates HTTP/2
