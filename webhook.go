@@ -160,6 +160,10 @@ var reservedHeaders = map[string]bool{
 	"Te":                true,
 	"Trailer":           true,
 	"Upgrade":           true,
+	// Expect: 100-continue changes how the request is sent, and
+	// Proxy-Authorization is for a proxy, not for the customer.
+	"Expect":              true,
+	"Proxy-Authorization": true,
 }
 
 // Validate reports the first thing wrong with c, as a [*FieldError] naming
@@ -170,9 +174,10 @@ var reservedHeaders = map[string]bool{
 // custom header with an invalid name or value (control characters such as CR
 // and LF), one that would replace Content-Type, an X-Service-* header or a
 // header the transport owns (Host, Content-Length, Transfer-Encoding,
-// Connection and the other hop-by-hop headers), or two whose names differ
-// only in case, all compared without regard to case. Plain http:// is
-// refused; there is no switch.
+// Connection and the other hop-by-hop headers, Expect, which changes how
+// the request is sent, and Proxy-Authorization, which is for a proxy), or
+// two whose names differ only in case, all compared without regard to case.
+// Plain http:// is refused; there is no switch.
 func (c Connection) Validate() error {
 	_, err := c.validate()
 	return err

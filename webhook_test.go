@@ -167,7 +167,8 @@ func TestConnection_Validate(t *testing.T) {
 		{"port with leading zeros", func(c *webhook.Connection) { c.URL = "https://crm.example.com:00443/hooks" }, "URL", "port"},
 	}
 	for _, name := range []string{"Content-Type", "content-type", "X-Service-Signature", "x-service-timestamp",
-		"X-SERVICE-EVENT", "X-Service-Anything", "Host", "Content-Length", "Transfer-Encoding", "connection", "Upgrade"} {
+		"X-SERVICE-EVENT", "X-Service-Anything", "Host", "Content-Length", "Transfer-Encoding", "connection", "Upgrade",
+		"Expect", "proxy-authorization"} {
 		tests = append(tests, struct {
 			name      string
 			mutate    func(*webhook.Connection)
