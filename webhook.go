@@ -62,8 +62,11 @@
 // [Connection]; neither do custom header values, nor a URL's path, query or
 // user information, where many webhook URLs carry their credential: an
 // endpoint is named by its origin, such as https://hooks.example.com/….
-// Nothing is printed unless a *slog.Logger is given. [NewSecret] makes a
-// secret with 256 bits of entropy.
+// Nothing is printed unless a *slog.Logger is given. What a receiver sends
+// (a body, a status line, a Location header, a certificate's names) is
+// printed only as printable text, without control or format characters
+// ([Attempt.ResponseText]). [NewSecret] makes a secret with 256 bits of
+// entropy.
 //
 // Verification uses the raw body as received and the timestamp exactly as
 // its header carried it (canonical decimal only), compares signatures in
@@ -71,7 +74,9 @@
 // (so an expired-timestamp error is only ever given for an authentic
 // delivery), refuses an empty secret, accepts several secrets at once for
 // rotation, and never puts an expected signature in an error. The event
-// header is not signed: [NewHandler] dispatches on the signed body.
+// header is not signed: [NewHandler] dispatches on the signed body. The
+// middleware's r.Body, read after the handler returned, from any goroutine,
+// fails: it never shows another request's bytes.
 //
 // [Sign] and [Verify] keep the keyed hash state of a bounded number of
 // recently used secrets in memory, to skip key setup; a [Verifier] keeps its
