@@ -385,8 +385,11 @@ func (c Connection) headerNames() []string {
 // information, and none of them is shown.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" || u.Host == "" {
+	switch {
+	case err != nil || raw == "":
 		return "(unparsable URL)"
+	case u.Host == "": // a relative URL, such as a Location's
+		return "/…"
 	}
 	origin := u.Scheme + "://" + u.Host
 	switch {

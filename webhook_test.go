@@ -851,6 +851,8 @@ func TestRedactedURL(t *testing.T) {
 		{"https://u:p@[2001:db8::1]:443/x", "https://[2001:db8::1]:443/…"},
 		{"https://crm.example.com/%zz", "(unparsable URL)"},
 		{"", "(unparsable URL)"},
+		{"/login?next=/token", "/…"}, // a relative Location: its path may carry a secret too
+		{"crm.example.com/hooks", "/…"},
 	}
 	for _, tc := range tests {
 		c := webhook.Connection{Name: "n", URL: tc.url}
