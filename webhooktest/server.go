@@ -45,7 +45,7 @@ type Delivery struct {
 	Body   []byte      // the raw body
 	At     time.Time   // when it arrived
 	Err    error       // nil when it verified; otherwise why not (matches webhook.ErrVerification)
-	Status int         // the status the Server answered; 0 for a reset or a hang
+	Status int         // the status the Server answered; 0 for a reset, a hang, or while it answers
 }
 
 // Payload decodes the delivery's body; see [webhook.ParsePayload].
@@ -85,7 +85,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	script     []Answer
-	deliveries []Delivery
+	deliveries []*Delivery // the handler holds its own by pointer: Reset may drop it meanwhile
 }
 
 // NewServer starts and returns a Server that verifies deliveries with
@@ -175,10 +175,16 @@ func (s *Server) Script(answers ...Answer) {
 func (s *Server) Deliveries() []Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Delivery(nil), s.deliveries...)
+	out := make([]Delivery, len(s.deliveries))
+	for i, d := range s.deliveries {
+		out[i] = *d
+	}
+	return out
 }
 
-// Reset forgets the deliveries received and the answers scripted.
+// Reset forgets the deliveries received and the answers scripted. A
+// delivery being answered meanwhile still gets its answer, but is not
+// recorded.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -187,7 +193,7 @@ func (s *Server) Reset() {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := s.v.VerifyRequest(r)
-	d := Delivery{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now(), Err: err}
+	d := &Delivery{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now(), Err: err}
 
 	s.mu.Lock()
 	var answer Answer
@@ -195,13 +201,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if scripted {
 		answer, s.script = s.script[0], s.script[1:]
 	}
-	i := len(s.deliveries)
 	s.deliveries = append(s.deliveries, d)
 	s.mu.Unlock()
 
 	status := s.answer(w, r, err, answer, scripted)
 	s.mu.Lock()
-	s.deliveries[i].Status = status
+	d.Status = status // in the records, or dropped by Reset meanwhile
 	s.mu.Unlock()
 }
 

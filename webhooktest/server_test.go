@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,4 +177,70 @@ func TestNewRequest(t *testing.T) {
 		p.User.Metadata = webhook.Metadata{"x": func() {}}
 		webhooktest.NewRequest(secret, p, now)
 	})
+}
+
+// holdFirst answers the first delivery with first, once release is closed
+// (arrived is closed when it is held), and every later one with later at
+// once.
+func holdFirst(arrived, release chan struct{}, first, later int) http.Handler {
+	var n atomic.Int32
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			close(arrived)
+			<-release
+			w.WriteHeader(first)
+			return
+		}
+		w.WriteHeader(later)
+	})
+}
+
+// TestServer_ResetDuringDeliveryKeepsAnswerAndRecords pins that forgetting
+// the records while a delivery is being answered neither loses that answer
+// (the sender gets it, not a reset connection) nor writes its status into
+// a record of a later delivery.
+func TestServer_ResetDuringDeliveryKeepsAnswerAndRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		later bool // another delivery arrives after Reset, before the release
+	}{
+		{"nothing after", false},
+		{"another delivery after", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			arrived, release := make(chan struct{}), make(chan struct{})
+			srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: holdFirst(arrived, release, http.StatusAccepted, http.StatusCreated)})
+			defer srv.Close()
+			s := srv.Sender(&webhook.SenderOptions{Retry: fastRetries(0)})
+
+			type result struct {
+				res *webhook.Result
+				err error
+			}
+			first := make(chan result, 1)
+			go func() {
+				res, err := s.Send(context.Background(), srv.Connection(), payload())
+				first <- result{res, err}
+			}()
+			<-arrived
+			srv.Reset()
+			want := []int(nil)
+			if tc.later {
+				_, err := s.Send(context.Background(), srv.Connection(), payload())
+				require.NoError(t, err)
+				want = []int{http.StatusCreated}
+			}
+			close(release)
+
+			got := <-first
+			require.NoError(t, got.err, "the held delivery gets its answer")
+			require.Len(t, got.res.Attempts, 1)
+			assert.Equal(t, http.StatusAccepted, got.res.Attempts[0].StatusCode)
+			var statuses []int
+			for _, d := range srv.Deliveries() {
+				statuses = append(statuses, d.Status)
+			}
+			assert.Equal(t, want, statuses, "only the delivery after Reset is recorded, with its own status")
+		})
+	}
 }
