@@ -21,6 +21,7 @@
 package webhooktest
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -61,7 +62,10 @@ type ServerOptions struct {
 
 	// Handler, if not nil, answers the verified deliveries that no
 	// scripted answer is left for, instead of 200 with {"ok":true}. It
-	// reads the identical raw body from r.Body.
+	// reads the identical raw body from r.Body, and its ResponseWriter
+	// unwraps for http.NewResponseController (Flush, deadlines, Hijack).
+	// The delivery records the first status it writes other than a 1xx,
+	// or 200.
 	Handler http.Handler
 }
 
@@ -222,9 +226,9 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, verr error, a An
 			http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
 			return http.StatusUnauthorized
 		case s.handler != nil:
-			rw := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+			rw := &statusRecorder{ResponseWriter: w}
 			s.handler.ServeHTTP(rw, r)
-			return rw.status
+			return cmp.Or(rw.status, http.StatusOK) // net/http answers 200 to a handler that wrote nothing
 		}
 		return writeStatus(w, http.StatusOK)
 	}
@@ -278,15 +282,30 @@ func writeStatus(w http.ResponseWriter, status int) int {
 	return status
 }
 
+// statusRecorder notes the status of a Handler's answer. Unwrap lets
+// http.NewResponseController reach the connection's writer (Flush,
+// deadlines, Hijack), as the Handler would without it.
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
+	status int // the first final status written; 0 until then
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
-	r.status = code
+	informational := code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols
+	if r.status == 0 && !informational {
+		r.status = code
+	}
 	r.ResponseWriter.WriteHeader(code)
 }
+
+func (r *statusRecorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // Answer is a scripted answer of a [Server] to one delivery. Build one with
 // [Status], [RetryAfter], [Redirect], [Slow], [Hang] or [Reset].

@@ -2,6 +2,7 @@ package webhooktest_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -243,4 +244,21 @@ func TestServer_ResetDuringDeliveryKeepsAnswerAndRecords(t *testing.T) {
 			assert.Equal(t, want, statuses, "only the delivery after Reset is recorded, with its own status")
 		})
 	}
+}
+
+// TestServer_HandlerReachesTheResponseWriter pins that a custom Handler
+// gets what http.ResponseController offers on the connection: here Flush,
+// which a streaming receiver needs. The recorded status is the final one,
+// not an informational 103.
+func TestServer_HandlerReachesTheResponseWriter(t *testing.T) {
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, "flush: %v", http.NewResponseController(w).Flush())
+	})})
+	defer srv.Close()
+	res, err := srv.Sender(nil).Send(context.Background(), srv.Connection(), payload())
+	require.NoError(t, err)
+	assert.Equal(t, "flush: <nil>", string(res.Attempts[0].ResponseBody))
+	assert.Equal(t, http.StatusAccepted, srv.Deliveries()[0].Status)
 }
