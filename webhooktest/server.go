@@ -85,7 +85,8 @@ type Server struct {
 	handler http.Handler
 	client  *http.Client
 	pool    *x509.CertPool
-	closed  chan struct{}
+	closed  chan struct{} // closed by Close, which releases the hanging answers
+	close   sync.Once
 
 	mu         sync.Mutex
 	script     []Answer
@@ -124,16 +125,14 @@ func NewServer(secret string, opts *ServerOptions) *Server {
 
 // Close releases the answers that hang, shuts the Server down and closes
 // the idle connections of its Client. It blocks until every request has
-// ended.
+// ended. It may be called more than once, from several goroutines: each
+// call returns once the Server is shut down.
 func (s *Server) Close() {
-	select {
-	case <-s.closed:
-		return
-	default:
-	}
-	close(s.closed)
-	s.srv.Close()
-	s.client.CloseIdleConnections()
+	s.close.Do(func() {
+		close(s.closed)
+		s.srv.Close()
+		s.client.CloseIdleConnections()
+	})
 }
 
 // Connection returns a valid connection to the Server's path "/webhooks"

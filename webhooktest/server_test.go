@@ -3,8 +3,11 @@ package webhooktest_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -261,4 +264,29 @@ func TestServer_HandlerReachesTheResponseWriter(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "flush: <nil>", string(res.Attempts[0].ResponseBody))
 	assert.Equal(t, http.StatusAccepted, srv.Deliveries()[0].Status)
+}
+
+// TestServer_ConcurrentClose pins that Close may be called from several
+// goroutines at once, each returning once the Server is shut down. A
+// check-then-close race shows as a panic (close of closed channel) within
+// these rounds under -race.
+func TestServer_ConcurrentClose(t *testing.T) {
+	for range 1000 {
+		srv := webhooktest.NewServer(secret, nil)
+		addr := strings.TrimPrefix(srv.URL, "https://")
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				srv.Close()
+				if c, err := net.Dial("tcp", addr); err == nil {
+					c.Close()
+					t.Errorf("the Server still accepts connections after Close returned")
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+	}
 }
