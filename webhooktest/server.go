@@ -90,7 +90,7 @@ type Server struct {
 
 	mu         sync.Mutex
 	script     []Answer
-	deliveries []*Delivery // the handler holds its own by pointer: Reset may drop it meanwhile
+	deliveries []*Delivery // the handler holds its own by pointer: Clear may drop it meanwhile
 }
 
 // NewServer starts and returns a Server that verifies deliveries with
@@ -185,10 +185,10 @@ func (s *Server) Deliveries() []Delivery {
 	return out
 }
 
-// Reset forgets the deliveries received and the answers scripted. A
+// Clear forgets the deliveries received and the answers scripted. A
 // delivery being answered meanwhile still gets its answer, but is not
-// recorded.
-func (s *Server) Reset() {
+// recorded. (The scripted answer that resets the connection is [Reset].)
+func (s *Server) Clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.deliveries, s.script = nil, nil
@@ -209,7 +209,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 	status := s.answer(w, r, err, answer, scripted)
 	s.mu.Lock()
-	d.Status = status // in the records, or dropped by Reset meanwhile
+	d.Status = status // in the records, or dropped by Clear meanwhile
 	s.mu.Unlock()
 }
 

@@ -114,7 +114,7 @@ func TestServer_RetryAfterHeader(t *testing.T) {
 	assert.Equal(t, "2", resp.Header.Get("Retry-After"), "rounded up to whole seconds")
 }
 
-func TestServer_HandlerAndReset(t *testing.T) {
+func TestServer_HandlerAndClear(t *testing.T) {
 	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 	})})
@@ -124,10 +124,10 @@ func TestServer_HandlerAndReset(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusAccepted, srv.Deliveries()[0].Status)
 	srv.Script(webhooktest.Status(500))
-	srv.Reset()
+	srv.Clear()
 	assert.Empty(t, srv.Deliveries())
 	_, err = s.Send(context.Background(), srv.Connection(), payload())
-	require.NoError(t, err, "Reset dropped the script too")
+	require.NoError(t, err, "Clear dropped the script too")
 	srv.Close()
 	srv.Close() // twice is fine
 }
@@ -199,14 +199,14 @@ func holdFirst(arrived, release chan struct{}, first, later int) http.Handler {
 	})
 }
 
-// TestServer_ResetDuringDeliveryKeepsAnswerAndRecords pins that forgetting
+// TestServer_ClearDuringDeliveryKeepsAnswerAndRecords pins that forgetting
 // the records while a delivery is being answered neither loses that answer
 // (the sender gets it, not a reset connection) nor writes its status into
 // a record of a later delivery.
-func TestServer_ResetDuringDeliveryKeepsAnswerAndRecords(t *testing.T) {
+func TestServer_ClearDuringDeliveryKeepsAnswerAndRecords(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		later bool // another delivery arrives after Reset, before the release
+		later bool // another delivery arrives after Clear, before the release
 	}{
 		{"nothing after", false},
 		{"another delivery after", true},
@@ -227,7 +227,7 @@ func TestServer_ResetDuringDeliveryKeepsAnswerAndRecords(t *testing.T) {
 				first <- result{res, err}
 			}()
 			<-arrived
-			srv.Reset()
+			srv.Clear()
 			want := []int(nil)
 			if tc.later {
 				_, err := s.Send(context.Background(), srv.Connection(), payload())
@@ -244,7 +244,7 @@ func TestServer_ResetDuringDeliveryKeepsAnswerAndRecords(t *testing.T) {
 			for _, d := range srv.Deliveries() {
 				statuses = append(statuses, d.Status)
 			}
-			assert.Equal(t, want, statuses, "only the delivery after Reset is recorded, with its own status")
+			assert.Equal(t, want, statuses, "only the delivery after Clear is recorded, with its own status")
 		})
 	}
 }
