@@ -1,8 +1,10 @@
 package webhooktest_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -67,4 +69,56 @@ func ExampleServer_Deliveries() {
 	// Output:
 	// POST /webhooks 200 <nil>
 	// user.identified test.user@example.com true
+}
+
+// Fan-out: one Sender reaches every Server of the process, since their
+// certificates come from one test CA.
+func ExampleServer_Sender() {
+	var conns []webhook.Connection
+	var srvs []*webhooktest.Server
+	for _, name := range []string{"crm", "billing", "audit"} {
+		srv := webhooktest.NewServer("whsec_"+name, nil)
+		defer srv.Close()
+		c := srv.Connection()
+		c.Name = name
+		conns, srvs = append(conns, c), append(srvs, srv)
+	}
+	srvs[1].Script(webhooktest.Status(503)) // billing fails once
+
+	fast := &webhook.RetryPolicy{MaxRetries: 1, Backoff: webhook.ExponentialBackoff(time.Millisecond, time.Second)}
+	s := srvs[0].Sender(&webhook.SenderOptions{Retry: fast})
+	for i, res := range s.SendAll(context.Background(), conns, webhook.SamplePayload(time.Now())) {
+		fmt.Println(res.Connection, len(res.Attempts), res.Err, len(srvs[i].Deliveries()))
+	}
+	// Output:
+	// crm 1 <nil> 1
+	// billing 2 <nil> 2
+	// audit 1 <nil> 1
+}
+
+// A client of your own, here net/http's, trusts every Server with RootCAs.
+func ExampleRootCAs() {
+	a := webhooktest.NewServer("whsec_test", nil)
+	defer a.Close()
+	b := webhooktest.NewServer("whsec_test", nil)
+	defer b.Close()
+
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: webhooktest.RootCAs()}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for _, srv := range []*webhooktest.Server{a, b} {
+		body := []byte(`{"event":"user.identified"}`)
+		req, _ := http.NewRequest(http.MethodPost, srv.Connection().URL, bytes.NewReader(body))
+		req.Header = webhooktest.SignedHeader("whsec_test", "user.identified", body, time.Now())
+		resp, err := client.Do(req)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status, srv.Deliveries()[0].Err)
+	}
+	// Output:
+	// 200 OK <nil>
+	// 200 OK <nil>
 }

@@ -11,6 +11,12 @@
 //	res, err := srv.Sender(nil).Send(ctx, srv.Connection(), payload)
 //	// res.Attempts: 503, reset, 200; srv.Deliveries(): three verified arrivals
 //
+// Every Server of a process presents a certificate of its own, for
+// 127.0.0.1, ::1 and localhost, signed by one test CA made once per
+// process. So the [Server.Client] and [Server.Sender] of any Server reach
+// them all, for a fan-out test with one Sender, and [RootCAs] gives the
+// CA to a client of your own.
+//
 // A receiver's test:
 //
 //	rec := httptest.NewRecorder()
@@ -73,6 +79,7 @@ type ServerOptions struct {
 // delivery against its secret with the library's [webhook.Verifier], records
 // it (see [Server.Deliveries]), and answers with the next scripted [Answer],
 // or, when none is left, 401 to what fails verification and 200 to the rest.
+// Its certificate is signed by the process's test CA (see [RootCAs]).
 // Its methods are safe for concurrent use.
 type Server struct {
 	// URL is the base URL, of the form https://127.0.0.1:port, with no
@@ -84,7 +91,6 @@ type Server struct {
 	v       *webhook.Verifier
 	handler http.Handler
 	client  *http.Client
-	pool    *x509.CertPool
 	closed  chan struct{} // closed by Close, which releases the hanging answers
 	close   sync.Once
 
@@ -112,12 +118,11 @@ func NewServer(secret string, opts *ServerOptions) *Server {
 	s := &Server{secret: secret, v: v, handler: opts.Handler, closed: make(chan struct{})}
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // resets and hangs are on purpose
+	s.srv.TLS = &tls.Config{Certificates: []tls.Certificate{testCA().issue()}}
 	s.srv.StartTLS()
 	s.URL = s.srv.URL
-	s.pool = x509.NewCertPool()
-	s.pool.AddCert(s.srv.Certificate())
 	s.client = &http.Client{Transport: webhook.NewTransport(&webhook.TransportOptions{
-		TLSClientConfig:      &tls.Config{RootCAs: s.pool},
+		TLSClientConfig:      &tls.Config{RootCAs: RootCAs()},
 		AllowPrivateNetworks: true, // the Server listens on loopback
 	})}
 	return s
@@ -141,16 +146,23 @@ func (s *Server) Connection() webhook.Connection {
 	return webhook.Connection{Name: "webhooktest", URL: s.URL + "/webhooks", Secret: s.secret}
 }
 
-// Client returns a client that trusts the Server's certificate, on the
-// library's own transport ([webhook.NewTransport], with its pool sizing)
-// with private networks allowed, since the Server is on loopback.
+// Client returns the Server's client: on the library's own transport
+// ([webhook.NewTransport], with its pool sizing), with private networks
+// allowed since the Server is on loopback, trusting the test CA of
+// [RootCAs]. So it reaches every Server of the process, not only this one.
+// Close closes its idle connections.
 func (s *Server) Client() *http.Client { return s.client }
 
-// Certificate returns the Server's certificate, for a client of your own.
-func (s *Server) Certificate() *x509.Certificate { return s.srv.Certificate() }
+// Certificate returns the certificate of the process's test CA, which
+// signed the Server's own: add it to the root CAs of a client of your own,
+// or write it to a PEM file for another program, and that client trusts
+// every Server of the process. [RootCAs] returns a pool that holds it.
+// The certificate is shared: do not modify it.
+func (s *Server) Certificate() *x509.Certificate { return testCA().cert }
 
 // Sender returns a Sender configured by opts (nil for the defaults) whose
-// Client is the Server's [Server.Client]. It panics if opts is invalid.
+// Client is the Server's [Server.Client]: it delivers to every Server of
+// the process. It panics if opts is invalid.
 func (s *Server) Sender(opts *webhook.SenderOptions) *webhook.Sender {
 	var o webhook.SenderOptions
 	if opts != nil {

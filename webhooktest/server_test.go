@@ -290,3 +290,25 @@ func TestServer_ConcurrentClose(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestServer_OneSenderReachesEveryServer pins that the Servers of a process
+// chain to one test CA, for 127.0.0.1 and localhost alike: the Sender of
+// one Server delivers to all.
+func TestServer_OneSenderReachesEveryServer(t *testing.T) {
+	var conns []webhook.Connection
+	var srvs []*webhooktest.Server
+	for _, host := range []string{"127.0.0.1", "localhost", "127.0.0.1"} {
+		srv := webhooktest.NewServer(secret, nil)
+		defer srv.Close()
+		c := srv.Connection()
+		c.Name = fmt.Sprint("server ", len(srvs), " at ", host)
+		c.URL = strings.Replace(c.URL, "127.0.0.1", host, 1)
+		conns = append(conns, c)
+		srvs = append(srvs, srv)
+	}
+	results := srvs[0].Sender(&webhook.SenderOptions{Retry: fastRetries(0)}).SendAll(context.Background(), conns, payload())
+	for i, res := range results {
+		require.NoError(t, res.Err, conns[i].Name)
+		assert.Len(t, srvs[i].Deliveries(), 1, conns[i].Name)
+	}
+}
