@@ -122,3 +122,23 @@ func ExampleRootCAs() {
 	// 200 OK <nil>
 	// 200 OK <nil>
 }
+
+// An unstarted Server, to set Config or EnableHTTP2 first, as with
+// httptest: here deliveries arrive over HTTP/2.
+func ExampleNewUnstartedServer() {
+	srv := webhooktest.NewUnstartedServer("whsec_test", &webhooktest.ServerOptions{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Println("received over", r.Proto)
+		}),
+	})
+	defer srv.Close()
+	srv.EnableHTTP2 = true
+	srv.Config.ReadHeaderTimeout = 5 * time.Second
+	srv.StartTLS()
+
+	res, err := srv.Sender(nil).SendTest(context.Background(), srv.Connection())
+	fmt.Println(res.Attempts[0].StatusCode, err)
+	// Output:
+	// received over HTTP/2.0
+	// 200 <nil>
+}

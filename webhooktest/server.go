@@ -15,7 +15,8 @@
 // 127.0.0.1, ::1 and localhost, signed by one test CA made once per
 // process. So the [Server.Client] and [Server.Sender] of any Server reach
 // them all, for a fan-out test with one Sender, and [RootCAs] gives the
-// CA to a client of your own.
+// CA to a client of your own. As with httptest, [NewUnstartedServer] and
+// [Server.StartTLS] let you set the Server's Config, or EnableHTTP2, first.
 //
 // A receiver's test:
 //
@@ -83,11 +84,28 @@ type ServerOptions struct {
 // Its methods are safe for concurrent use.
 type Server struct {
 	// URL is the base URL, of the form https://127.0.0.1:port, with no
-	// trailing slash.
+	// trailing slash; empty until StartTLS.
 	URL string
+
+	// EnableHTTP2 makes the Server offer HTTP/2 (ALPN "h2") instead of
+	// HTTP/1.1 only; the library's transport takes it. Set it between
+	// NewUnstartedServer and StartTLS. Under HTTP/2, where one connection
+	// carries several deliveries, the scripted [Reset] resets the
+	// delivery's stream instead of the connection.
+	EnableHTTP2 bool
+
+	// Config is the http.Server that serves: set its fields (timeouts,
+	// MaxHeaderBytes, ConnState, ErrorLog, ...) or replace it between
+	// NewUnstartedServer and StartTLS. Its Handler is the Server's own,
+	// which verifies, records and answers: leave it, or nil for StartTLS
+	// to set it; a handler of yours goes in ServerOptions.Handler. Its
+	// ErrorLog, if nil, is set to discard what the server logs: scripted
+	// resets and hangs make it log on purpose.
+	Config *http.Server
 
 	secret  string
 	srv     *httptest.Server
+	own     http.Handler // the handler that verifies, records and answers
 	v       *webhook.Verifier
 	handler http.Handler
 	client  *http.Client
@@ -100,9 +118,22 @@ type Server struct {
 }
 
 // NewServer starts and returns a Server that verifies deliveries with
-// secret. Close it when done. It panics if opts is invalid or no port is
-// free, as httptest.NewServer does.
+// secret: [NewUnstartedServer] then [Server.StartTLS]. Close it when done.
+// It panics if opts is invalid or no port is free, as httptest.NewServer
+// does.
 func NewServer(secret string, opts *ServerOptions) *Server {
+	s := NewUnstartedServer(secret, opts)
+	s.StartTLS()
+	return s
+}
+
+// NewUnstartedServer returns a Server that verifies deliveries with secret,
+// listening on a port of 127.0.0.1 but not serving yet, as
+// httptest.NewUnstartedServer does: set its Config or EnableHTTP2, then call
+// [Server.StartTLS]. There is no plain-HTTP Start, since deliveries are
+// HTTPS only. Close it when done, started or not. It panics if opts is
+// invalid or no port is free.
+func NewUnstartedServer(secret string, opts *ServerOptions) *Server {
 	if opts == nil {
 		opts = &ServerOptions{}
 	}
@@ -116,11 +147,10 @@ func NewServer(secret string, opts *ServerOptions) *Server {
 		panic("webhooktest: " + err.Error())
 	}
 	s := &Server{secret: secret, v: v, handler: opts.Handler, closed: make(chan struct{})}
-	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
-	s.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // resets and hangs are on purpose
-	s.srv.TLS = &tls.Config{Certificates: []tls.Certificate{testCA().issue()}}
-	s.srv.StartTLS()
-	s.URL = s.srv.URL
+	s.own = &recording{s}
+	s.srv = httptest.NewUnstartedServer(s.own)
+	s.Config = s.srv.Config
+	s.Config.ErrorLog = discardLog
 	s.client = &http.Client{Transport: webhook.NewTransport(&webhook.TransportOptions{
 		TLSClientConfig:      &tls.Config{RootCAs: RootCAs()},
 		AllowPrivateNetworks: true, // the Server listens on loopback
@@ -128,9 +158,51 @@ func NewServer(secret string, opts *ServerOptions) *Server {
 	return s
 }
 
-// Close releases the answers that hang, shuts the Server down and closes
-// the idle connections of its Client. It blocks until every request has
-// ended. It may be called more than once, from several goroutines: each
+var discardLog = log.New(io.Discard, "", 0)
+
+// recording is the Server's own handler.
+type recording struct{ s *Server }
+
+func (h *recording) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.s.serve(w, r) }
+
+// StartTLS starts serving HTTPS with a certificate of the Server's own,
+// signed by the test CA of [RootCAs], offering HTTP/2 if EnableHTTP2 is
+// set, with Config. Call it once, after NewUnstartedServer and before
+// using the Server, not concurrently with its other methods. It panics if
+// the Server is started or closed already, or if Config.Handler is not
+// the Server's own.
+func (s *Server) StartTLS() {
+	if s.URL != "" {
+		panic("webhooktest: the Server is started already")
+	}
+	select {
+	case <-s.closed:
+		panic("webhooktest: StartTLS after Close")
+	default:
+	}
+	if s.Config == nil {
+		s.Config = &http.Server{}
+	}
+	switch s.Config.Handler {
+	case nil:
+		s.Config.Handler = s.own
+	case s.own:
+	default:
+		panic("webhooktest: Config.Handler is the Server's own; set ServerOptions.Handler instead")
+	}
+	if s.Config.ErrorLog == nil {
+		s.Config.ErrorLog = discardLog
+	}
+	s.srv.Config = s.Config
+	s.srv.EnableHTTP2 = s.EnableHTTP2
+	s.srv.TLS = &tls.Config{Certificates: []tls.Certificate{testCA().issue()}}
+	s.srv.StartTLS()
+	s.URL = s.srv.URL
+}
+
+// Close releases the answers that hang, shuts the Server down, started or
+// not, and closes the idle connections of its Client. It blocks until
+// every request has ended. It may be called more than once, from several goroutines: each
 // call returns once the Server is shut down.
 func (s *Server) Close() {
 	s.close.Do(func() {
@@ -264,7 +336,9 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, verr error, a An
 	case answerReset:
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err != nil {
-			return 0
+			// HTTP/2 has no connection of its own to hijack: reset the
+			// delivery's stream (net/http answers RST_STREAM to this panic).
+			panic(http.ErrAbortHandler)
 		}
 		if tc, ok := conn.(*tls.Conn); ok {
 			if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
@@ -359,5 +433,7 @@ func Slow(delay time.Duration, code int) Answer { return Answer{status: code, de
 // attempt timeout) or the Server is closed.
 func Hang() Answer { return Answer{kind: answerHang} }
 
-// Reset closes the connection with a TCP RST instead of answering.
+// Reset closes the connection with a TCP RST instead of answering. Under
+// HTTP/2 (see [Server.EnableHTTP2]) it resets the delivery's stream
+// instead, leaving the connection to the other deliveries it carries.
 func Reset() Answer { return Answer{kind: answerReset} }

@@ -312,3 +312,87 @@ func TestServer_OneSenderReachesEveryServer(t *testing.T) {
 		assert.Len(t, srvs[i].Deliveries(), 1, conns[i].Name)
 	}
 }
+
+// TestNewUnstartedServer_EnableHTTP2 pins that deliveries arrive over
+// HTTP/2 when the Server offers it, and over HTTP/1.1 otherwise, scripted
+// answers included: under HTTP/2 a Reset fails that delivery only.
+func TestNewUnstartedServer_EnableHTTP2(t *testing.T) {
+	for _, tc := range []struct {
+		http2 bool
+		proto string
+	}{
+		{false, "HTTP/1.1"},
+		{true, "HTTP/2.0"},
+	} {
+		t.Run(tc.proto, func(t *testing.T) {
+			protos := make(chan string, 10)
+			srv := webhooktest.NewUnstartedServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				protos <- r.Proto
+			})})
+			defer srv.Close()
+			assert.Empty(t, srv.URL, "not started")
+			srv.EnableHTTP2 = tc.http2
+			srv.StartTLS()
+			require.NotEmpty(t, srv.URL)
+
+			srv.Script(webhooktest.Status(503), webhooktest.Reset())
+			res, err := srv.Sender(&webhook.SenderOptions{Retry: fastRetries(2)}).Send(context.Background(), srv.Connection(), payload())
+			require.NoError(t, err)
+			require.Len(t, res.Attempts, 3)
+			assert.Equal(t, 503, res.Attempts[0].StatusCode)
+			assert.Zero(t, res.Attempts[1].StatusCode, "reset: no answer")
+			assert.Error(t, res.Attempts[1].Err)
+			assert.Equal(t, tc.proto, <-protos, "the third delivery reached the Handler")
+
+			var statuses []int
+			for _, d := range srv.Deliveries() {
+				statuses = append(statuses, d.Status)
+			}
+			assert.Equal(t, []int{503, 0, 200}, statuses)
+		})
+	}
+}
+
+// TestNewUnstartedServer_Config pins that Config is the http.Server that
+// serves, as set before StartTLS, and that a Handler of its own is refused.
+func TestNewUnstartedServer_Config(t *testing.T) {
+	t.Run("hooks", func(t *testing.T) {
+		srv := webhooktest.NewUnstartedServer(secret, nil)
+		defer srv.Close()
+		var conns atomic.Int32
+		srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		srv.StartTLS()
+		_, err := srv.Sender(nil).Send(context.Background(), srv.Connection(), payload())
+		require.NoError(t, err)
+		assert.Equal(t, int32(1), conns.Load())
+		assert.Panics(t, srv.StartTLS, "started already")
+	})
+	t.Run("replaced", func(t *testing.T) {
+		srv := webhooktest.NewUnstartedServer(secret, nil)
+		defer srv.Close()
+		srv.Config = &http.Server{MaxHeaderBytes: 1} // and 4 KiB of slack net/http adds
+		srv.StartTLS()
+		c := srv.Connection()
+		c.Headers = map[string]string{"X-Large": strings.Repeat("a", 8<<10)}
+		res, err := srv.Sender(&webhook.SenderOptions{Retry: fastRetries(0)}).Send(context.Background(), c, payload())
+		require.Error(t, err)
+		assert.Equal(t, http.StatusRequestHeaderFieldsTooLarge, res.Attempts[0].StatusCode)
+		_, err = srv.Sender(nil).Send(context.Background(), srv.Connection(), payload())
+		assert.NoError(t, err, "the Server's own handler serves the replaced Config")
+	})
+	t.Run("handler refused", func(t *testing.T) {
+		srv := webhooktest.NewUnstartedServer(secret, nil)
+		defer srv.Close()
+		srv.Config.Handler = http.NotFoundHandler()
+		assert.PanicsWithValue(t, "webhooktest: Config.Handler is the Server's own; set ServerOptions.Handler instead", srv.StartTLS)
+	})
+	t.Run("closed unstarted", func(t *testing.T) {
+		srv := webhooktest.NewUnstartedServer(secret, nil)
+		srv.Close()
+		assert.Panics(t, srv.StartTLS)
+	})
+}
