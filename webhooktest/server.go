@@ -81,7 +81,8 @@ type ServerOptions struct {
 // it (see [Server.Deliveries]), and answers with the next scripted [Answer],
 // or, when none is left, 401 to what fails verification and 200 to the rest.
 // Its certificate is signed by the process's test CA (see [RootCAs]).
-// Its methods are safe for concurrent use.
+// Its methods but StartTLS are safe for concurrent use; set its fields
+// before StartTLS.
 type Server struct {
 	// URL is the base URL, of the form https://127.0.0.1:port, with no
 	// trailing slash; empty until StartTLS.
@@ -213,7 +214,8 @@ func (s *Server) Close() {
 }
 
 // Connection returns a valid connection to the Server's path "/webhooks"
-// with its secret, named "webhooktest".
+// with its secret, named "webhooktest". Its URL is valid once the Server
+// is started.
 func (s *Server) Connection() webhook.Connection {
 	return webhook.Connection{Name: "webhooktest", URL: s.URL + "/webhooks", Secret: s.secret}
 }
@@ -258,7 +260,9 @@ func (s *Server) Script(answers ...Answer) {
 	s.script = append([]Answer(nil), answers...)
 }
 
-// Deliveries returns every delivery received so far, in order of arrival.
+// Deliveries returns every delivery received so far, in order of arrival,
+// since the last [Server.Clear]. Each Header and Body is the one recorded:
+// read it, do not modify it.
 func (s *Server) Deliveries() []Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
