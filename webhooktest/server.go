@@ -203,8 +203,8 @@ func (s *Server) StartTLS() {
 
 // Close releases the answers that hang, shuts the Server down, started or
 // not, and closes the idle connections of its Client. It blocks until
-// every request has ended. It may be called more than once, from several goroutines: each
-// call returns once the Server is shut down.
+// every request has ended. It may be called more than once, from several
+// goroutines: each call returns once the Server is shut down.
 func (s *Server) Close() {
 	s.close.Do(func() {
 		close(s.closed)
