@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 // hostile is a TLS receiver on 127.0.0.1 that reads each request and then
@@ -521,4 +522,18 @@ func requireAllPrintable(t *testing.T, res *webhook.Result, err error) {
 	for _, s := range texts {
 		requirePrintable(t, s, "\n")
 	}
+}
+
+// TestSend_HTTP2StreamResetIsAReset pins that a receiver resetting the
+// delivery's stream over HTTP/2 (RST_STREAM, where one connection carries
+// several deliveries) is a failure of kind reset, as a TCP reset is.
+func TestSend_HTTP2StreamResetIsAReset(t *testing.T) {
+	srv := webhooktest.NewUnstartedServer(testSecret, nil)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	srv.Script(webhooktest.Reset())
+	res, err := srv.Sender(&webhook.SenderOptions{Retry: shortPolicy(1)}).Send(context.Background(), srv.Connection(), samplePayload())
+	require.NoError(t, err)
+	assert.Equal(t, []webhook.FailureKind{webhook.KindReset, webhook.KindNone}, kinds(res.Attempts), "%v", res.Attempts[0].Err)
 }

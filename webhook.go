@@ -412,7 +412,7 @@ const (
 	KindBlocked  FailureKind = "blocked"  // the address is not public; nothing was sent
 	KindDNS      FailureKind = "dns"      // the host name did not resolve
 	KindRefused  FailureKind = "refused"  // the connection was refused
-	KindReset    FailureKind = "reset"    // the connection was reset or closed early
+	KindReset    FailureKind = "reset"    // the connection (or an HTTP/2 stream) was reset or closed early
 	KindTimeout  FailureKind = "timeout"  // no complete answer within the attempt timeout
 	KindTLS      FailureKind = "tls"      // the TLS handshake or certificate failed
 	KindRedirect FailureKind = "redirect" // a 3xx answer: redirects are never followed
@@ -1141,7 +1141,9 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 	case errors.Is(err, syscall.ECONNREFUSED):
 		kind = KindRefused
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		// net/http's HTTP/2 stream error (RST_STREAM) is not exported.
+		strings.HasPrefix(cause.Error(), "stream error: "):
 		kind = KindReset
 	}
 	msg := "webhook: " + kindText[kind] + " " + redactURL(rawURL) + ": " + cause.Error()
