@@ -41,7 +41,9 @@ type TransportOptions struct {
 	// private CA or a test server's certificate. Nil means the system's
 	// roots. A MinVersion below TLS 1.2 is raised to TLS 1.2. A nil
 	// ClientSessionCache is given an LRU cache of DefaultTLSSessionCacheSize
-	// sessions.
+	// sessions. Either way, the transport's TLSClientConfig holds it
+	// wrapped, so that sessions are keyed by host and port; setting the
+	// transport's ClientSessionCache to nil turns resumption off.
 	TLSClientConfig *tls.Config
 
 	// AllowPrivateNetworks turns the private-network guard off: the
@@ -109,15 +111,12 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 	}
 	tlsConfig.MinVersion = max(tlsConfig.MinVersion, tls.VersionTLS12)
 	// Most customers' endpoints get a delivery now and then, so most
-	// deliveries open a new connection: resuming saves a handshake. The
-	// dialer keeps the cache, not the config: TLS would key sessions by
-	// host name alone, and a connection made through a proxy by the
-	// transport itself would use them so.
-	d.sessions = tlsConfig.ClientSessionCache
-	if d.sessions == nil {
-		d.sessions = tls.NewLRUClientSessionCache(DefaultTLSSessionCacheSize)
+	// deliveries open a new connection: resuming saves a handshake.
+	cache := tlsConfig.ClientSessionCache
+	if cache == nil {
+		cache = tls.NewLRUClientSessionCache(DefaultTLSSessionCacheSize)
 	}
-	tlsConfig.ClientSessionCache = nil
+	tlsConfig.ClientSessionCache = portKeyed{cache}
 	perHost := cmp.Or(max(opts.MaxIdleConnsPerHost, 0), DefaultMaxIdleConnsPerHost)
 	total := cmp.Or(max(opts.MaxIdleConns, 0), DefaultMaxIdleConns)
 	t := &http.Transport{
@@ -145,11 +144,10 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 // (unless it is off), except the connection a request makes to reach the
 // proxy proxyRouter chose for it, which the request's route names.
 type dialer struct {
-	t        *http.Transport // its TLSClientConfig, read at each dial: net/http adds HTTP/2 to it
-	guard    bool
-	plain    *net.Dialer
-	guarded  *net.Dialer // refuses addresses dialguard refuses
-	sessions tls.ClientSessionCache
+	t       *http.Transport // its TLSClientConfig, read at each dial: net/http adds HTTP/2 to it
+	guard   bool
+	plain   *net.Dialer
+	guarded *net.Dialer // refuses addresses dialguard refuses
 }
 
 func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -179,7 +177,13 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 	if cfg.ServerName == "" {
 		cfg.ServerName = host
 	}
-	cfg.ClientSessionCache = portSessions{d.sessions, port}
+	switch c := cfg.ClientSessionCache.(type) {
+	case nil: // resumption off
+	case portKeyed:
+		cfg.ClientSessionCache = portSessions{c.cache, port}
+	default: // set on the transport after NewTransport
+		cfg.ClientSessionCache = portSessions{c, port}
+	}
 	if timeout := d.t.TLSHandshakeTimeout; timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -192,6 +196,16 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 	}
 	return tc, nil
 }
+
+// portKeyed is the session cache of a transport from NewTransport, whose
+// sessions are keyed by host and port. Asked by host name alone, as TLS
+// asks a cache, it finds and keeps nothing: only dialTLS, which knows the
+// port, reaches its sessions, through portSessions. So net/http's own
+// handshake through a proxy, which knows the host alone, resumes nothing.
+type portKeyed struct{ cache tls.ClientSessionCache }
+
+func (portKeyed) Get(string) (*tls.ClientSessionState, bool) { return nil, false }
+func (portKeyed) Put(string, *tls.ClientSessionState)        {}
 
 // portSessions is a session cache for one port's connections: TLS keys a
 // session by the server's name, and this adds the port.

@@ -69,6 +69,7 @@ func TestNewTransport_Defaults(t *testing.T) {
 	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, tr.MaxIdleConnsPerHost)
 	assert.EqualValues(t, 64<<10, tr.MaxResponseHeaderBytes)
 	assert.Equal(t, webhook.DefaultMaxIdleConns, tr.MaxIdleConns, "a cap across all hosts")
+	assert.NotNil(t, tr.TLSClientConfig.ClientSessionCache, "sessions are resumed; nil turns that off")
 	assert.Nil(t, custom.ClientSessionCache)
 	assert.Equal(t, 7, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: 7}).MaxIdleConnsPerHost)
 	assert.Equal(t, 9, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConns: 9}).MaxIdleConns)
@@ -238,6 +239,13 @@ func TestNewTransport_ResumesTLSSessions(t *testing.T) {
 	}
 	assert.EqualValues(t, 1, full.Load(), "one full handshake")
 	assert.EqualValues(t, 4, resumed.Load(), "then resumed sessions")
+
+	tr.TLSClientConfig.ClientSessionCache = nil // resumption off
+	for range 2 {
+		_, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL, Secret: testSecret}, samplePayload())
+		require.NoError(t, err)
+	}
+	assert.EqualValues(t, 3, full.Load(), "full handshakes once the cache is gone")
 }
 
 // TestNewTransport_ProxysAddressIsGuardedForDirectRequests pins that only a
