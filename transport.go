@@ -134,6 +134,7 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 	}
 	d.t = t
 	if opts.Proxy != nil {
+		proxying.Store(true)
 		p := &proxyRouter{proxy: opts.Proxy, guard: d.guard}
 		t.Proxy = p.proxyFor
 	}
@@ -230,6 +231,12 @@ func (s portSessions) Put(name string, cs *tls.ClientSessionState) {
 type route struct{ proxy atomic.Pointer[string] }
 
 type routeKey struct{}
+
+// proxying is set once NewTransport has made a transport with a Proxy:
+// until then no attempt needs a route, whatever its client's transport. An
+// attempt without a route that reaches such a transport is only refused
+// its proxy.
+var proxying atomic.Bool
 
 // withRoute returns ctx carrying a new, empty route.
 func withRoute(ctx context.Context) context.Context {

@@ -270,7 +270,9 @@ func TestNewTransport_ProxysAddressIsGuardedForDirectRequests(t *testing.T) {
 		},
 	})
 	defer tr.CloseIdleConnections()
-	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+	// Wrapped, as a tracing transport would: the Sender cannot see the
+	// proxy, and its attempts still reach it.
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: &countingTransport{next: tr}}, Retry: shortPolicy(0)})
 	direct := webhook.Connection{URL: "https://localhost:" + proxyPort + "/", Secret: testSecret}
 
 	for i, step := range []string{"before the proxy is used", "after"} {

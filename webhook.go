@@ -930,7 +930,7 @@ func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
 // RoundTripper, costs one request copy and no wrapped body.
 func (d *delivery) bound(r *http.Request) *http.Request {
 	ctx := d.ctx
-	if d.s.routed {
+	if d.s.routed && proxying.Load() {
 		ctx = withRoute(ctx) // lets NewTransport's dialer tell a proxy's connection from a direct one
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.s.timeout)
