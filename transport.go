@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"sync/atomic"
@@ -96,6 +97,15 @@ type TransportOptions struct {
 // A Client keeps the guard as long as its Transport is this transport or
 // wraps it (a tracing RoundTripper such as otelhttp's, say): every
 // connection is still dialled here. opts may be nil.
+//
+// To key sessions by host and port, which net/http cannot, the transport
+// makes the TLS handshake of direct HTTPS connections itself, in
+// DialTLSContext, through its DialContext and with its TLSClientConfig,
+// read at each dial: change them on this transport. A Clone of it keeps
+// making handshakes with this transport's TLSClientConfig, not the clone's:
+// call NewTransport again for other TLS settings. It offers HTTP/2 to every
+// server that has it, also for a request that needs HTTP/1.1 (a WebSocket
+// upgrade): it is a transport for deliveries.
 func NewTransport(opts *TransportOptions) *http.Transport {
 	if opts == nil {
 		opts = &TransportOptions{}
@@ -158,16 +168,22 @@ func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, erro
 	return d.plain.DialContext(ctx, network, addr)
 }
 
-// dialTLS dials addr and makes the TLS handshake, as net/http would, but
-// with the sessions of addr's host and port: a session of host:443 is never
-// offered to host:8443. net/http calls it for HTTPS destinations reached
-// directly, and for HTTPS proxies.
+// dialTLS dials addr with the transport's DialContext and makes the TLS
+// handshake with its TLSClientConfig, as net/http would, but with the
+// sessions of addr's host and port: a session of host:443 is never offered
+// to host:8443. net/http calls it for HTTPS destinations reached directly,
+// and for HTTPS proxies. It reports the handshake to an httptrace.ClientTrace
+// as net/http does; net/http then reports a second, empty one.
 func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := d.dial(ctx, network, addr)
+	dial := d.t.DialContext // the guard's, unless the caller wrapped or replaced it
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext // as net/http dials then
+	}
+	conn, err := dial(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +206,20 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	trace := httptrace.ContextClientTrace(ctx)
+	if trace != nil && trace.TLSHandshakeStart != nil {
+		trace.TLSHandshakeStart()
+	}
 	tc := tls.Client(conn, cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	err = tc.HandshakeContext(ctx)
+	if trace != nil && trace.TLSHandshakeDone != nil {
+		var cs tls.ConnectionState
+		if err == nil {
+			cs = tc.ConnectionState()
+		}
+		trace.TLSHandshakeDone(cs, err)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, err
 	}

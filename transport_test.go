@@ -5,14 +5,17 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -350,4 +353,71 @@ func TestNewTransport_HTTP2(t *testing.T) {
 	_, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL, Secret: testSecret}, samplePayload())
 	require.NoError(t, err)
 	assert.Equal(t, "HTTP/2.0", proto.Load())
+}
+
+// TestNewTransport_DialsHTTPSThroughItsDialContext pins that a DialContext
+// set on the transport from NewTransport (wrapping the original to add an
+// allowlist, a metric, a tunnel) makes the HTTPS connections too, as
+// http.Transport documents: DialTLSContext, now set by NewTransport, must not
+// silently bypass it.
+func TestNewTransport_DialsHTTPSThroughItsDialContext(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	tr := webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: true,
+		TLSClientConfig: &tls.Config{RootCAs: pool}})
+	defer tr.CloseIdleConnections()
+	errDenied := errors.New("egress allowlist: denied")
+	orig := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr != "allowed.example:443" {
+			return nil, errDenied
+		}
+		return orig(ctx, network, addr)
+	}
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	if err == nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, errDenied, "the HTTPS connection was dialled without the transport's DialContext")
+}
+
+// TestNewTransport_TraceSeesTheTLSHandshake pins that httptrace's first
+// TLSHandshakeStart and TLSHandshakeDone bracket the real handshake on
+// NewTransport, as on http.Transport: tracing (otelhttp's, which the README
+// pairs with NewTransport) times the handshake between them. The server
+// notes when the ClientHello arrived, which must be after TLSHandshakeStart.
+// (net/http then reports a second, empty handshake.)
+func TestNewTransport_TraceSeesTheTLSHandshake(t *testing.T) {
+	var hello atomic.Int64 // when the server read the ClientHello, in ns
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.TLS = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		hello.Store(time.Now().UnixNano())
+		return nil, nil
+	}}
+	srv.StartTLS()
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	defer tr.CloseIdleConnections()
+
+	var start, done atomic.Int64
+	trace := &httptrace.ClientTrace{
+		TLSHandshakeStart: func() { start.CompareAndSwap(0, time.Now().UnixNano()) },
+		TLSHandshakeDone: func(cs tls.ConnectionState, err error) {
+			if err == nil && cs.HandshakeComplete {
+				done.CompareAndSwap(0, time.Now().UnixNano())
+			}
+		},
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.NotZero(t, start.Load(), "TLSHandshakeStart was called")
+	assert.Less(t, start.Load(), hello.Load(), "TLSHandshakeStart came %v after the server had the ClientHello: the handshake was over", time.Duration(start.Load()-hello.Load()))
+	assert.Greater(t, done.Load(), hello.Load(), "TLSHandshakeDone, with the handshake's state, after it")
 }
