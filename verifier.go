@@ -272,6 +272,10 @@ func (*recycledBody) Close() error { return nil }
 // one is read into its own and left to the garbage collector.
 const maxPooledBody = 64 << 10
 
+// maxReserved is the most memory a body's Content-Length reserves before
+// its bytes come; past it, the buffer grows with them.
+const maxReserved = 16 << 10
+
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // SetSecrets replaces the secrets v accepts, for a rotation without a
@@ -308,7 +312,10 @@ func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte,
 	}
 	size := int64(512)
 	if contentLength >= 0 {
-		size = contentLength + 1 // room to see EOF without growing
+		// Room to see EOF without growing, but no more than maxReserved
+		// on the word of a client not yet verified: one that declares a
+		// megabyte and sends nothing must not hold a megabyte.
+		size = min(contentLength+1, maxReserved)
 	}
 	if int64(cap(buf)) < size {
 		buf = make([]byte, 0, size)

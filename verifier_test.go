@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -592,4 +593,46 @@ func TestNewHandler_PayloadOutlivesTheRecycledBody(t *testing.T) {
 	require.Len(t, got, 2)
 	assert.Equal(t, "first@example.com", got[0].User.Email, "decoded strings share nothing with the buffer")
 	assert.Equal(t, "first@example.com", got[0].User.Metadata.Plan())
+}
+
+// stallingBody gives a few bytes, then fails as a client that went away.
+type stallingBody struct{ sent bool }
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if b.sent {
+		return 0, errors.New("client gone")
+	}
+	b.sent = true
+	return copy(p, `{"event":`), nil
+}
+
+func (*stallingBody) Close() error { return nil }
+
+// TestMiddleware_ContentLengthDoesNotReserveMemory pins that a body's
+// declared Content-Length, unverified, does not make the middleware
+// reserve memory for bytes that never come: a client that declares 1 MiB
+// and sends a few bytes (many of them at once, each holding a connection)
+// must cost little.
+func TestMiddleware_ContentLengthDoesNotReserveMemory(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{testSecret}, nil)
+	require.NoError(t, err)
+	handler := v.Middleware(http.NotFoundHandler())
+	serve := func() {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Body = &stallingBody{}
+		r.ContentLength = webhook.DefaultMaxBodyBytes - 1
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, r)
+		require.Equal(t, http.StatusBadRequest, rec.Code)
+	}
+	serve() // warm the pools
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const n = 20
+	for range n {
+		serve()
+	}
+	runtime.ReadMemStats(&after)
+	perRequest := (after.TotalAlloc - before.TotalAlloc) / n
+	assert.Less(t, perRequest, uint64(32<<10), "bytes allocated per request that declared 1 MiB and sent 9")
 }
