@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -153,4 +154,25 @@ func requirePrintable(t *testing.T, s, allowed string) {
 			t.Fatalf("%U at offset %d of %q", r, i, s)
 		}
 	}
+}
+
+// TestAttempt_ResponseTextDoesNotInventAReplacementAtTheCut pins that the
+// 4 KiB excerpt of a valid UTF-8 answer, cut by the library in the middle
+// of a character, does not end in U+FFFD: the receiver sent no invalid
+// byte, the cut made it.
+func TestAttempt_ResponseTextDoesNotInventAReplacementAtTheCut(t *testing.T) {
+	answer := strings.Repeat("a", 4095) + strings.Repeat("é", 100) // é is 2 bytes: the 4096th byte is half of one
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, answer)
+		return true
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{AllowPrivateNetworks: true, Retry: shortPolicy(0)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	a := res.Attempts[0]
+	require.True(t, utf8.Valid([]byte(answer)))
+	text := a.ResponseText()
+	assert.False(t, strings.ContainsRune(text, utf8.RuneError), "a valid answer's excerpt ends in %q", text[len(text)-8:])
 }

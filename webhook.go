@@ -113,6 +113,7 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-retryablehttp"
 
@@ -234,6 +235,10 @@ func validateURL(raw string) (*url.URL, error) {
 		// Without brackets, the colons of an address and of a port are
 		// one and the same: net/http would dial another host.
 		return nil, connError("URL", "an IPv6 address must be in brackets, as in https://[2001:db8::1]/")
+	case strings.Contains(u.Hostname(), "%"):
+		// A zone names an interface of this machine, never a public
+		// address; its text is anything the customer typed.
+		return nil, connError("URL", "an IPv6 address must not have a zone (%)")
 	case !validHost(u.Hostname()):
 		// net/http would rewrite anything else (IDNA), or dial the raw bytes
 		// when that fails: the host dialled must be the host validated.
@@ -330,7 +335,7 @@ func (c Connection) method() string {
 // String returns a description of c without secrets, such as
 // `webhook connection "CRM" (POST https://crm.example.com/…)`.
 func (c Connection) String() string {
-	return fmt.Sprintf("webhook connection %q (%s %s)", c.Name, c.method(), redactURL(c.URL))
+	return fmt.Sprintf("webhook connection %q (%s %s)", c.Name, printable(c.method(), 0), redactURL(c.URL))
 }
 
 // GoString is String, so that %#v does not print the secret either.
@@ -355,17 +360,17 @@ func (c Connection) MarshalJSON() ([]byte, error) {
 		Method  string   `json:"method"`
 		URL     string   `json:"url"`
 		Headers []string `json:"headers"`
-	}{c.Name, c.method(), redactURL(c.URL), c.headerNames()})
+	}{printable(c.Name, 0), printable(c.method(), 0), redactURL(c.URL), c.shownHeaderNames()})
 }
 
 // LogValue returns c's name, method, the URL's origin and custom header
 // names.
 func (c Connection) LogValue() slog.Value {
 	return slog.GroupValue(
-		slog.String("name", c.Name),
-		slog.String("method", c.method()),
+		slog.String("name", printable(c.Name, 0)),
+		slog.String("method", printable(c.method(), 0)),
 		slog.String("url", redactURL(c.URL)),
-		slog.Any("headers", c.headerNames()),
+		slog.Any("headers", c.shownHeaderNames()),
 	)
 }
 
@@ -376,6 +381,16 @@ func (c Connection) headerNames() []string {
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	return names
+}
+
+// shownHeaderNames returns the names of c's custom headers, sorted, as
+// printable text: an invalid connection's names may be anything.
+func (c Connection) shownHeaderNames() []string {
+	names := c.headerNames()
+	for i, name := range names {
+		names[i] = printable(name, 0)
+	}
 	return names
 }
 
@@ -391,7 +406,7 @@ func redactURL(raw string) string {
 	case u.Host == "": // a relative URL, such as a Location's
 		return "/…"
 	}
-	origin := u.Scheme + "://" + u.Host
+	origin := printable(u.Scheme+"://"+u.Host, 0) // url.Parse lets any non-ASCII through in a host
 	switch {
 	case u.RawQuery != "" || u.ForceQuery || (u.Path != "" && u.Path != "/"):
 		return origin + "/…"
@@ -1028,8 +1043,9 @@ func readResponseBody(resp *http.Response) []byte {
 	buf := bodyBuffers.Get().(*[maxLoggedBody]byte)
 	defer bodyBuffers.Put(buf)
 	n, _ := io.ReadFull(body, buf[:])
-	if n == len(buf) {
+	if n == len(buf) { // cut: drain a bounded rest, and end on a whole character
 		io.CopyN(io.Discard, body, maxDrainedBody)
+		n = len(cutAtRune(buf[:n]))
 	}
 	if n == 0 {
 		return nil
@@ -1038,6 +1054,20 @@ func readResponseBody(resp *http.Response) []byte {
 }
 
 var bodyBuffers = sync.Pool{New: func() any { return new([maxLoggedBody]byte) }}
+
+// cutAtRune returns b less a last UTF-8 character that a cut at its end
+// split, so that the excerpt of a text answer invents no invalid byte.
+func cutAtRune(b []byte) []byte {
+	for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			break
+		}
+	}
+	return b
+}
 
 func (d *delivery) log(ctx context.Context, a *Attempt) {
 	level := slog.LevelDebug

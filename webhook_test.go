@@ -157,6 +157,8 @@ func TestConnection_Validate(t *testing.T) {
 		{"final dot", func(c *webhook.Connection) { c.URL = "https://crm.example.com./hooks" }, "", ""},
 		{"IPv6 literal", func(c *webhook.Connection) { c.URL = "https://[2001:db8::1]:8443/hooks" }, "", ""},
 		{"IPv6 literal without brackets", func(c *webhook.Connection) { c.URL = "https://2001:db8::1/hooks" }, "URL", "brackets"},
+		{"IPv6 zone", func(c *webhook.Connection) { c.URL = "https://[fe80::1%25eth0]/hooks" }, "URL", "zone"},
+		{"IPv6 zone with controls", func(c *webhook.Connection) { c.URL = "https://[fe80::1%25\u009b2J\u202e]/hooks" }, "URL", "zone"},
 		{"colons alone (found by the fuzzer)", func(c *webhook.Connection) { c.URL = "https://:::" }, "URL", "brackets"},
 		{"underscore", func(c *webhook.Connection) { c.URL = "https://my_service.example.com/hooks" }, "", ""},
 		{"port 443", func(c *webhook.Connection) { c.URL = "https://crm.example.com:443/hooks" }, "", ""},
@@ -918,6 +920,53 @@ func TestSend_URLPathIsNeverShown(t *testing.T) {
 			if target.rv != redirect && target.rv != status { // an answer's error names no URL
 				assert.Contains(t, err.Error(), "/…", "the error says there was more to the URL")
 			}
+		})
+	}
+}
+
+// TestConnection_FormatsAsPrintableText pins that printing a
+// Connection (String, every fmt verb) gives printable text whatever its
+// customer typed. url.Parse lets C1 controls (U+009B acts as ESC [ on many
+// terminals), bidi overrides and invalid UTF-8 through in a host, raw or
+// percent-encoded, and an IPv6 zone may carry them; Method is printed as it
+// is. A connection is logged most often as it is refused.
+func TestConnection_FormatsAsPrintableText(t *testing.T) {
+	for _, c := range []webhook.Connection{
+		{Name: "valid, zone", URL: "https://[fe80::1%25\u009b2J\u202e]/services/T/B/token", Secret: "s"},
+		{Name: "host", URL: "https://evil\u009b2J\u202e.example/services/T/B/token", Secret: "s"},
+		{Name: "encoded host", URL: "https://evil%C2%9B2J%E2%80%AE%FF.example/p", Secret: "s"},
+		{Name: "method", URL: "https://crm.example.com/", Method: "POST\x1b[2J\u009b31m", Secret: "s"},
+	} {
+		t.Run(c.Name, func(t *testing.T) {
+			for _, s := range []string{c.String(), fmt.Sprint(c), fmt.Sprintf("%v|%+v|%#v|%s", c, c, c, c)} {
+				requirePrintable(t, s, "")
+			}
+		})
+	}
+}
+
+// TestSend_LogsOnlyPrintableText pins that the Sender's slog records are
+// printable text whatever the customer typed in the dashboard: its Name is a
+// free label, which may carry U+009B (ESC [ on many terminals) or U+202E.
+// The JSON handler, the usual one in production, writes them as they are,
+// and the logs are read on terminals. Nothing is sent: the link-local
+// address is blocked. (An IPv6 zone, which could carry them in the URL,
+// is refused by Validate.)
+func TestSend_LogsOnlyPrintableText(t *testing.T) {
+	for _, c := range []webhook.Connection{
+		{Name: "CRM\u009b2J\u202e", URL: "https://[fe80::1]/hooks", Secret: testSecret,
+			Headers: map[string]string{"X-Tenant": "1"}},
+	} {
+		t.Run(c.Name, func(t *testing.T) {
+			require.NoError(t, c.Validate(), "a valid connection")
+			var logs bytes.Buffer
+			s := newTestSender(t, nil, &webhook.SenderOptions{Retry: shortPolicy(0),
+				Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			res, err := s.Send(context.Background(), c, samplePayload())
+			require.ErrorIs(t, err, webhook.ErrBlockedDestination)
+			requireAllPrintable(t, res, err) // the attempt's own texts are clean
+			require.NotEmpty(t, logs.String())
+			requirePrintable(t, logs.String(), "\n")
 		})
 	}
 }
