@@ -26,11 +26,11 @@ func ExampleInsertParams() {
 	}
 	for _, param := range params {
 		args := param.Args.(riverhook.Args)
-		fmt.Println(args.Kind(), args.ConnectionID, args.DeliveryID, args.Event, param.InsertOpts.MaxAttempts, param.InsertOpts.UniqueOpts.ByArgs)
+		fmt.Println(args.Kind(), args.ConnectionID, args.DeliveryID, args.Event, param.InsertOpts.MaxAttempts, param.InsertOpts.Tags)
 	}
 	// Output:
-	// signedhook_delivery crm evt_42 user.identified 4 true
-	// signedhook_delivery erp evt_42 user.identified 4 true
+	// signedhook_delivery crm evt_42 user.identified 9 [connection-crm event-user-identified]
+	// signedhook_delivery erp evt_42 user.identified 9 [connection-erp event-user-identified]
 }
 
 // The whole setup: migrate River's schema, register the worker, start a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -100,3 +101,5 @@ func finalEvents(t testing.TB, client *river.Client[pgx.Tx]) <-chan *river.Event
 type pgxTx = pgx.Tx
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -5,47 +5,93 @@
 // integrates with River rather than being a queue of its own.
 //
 // Each delivery to a connection is one job ([Args], kind
-// "signedhook_delivery") holding the connection's id, the delivery's id, the
-// event and the body as exact bytes; never a URL, a header value or a
-// secret, which the [Worker] resolves when each attempt runs, so a rotated
-// secret or a changed URL applies to pending retries. Each run of the job is
-// one [webhook.Sender.Attempt]; the Sender's retry policy decides whether
-// and when the next attempt runs, and River schedules it.
+// "signedhook_delivery") holding the event, the delivery's id, the
+// connection's id and the body as exact bytes; never a URL, a header value
+// or a secret, which the [Worker] resolves when each attempt runs, so a
+// rotated secret or a changed URL applies to pending retries. Each run of
+// the job is one [webhook.Sender.Attempt]; the Sender's retry policy decides
+// whether and when the next attempt runs, and River schedules it.
 //
 // # Setting up
 //
 // Migrate River's schema once (rivermigrate, or the river CLI), register
 // the worker, and start a client:
 //
+//	worker := riverhook.NewWorker(sender, resolve, nil)
 //	workers := river.NewWorkers()
-//	river.AddWorker(workers, riverhook.NewWorker(sender, resolve, nil))
+//	river.AddWorker(workers, worker)
 //	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-//		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}},
-//		Workers:       workers,
-//		FetchCooldown: 10 * time.Millisecond, // the default 100 ms caps a client at MaxWorkers jobs per 100 ms
+//		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}},
+//		Workers:              workers,
+//		FetchCooldown:        10 * time.Millisecond, // the default 100 ms caps a client at MaxWorkers jobs per 100 ms
+//		RescueStuckJobsAfter: worker.RescueStuckJobsAfter(0), // 1 min; River's default is 1 h
 //	})
 //
-// Client settings that matter: FetchCooldown (above); RescueStuckJobsAfter,
-// after which a job whose worker died (a crash, a SIGKILL) is retried by
-// another client: keep it above the Sender's AttemptTimeout, and know that
-// River's rescuer runs every 30 s on the elected leader; MaxWorkers, the
-// deliveries in flight per client.
+// Client settings that matter: RescueStuckJobsAfter, after which River's
+// rescuer (every 30 s, on the elected leader) runs again the job of a
+// process that died: [Worker.RescueStuckJobsAfter] derives the least safe
+// value from the Sender's attempt timeout, so a killed worker's deliveries
+// run again within about a minute and a half instead of River's hour.
+// FetchCooldown (above). MaxWorkers, the deliveries in flight per client.
+// Leave the client-wide JobTimeout alone: it is every job kind's, and the
+// Worker bounds its own jobs ([Worker.Timeout], which River prefers).
 //
 // # Enqueueing in your transaction
 //
-//	params, err := riverhook.InsertParams(deliveryID, connectionIDs, payload, nil)
-//	...
-//	_, err = client.InsertManyTx(ctx, tx, params) // commits with your change, or not at all
+//	_, err := riverhook.InsertTx(ctx, client, tx, deliveryID, connectionIDs, payload, nil)
+//	... // commit: the deliveries exist exactly when your change does
 //
-// A rolled-back transaction leaves no job; a repeated insert of the same
-// delivery to the same connection is skipped (unique by both ids). To
-// resend a delivery that ended, retry its job (client.JobRetry), or insert
-// it under a new delivery id. Receivers must tolerate duplicates: a worker
-// killed after the receiver answered is retried.
+// A customer with no connections inserts nothing and the transaction
+// commits. A rolled-back transaction leaves no job. A repeated insert of the
+// same delivery to the same connection is skipped (unique by both ids, with
+// River's unique options in [Args.InsertOpts], so a plain client.Insert of
+// Args is unique too), as long as the earlier job is not cancelled or
+// discarded: River's default unique states leave those out. To resend a
+// delivery that ended, retry its job (client.JobRetry: one more attempt), or
+// insert it under a new delivery id. Receivers must tolerate duplicates: a
+// worker killed after the receiver answered runs the attempt again.
 //
-// Watch deliveries and their retries in River's own web UI (riverui): each
-// job's errors name every failed attempt's kind and status, and its output
-// holds the last attempt's outcome.
+// # Crashes
+//
+// The attempt number the Sender's policy sees counts the attempts that
+// reached an outcome: an attempt cut by a crash (a SIGKILL, a lost machine),
+// the last one included, costs neither the delivery nor one of the policy's
+// attempts. River counts every run, so [InsertParams] gives each job River
+// attempts for the policy's plus [MaxInterruptedRuns]: a job whose worker
+// dies every time still ends. A job ends completed when delivered, discarded
+// when the policy gave up (or River ran out of runs: [Delivery].Reason says
+// which), cancelled when its connection is gone, invalid or refused by the
+// private-network guard.
+//
+// # The attempt log
+//
+// Each job holds its delivery's whole attempt log as its River output
+// (river.RecordOutput, in the job's metadata under "output"), written with
+// the outcome of each run, with no table of riverhook's own and no write of
+// its own: at most one entry per run River makes (MaxAttempts), each at
+// most 1 KiB of JSON, such as
+//
+//	{"attempts": [
+//	  {"n": 1, "run": 1, "kind": "status", "start": "2026-11-22T09:00:00.125Z", "status": 503,
+//	   "took": "3.214ms", "timestamp": 1795338000125, "retry_in": "1s",
+//	   "error": "webhook: receiver answered 503 Service Unavailable", "response": "{\"error\":\"busy\"}"},
+//	  {"n": 2, "run": 2, "kind": "interrupted"},
+//	  {"n": 2, "run": 3, "kind": "delivered", "start": "2026-11-22T09:01:31.410Z", "status": 200,
+//	   "took": "1.207ms", "timestamp": 1795338091410}]}
+//
+// n is the policy's attempt number, run River's; kind is "delivered", a
+// [webhook.FailureKind], or "interrupted" for an attempt cut by a crash,
+// added when River runs the rescued job again ([WorkerOptions.OnAttempt]
+// sees it then); retry_in is present when a retry follows (0s included);
+// response is the printable start of the answer's body. [ListDeliveries]
+// returns a connection's recent deliveries with their logs, and
+// [DeliveryOf] reads one job. The log, the job's errors ("riverhook: attempt
+// 1: 503 Service Unavailable; retry in 1s") and its tags ([ConnectionTag],
+// [EventTag]) read as a delivery in River's web UI (riverui), where the
+// tags filter the job list.
+//
+// No job row holds a URL's path or query, a header value or a secret: the
+// errors name an endpoint by its origin alone.
 package riverhook
 
 import (
@@ -53,12 +99,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"sync"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/signedhook/webhook"
 )
@@ -66,37 +113,96 @@ import (
 // Kind is the River job kind of a delivery.
 const Kind = "signedhook_delivery"
 
+// MaxInterruptedRuns is how many runs of a delivery's job River may make
+// beyond the policy's attempts when [InsertParams] sizes its MaxAttempts:
+// runs cut by a crash, or whose [Resolver] failed, which cost the policy no
+// attempt. Five: a crash interrupts only the attempts in flight, so a
+// delivery cut more often than that is one whose attempts kill the worker,
+// and River then discards it instead of running it forever.
+const MaxInterruptedRuns = 5
+
 // Args is one delivery to one connection, as stored in the job. The body is
 // kept as exact bytes (base64 in the job's JSON): PostgreSQL's jsonb would
-// reorder a JSON object and break every signature.
+// reorder a JSON object and break every signature. The JSON names make
+// River UI show the event, the delivery and the connection before the body
+// (jsonb orders keys by length).
 type Args struct {
-	ConnectionID string `json:"connection_id" river:"unique"`
-	DeliveryID   string `json:"delivery_id" river:"unique"`
 	Event        string `json:"event"`
-	Body         []byte `json:"body"`
+	DeliveryID   string `json:"delivery" river:"unique"`
+	ConnectionID string `json:"connection" river:"unique"`
+	Body         []byte `json:"body_base64"`
 }
 
 // Kind returns [Kind].
 func (Args) Kind() string { return Kind }
 
-// InsertOptions configures [InsertParams]. A nil *InsertOptions selects the
-// defaults.
+// InsertOpts returns River's insert options of every delivery job, which
+// River applies to a plain client.Insert of Args too: unique by delivery
+// and connection ids (ByArgs, in River's default unique states), and
+// tagged with [ConnectionTag] and [EventTag]. MaxAttempts is left to the
+// client (Config.MaxAttempts, 25 by default); [InsertParams] sizes it for
+// the retry policy.
+func (a Args) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Tags:       []string{ConnectionTag(a.ConnectionID), EventTag(a.Event)},
+		UniqueOpts: river.UniqueOpts{ByArgs: true},
+	}
+}
+
+// ConnectionTag returns the River tag of the deliveries to the connection
+// with the given id: "connection-" and the id, in which every character
+// but ASCII letters, digits, '_' and '-' becomes '-', cut to River's 255
+// characters. Filter River UI's job list or river.JobListParams.TagsAll by
+// it. Ids that differ only in other characters share a tag.
+func ConnectionTag(connectionID string) string { return tag("connection-", connectionID) }
+
+// EventTag returns the River tag of the deliveries of an event kind, as
+// [ConnectionTag] does for a connection: "event-user-identified" for
+// "user.identified".
+func EventTag(event string) string { return tag("event-", event) }
+
+// tag returns prefix+v as a valid River tag (\A[\w][\w\-]+[\w]\z, at most
+// 255 characters).
+func tag(prefix, v string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	for _, r := range v {
+		if b.Len() == 255 {
+			break
+		}
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	return strings.TrimRight(b.String(), "-")
+}
+
+// InsertOptions configures [InsertParams] and [InsertTx]. A nil
+// *InsertOptions selects the defaults.
 type InsertOptions struct {
 	// Retry is the retry policy of the Sender that works the jobs: each
-	// job may run its MaxRetries+1 attempts. Nil means
-	// webhook.DefaultRetryPolicy().
+	// job may run its MaxRetries+1 attempts, plus [MaxInterruptedRuns].
+	// Nil means webhook.DefaultRetryPolicy().
 	Retry *webhook.RetryPolicy
 
-	// Queue is the River queue; empty means river.QueueDefault.
-	Queue string
+	// InsertOpts, if not nil, is the base of every job's River insert
+	// options: its Queue, Priority, Metadata, ScheduledAt and Pending
+	// apply as they are, and its Tags are added to the delivery's own. Its
+	// UniqueOpts replace [Args.InsertOpts]' when set. MaxAttempts is the
+	// policy's, and is ignored. InsertParams does not modify it.
+	InsertOpts *river.InsertOpts
 }
 
 // InsertParams returns the jobs delivering p to each of connectionIDs, for
 // your own client.InsertManyTx in the transaction that made the change (or
-// InsertMany without one). deliveryID identifies the event; with a
-// connection id it makes each job unique, so inserting the same delivery
-// twice is skipped. p is validated and encoded once; the error matches
-// webhook.ErrInvalidPayload.
+// InsertMany without one); none, and no error, for no connection ([InsertTx]
+// inserts them, and nothing for no connection, which InsertManyTx refuses).
+// deliveryID identifies the event; with a connection id it makes each job
+// unique (see [Args.InsertOpts]). p is validated and encoded once; the
+// error matches webhook.ErrInvalidPayload.
 func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, opts *InsertOptions) ([]river.InsertManyParams, error) {
 	if deliveryID == "" {
 		return nil, errors.New("riverhook: the delivery id must not be empty")
@@ -115,18 +221,42 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 	if policy == nil {
 		policy = webhook.DefaultRetryPolicy()
 	}
+	var base river.InsertOpts
+	if opts.InsertOpts != nil {
+		base = *opts.InsertOpts
+	}
 	params := make([]river.InsertManyParams, len(connectionIDs))
 	for i, id := range connectionIDs {
-		params[i] = river.InsertManyParams{
-			Args: Args{ConnectionID: id, DeliveryID: deliveryID, Event: p.Event, Body: body},
-			InsertOpts: &river.InsertOpts{
-				MaxAttempts: policy.MaxRetries + 1,
-				Queue:       opts.Queue,
-				UniqueOpts:  river.UniqueOpts{ByArgs: true},
-			},
+		args := Args{Event: p.Event, DeliveryID: deliveryID, ConnectionID: id, Body: body}
+		own := args.InsertOpts()
+		io := base
+		io.MaxAttempts = policy.MaxRetries + 1 + MaxInterruptedRuns
+		io.Tags = append(slices.Clip(base.Tags), own.Tags...)
+		if uniqueUnset(base.UniqueOpts) {
+			io.UniqueOpts = own.UniqueOpts
 		}
+		params[i] = river.InsertManyParams{Args: args, InsertOpts: &io}
 	}
 	return params, nil
+}
+
+func uniqueUnset(u river.UniqueOpts) bool {
+	return !u.ByArgs && u.ByPeriod == 0 && !u.ByQueue && u.ByState == nil && !u.ExcludeKind
+}
+
+// InsertTx inserts the jobs delivering p to each of connectionIDs in tx, the
+// transaction of the change that caused the event, with client (an insert-only
+// client will do): the outbox. With no connection it validates p and
+// inserts nothing, so the transaction commits. The results are River's, in
+// the order of connectionIDs; a repeated delivery is skipped
+// (UniqueSkippedAsDuplicate). Arguments are as for [InsertParams].
+func InsertTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, deliveryID string, connectionIDs []string,
+	p webhook.Payload, opts *InsertOptions) ([]*rivertype.JobInsertResult, error) {
+	params, err := InsertParams(deliveryID, connectionIDs, p, opts)
+	if err != nil || len(params) == 0 {
+		return nil, err
+	}
+	return client.InsertManyTx(ctx, tx, params)
 }
 
 // DurableRetryPolicy returns a schedule for deliveries that may wait hours
@@ -140,199 +270,5 @@ func DurableRetryPolicy() *webhook.RetryPolicy {
 		Backoff: func(retry int, _ *http.Response) time.Duration {
 			return waits[min(max(retry, 1), len(waits))-1]
 		},
-	}
-}
-
-// ErrConnectionGone is returned by a [Resolver] for a connection that no
-// longer exists: its pending deliveries are cancelled.
-var ErrConnectionGone = errors.New("riverhook: connection gone")
-
-// Resolver returns the connection with the given id as it is now, with its
-// URL, headers and secret. It returns an error matching [ErrConnectionGone]
-// when the connection was deleted; any other error fails the attempt, which
-// River retries by its own client retry policy.
-type Resolver func(ctx context.Context, connectionID string) (webhook.Connection, error)
-
-// WorkerOptions configures a [Worker]. A nil *WorkerOptions, or a zero field,
-// selects the documented default.
-type WorkerOptions struct {
-	// MaxInFlightPerConnection bounds the deliveries to one connection in
-	// flight at once in this process, so that one slow endpoint cannot take
-	// every worker. A job over the bound is snoozed (not counted as an
-	// attempt) for SnoozeFor. Zero means no bound.
-	MaxInFlightPerConnection int
-
-	// SnoozeFor is how long a job over MaxInFlightPerConnection waits
-	// before it is tried again. Zero means one second.
-	SnoozeFor time.Duration
-
-	// OnAttempt, if not nil, is called after each attempt that was made,
-	// with its job and log entry: write your own delivery-attempt log here.
-	// Its error is logged and never fails the delivery.
-	OnAttempt func(ctx context.Context, job *river.Job[Args], a webhook.Attempt) error
-
-	// Logger receives the errors of OnAttempt. Nil means no logging.
-	Logger *slog.Logger
-}
-
-// Worker is the River worker of deliveries: register it with
-// river.AddWorker. Each job is one attempt made with its Sender. It is safe
-// for concurrent use, as River uses it.
-//
-// What it returns to River, by the attempt's outcome:
-//   - delivered (2xx): nil, the job completes;
-//   - failed and the policy retries: an error naming the attempt's kind
-//     and status (never a secret, a header value or the URL's query), and
-//     the retry is scheduled after exactly the policy's Attempt.RetryIn;
-//   - failed on its last attempt: the same error, and River discards the job;
-//   - a connection that is gone, invalid, or whose address is refused by the
-//     private-network guard, or a failure the policy never retries: the job
-//     is cancelled;
-//   - the client stopping during the attempt: River puts the job back
-//     without counting the attempt.
-//
-// The job records the attempt's outcome as its output (river.RecordOutput).
-type Worker struct {
-	river.WorkerDefaults[Args]
-
-	sender    *webhook.Sender
-	resolve   Resolver
-	maxPerCon int
-	snooze    time.Duration
-	onAttempt func(context.Context, *river.Job[Args], webhook.Attempt) error
-	logger    *slog.Logger
-
-	retryAt sync.Map // job id -> time.Time of the retry the policy asked for
-
-	mu       sync.Mutex
-	inFlight map[string]int // connection id -> deliveries in flight
-}
-
-// NewWorker returns a Worker making attempts with sender, whose retry policy
-// schedules the retries, and resolving connections with resolve. opts may
-// be nil. It panics if sender or resolve is nil.
-func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *Worker {
-	if sender == nil || resolve == nil {
-		panic("riverhook: NewWorker needs a Sender and a Resolver")
-	}
-	if opts == nil {
-		opts = &WorkerOptions{}
-	}
-	w := &Worker{
-		sender:    sender,
-		resolve:   resolve,
-		maxPerCon: opts.MaxInFlightPerConnection,
-		snooze:    opts.SnoozeFor,
-		onAttempt: opts.OnAttempt,
-		logger:    opts.Logger,
-		inFlight:  map[string]int{},
-	}
-	if w.snooze <= 0 {
-		w.snooze = time.Second
-	}
-	if w.logger == nil {
-		w.logger = slog.New(slog.DiscardHandler)
-	}
-	return w
-}
-
-// Outcome is what a job records as its output: the last attempt, without
-// anything secret.
-type Outcome struct {
-	Attempt    int           `json:"attempt"`
-	StatusCode int           `json:"status_code,omitempty"`
-	Kind       string        `json:"kind,omitempty"` // empty when delivered
-	Duration   time.Duration `json:"duration_ns"`
-	Timestamp  int64         `json:"timestamp"` // the X-Service-Timestamp it was signed with
-	Error      string        `json:"error,omitempty"`
-	RetryIn    time.Duration `json:"retry_in_ns,omitempty"`
-}
-
-// Work makes one attempt of the job's delivery. See [Worker] for what it
-// returns.
-func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
-	args := job.Args
-	if !w.acquire(args.ConnectionID) {
-		return river.JobSnooze(w.snooze)
-	}
-	defer w.release(args.ConnectionID)
-
-	conn, err := w.resolve(ctx, args.ConnectionID)
-	switch {
-	case errors.Is(err, ErrConnectionGone):
-		return river.JobCancel(fmt.Errorf("riverhook: connection %q is gone: %w", args.ConnectionID, err))
-	case err != nil:
-		if ctx.Err() != nil {
-			return fmt.Errorf("riverhook: resolving connection %q: %w", args.ConnectionID, ctx.Err())
-		}
-		return fmt.Errorf("riverhook: resolving connection %q: %w", args.ConnectionID, err)
-	}
-
-	a := w.sender.Attempt(ctx, conn, args.Event, args.Body, job.Attempt)
-	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
-		// Stopped or timed out: River puts a soft-stopped job back without
-		// counting the attempt, and counts a timeout.
-		return fmt.Errorf("riverhook: attempt %d interrupted: %w", a.N, context.Cause(ctx))
-	}
-	out := Outcome{Attempt: a.N, StatusCode: a.StatusCode, Kind: string(a.Kind), Duration: a.Duration,
-		Timestamp: a.Timestamp, RetryIn: a.RetryIn}
-	if a.Err != nil {
-		out.Error = a.Err.Error()
-	}
-	if err := river.RecordOutput(ctx, out); err != nil {
-		w.logger.WarnContext(ctx, "riverhook: recording the outcome", slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
-	}
-	if w.onAttempt != nil {
-		if err := w.onAttempt(ctx, job, a); err != nil {
-			w.logger.ErrorContext(ctx, "riverhook: OnAttempt failed; the delivery goes on", slog.Int64("job_id", job.ID),
-				slog.String("connection_id", args.ConnectionID), slog.String("error", err.Error()))
-		}
-	}
-	if a.OK() {
-		return nil
-	}
-	failure := fmt.Errorf("riverhook: attempt %d failed (%s, status %d): %w", a.N, a.Kind, a.StatusCode, a.Err)
-	switch {
-	case a.Kind == webhook.KindInvalid || a.Kind == webhook.KindBlocked:
-		return river.JobCancel(failure)
-	case a.Retry:
-		w.retryAt.Store(job.ID, time.Now().Add(a.RetryIn))
-		return failure
-	case job.Attempt >= job.MaxAttempts:
-		return failure // River discards it
-	}
-	return river.JobCancel(failure) // the policy gives up before River's last attempt
-}
-
-// NextRetry returns when the policy asked the failed job to be retried, so
-// that River waits exactly the policy's wait.
-func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
-	if at, ok := w.retryAt.LoadAndDelete(job.ID); ok {
-		return at.(time.Time)
-	}
-	return time.Time{} // the client's policy
-}
-
-// Timeout returns the Sender's attempt timeout plus room for resolving the
-// connection and the hooks, so that River's job timeout covers the attempt.
-func (w *Worker) Timeout(*river.Job[Args]) time.Duration {
-	return w.sender.AttemptTimeout() + 10*time.Second
-}
-
-func (w *Worker) acquire(connectionID string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.maxPerCon > 0 && w.inFlight[connectionID] >= w.maxPerCon {
-		return false
-	}
-	w.inFlight[connectionID]++
-	return true
-}
-
-func (w *Worker) release(connectionID string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.inFlight[connectionID]--; w.inFlight[connectionID] == 0 {
-		delete(w.inFlight, connectionID)
 	}
 }

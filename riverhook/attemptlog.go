@@ -1,0 +1,308 @@
+package riverhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/signedhook/webhook"
+)
+
+// attemptLog is a job's output (river.RecordOutput): its delivery's whole
+// attempt log, oldest first. The package documentation shows its JSON.
+type attemptLog struct {
+	Attempts []logEntry `json:"attempts"`
+}
+
+// logEntry is one attempt of the log, at most maxEntryBytes of JSON.
+type logEntry struct {
+	N         int       `json:"n"`   // the attempt's number, as the policy counts
+	Run       int       `json:"run"` // River's attempt number of the run that made it
+	Kind      string    `json:"kind"`
+	Start     time.Time `json:"start,omitzero"`
+	Status    int       `json:"status,omitempty"`
+	Took      string    `json:"took,omitempty"`
+	Timestamp int64     `json:"timestamp,omitempty"` // X-Service-Timestamp, Unix ms
+	RetryIn   string    `json:"retry_in,omitempty"`  // present when a retry follows, "0s" included
+	Error     string    `json:"error,omitempty"`
+	Response  string    `json:"response,omitempty"`
+}
+
+const (
+	// maxEntryBytes bounds one entry of the log, as JSON.
+	maxEntryBytes = 1024
+	// maxErrorBytes bounds an entry's error text; the response excerpt
+	// gets what is left.
+	maxErrorBytes = 400
+	// kindDelivered is the kind of an entry whose attempt succeeded.
+	kindDelivered = "delivered"
+)
+
+// errInterrupted is the Err of an attempt whose run was cut.
+var errInterrupted = errors.New("riverhook: interrupted: the run making the attempt ended without an outcome (its process died, or River lost it)")
+
+// newLogEntry returns the entry of attempt a, made by River's run run.
+func newLogEntry(a webhook.Attempt, run int) logEntry {
+	e := logEntry{N: a.N, Run: run, Kind: kindDelivered, Status: a.StatusCode, Timestamp: a.Timestamp,
+		Took: readable(a.Duration)}
+	if !a.Start.IsZero() {
+		e.Start = a.Start.UTC().Round(time.Microsecond)
+	}
+	if !a.OK() {
+		e.Kind = string(a.Kind)
+		e.Error = cutJSON(a.Err.Error(), maxErrorBytes)
+	}
+	if a.Retry {
+		e.RetryIn = a.RetryIn.String()
+	}
+	if text := a.ResponseText(); text != "" {
+		base, _ := json.Marshal(e)
+		e.Response = cutJSON(text, maxEntryBytes-len(base)-len(`,"response":""`))
+	}
+	return e
+}
+
+// readable rounds a duration for people: 3.214ms, 1.25s.
+func readable(d time.Duration) string {
+	if d >= time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+// cutJSON returns the longest start of s, cut at a rune boundary and ended
+// with "…" when cut, whose JSON string encoding (quotes excluded) takes at
+// most max bytes.
+func cutJSON(s string, max int) string {
+	if max < len("…") {
+		return ""
+	}
+	n, end := 0, len(s)
+	for i, r := range s {
+		c := jsonLen(r)
+		if n+c > max-len("…") && end == len(s) {
+			end = i // the cut if what follows does not fit
+		}
+		if n += c; n > max {
+			return s[:end] + "…"
+		}
+	}
+	return s
+}
+
+// jsonLen is how many bytes encoding/json takes for r inside a string.
+func jsonLen(r rune) int {
+	switch {
+	case r == '"' || r == '\\':
+		return 2
+	case r < 0x20, r == '<', r == '>', r == '&', r == '\u2028', r == '\u2029',
+		r == utf8.RuneError: // \ufffd for an invalid byte
+		return 6
+	}
+	return utf8.RuneLen(r)
+}
+
+// attempt returns the entry as the webhook.Attempt it records. The
+// response excerpt comes back as ResponseBody.
+func (e logEntry) attempt() webhook.Attempt {
+	a := webhook.Attempt{N: e.N, Start: e.Start, StatusCode: e.Status, Timestamp: e.Timestamp}
+	a.Duration, _ = time.ParseDuration(e.Took)
+	if e.RetryIn != "" {
+		a.Retry = true
+		a.RetryIn, _ = time.ParseDuration(e.RetryIn)
+	}
+	if e.Response != "" {
+		a.ResponseBody = []byte(e.Response)
+	}
+	switch e.Kind {
+	case kindDelivered:
+	case string(webhook.KindInterrupted):
+		a.Kind, a.Err = webhook.KindInterrupted, errInterrupted
+	default:
+		a.Kind, a.Err = webhook.FailureKind(e.Kind), errors.New(cmpOr(e.Error, e.Kind))
+	}
+	return a
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// readLog returns the attempt log that job's previous runs recorded.
+func readLog(job *rivertype.JobRow) ([]logEntry, error) {
+	out := job.Output()
+	if len(out) == 0 {
+		return nil, nil
+	}
+	var log attemptLog
+	if err := json.Unmarshal(out, &log); err != nil {
+		return nil, fmt.Errorf("riverhook: job %d's output is not an attempt log: %w", job.ID, err)
+	}
+	return log.Attempts, nil
+}
+
+// interrupted returns the entries of the runs of job after the log's last
+// one, up to run last, that ended without an outcome riverhook recorded: no
+// attempt in the log, and no error of riverhook's in the job's errors (a
+// Resolver failure is one). Such a run was cut: its process died, or River
+// lost its outcome, and River's rescuer ran the job again. Each carries
+// the number of the attempt it would have made.
+func interrupted(job *rivertype.JobRow, entries []logEntry, last int) []logEntry {
+	from := 1
+	if len(entries) > 0 {
+		from = entries[len(entries)-1].Run + 1
+	}
+	if from > last {
+		return nil
+	}
+	ended := map[int]bool{}
+	for _, e := range job.Errors {
+		if strings.HasPrefix(strings.TrimPrefix(e.Error, "JobCancelError: "), "riverhook: ") {
+			ended[e.Attempt] = true
+		}
+	}
+	n := attemptsMade(entries) + 1
+	var cut []logEntry
+	for run := from; run <= last; run++ {
+		if !ended[run] {
+			cut = append(cut, logEntry{N: n, Run: run, Kind: string(webhook.KindInterrupted)})
+		}
+	}
+	return cut
+}
+
+// attemptsMade counts the entries of attempts that reached an outcome.
+func attemptsMade(entries []logEntry) int {
+	n := 0
+	for _, e := range entries {
+		if e.Kind != string(webhook.KindInterrupted) {
+			n++
+		}
+	}
+	return n
+}
+
+// Delivery is one durable delivery to one connection as River holds it:
+// its job and its whole attempt log, for a dashboard.
+type Delivery struct {
+	JobID        int64
+	ConnectionID string
+	DeliveryID   string
+	Event        string
+
+	// State is the job's: completed (delivered), discarded (ended without
+	// success: see Reason), cancelled (see Reason), or a state in which the
+	// delivery is still under way (available, scheduled, retryable,
+	// running, pending).
+	State rivertype.JobState
+
+	// CreatedAt is when the job was inserted; NextAt is when its next run
+	// may start, for a job waiting for one (available, scheduled,
+	// retryable), and zero otherwise.
+	CreatedAt, NextAt time.Time
+
+	// Attempts is the attempt log, oldest first: every attempt made, and
+	// the runs cut by a crash as attempts of kind webhook.KindInterrupted
+	// (also those of a job River's rescuer has not run again yet). The
+	// ResponseBody of each holds its response excerpt, as text.
+	Attempts []webhook.Attempt
+
+	// Reason says why an ended delivery did not succeed: the policy gave
+	// up, River ran the job its MaxAttempts times, or the job was cancelled
+	// (the connection is gone, invalid or blocked, or someone cancelled it
+	// in River). Empty for a delivery that succeeded or is under way.
+	Reason string
+}
+
+// DeliveryOf returns the delivery that job, a job of kind [Kind] from
+// River (JobList, JobGet, an event), holds. The error says why job is not
+// one.
+func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
+	if job.Kind != Kind {
+		return nil, fmt.Errorf("riverhook: job %d has kind %q, not %q", job.ID, job.Kind, Kind)
+	}
+	var args Args
+	if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
+		return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
+	}
+	entries, err := readLog(job)
+	if err != nil {
+		return nil, err
+	}
+	last := job.Attempt // every run but one still running has ended
+	if job.State == rivertype.JobStateRunning {
+		last--
+	}
+	entries = append(entries, interrupted(job, entries, last)...)
+	d := &Delivery{JobID: job.ID, ConnectionID: args.ConnectionID, DeliveryID: args.DeliveryID, Event: args.Event,
+		State: job.State, CreatedAt: job.CreatedAt, Attempts: make([]webhook.Attempt, len(entries))}
+	for i, e := range entries {
+		d.Attempts[i] = e.attempt()
+	}
+	switch job.State {
+	case rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStateRetryable:
+		d.NextAt = job.ScheduledAt
+	case rivertype.JobStateCancelled:
+		if len(job.Errors) > 0 {
+			d.Reason = strings.TrimPrefix(job.Errors[len(job.Errors)-1].Error, "JobCancelError: ")
+		}
+	case rivertype.JobStateDiscarded:
+		made := attemptsMade(entries)
+		if n := len(entries); n > 0 && entries[n-1].Run == job.Attempt && entries[n-1].Kind != string(webhook.KindInterrupted) &&
+			entries[n-1].RetryIn == "" {
+			d.Reason = fmt.Sprintf("riverhook: the policy gave up after attempt %d", made)
+		} else {
+			d.Reason = fmt.Sprintf("riverhook: River ran the job %d times, its MaxAttempts; %d run(s) ended without an attempt (interrupted, or the connection did not resolve)",
+				job.Attempt, job.Attempt-made)
+		}
+	}
+	return d, nil
+}
+
+// ListDeliveries returns the deliveries to connectionID that River holds,
+// newest first, at most limit of them (zero or less means 20), each with
+// its attempt log: what a dashboard's "delivery attempts" page, or a
+// GET /connections/{id}/attempts, shows. River deletes finished jobs after
+// its retention periods (a day for completed ones by default), and with
+// them their logs. It lists by the connection's tag ([ConnectionTag]),
+// then keeps the jobs of connectionID alone.
+func ListDeliveries[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, limit int) ([]*Delivery, error) {
+	if limit <= 0 {
+		limit = 20
+	}
+	params := river.NewJobListParams().Kinds(Kind).TagsAll(ConnectionTag(connectionID)).
+		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit)
+	var out []*Delivery
+	for {
+		res, err := client.JobList(ctx, params)
+		if err != nil {
+			return nil, fmt.Errorf("riverhook: listing the deliveries to %q: %w", connectionID, err)
+		}
+		for _, job := range res.Jobs {
+			d, err := DeliveryOf(job)
+			if err != nil {
+				return nil, err
+			}
+			if d.ConnectionID != connectionID { // another id with the same tag
+				continue
+			}
+			if out = append(out, d); len(out) == limit {
+				return out, nil
+			}
+		}
+		if len(res.Jobs) < limit {
+			return out, nil
+		}
+		params = params.After(res.LastCursor)
+	}
+}

@@ -1,0 +1,21 @@
+package riverhook
+
+import "time"
+
+// WithoutAttemptLog makes w keep no attempt log, as riverhook did before it
+// had one: for BenchmarkDelivery to measure what the log costs.
+func WithoutAttemptLog(w *Worker) *Worker {
+	w.noLog = true
+	return w
+}
+
+// SetClock makes w read the time from now when it stores a retry, and
+// returns how many retries it keeps for River's NextRetry.
+func SetClock(w *Worker, now func() time.Time) { w.now = now }
+
+// PendingRetries returns how many retries w keeps for River's NextRetry.
+func PendingRetries(w *Worker) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.retries)
+}

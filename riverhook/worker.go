@@ -1,0 +1,364 @@
+package riverhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/signedhook/webhook"
+)
+
+// ErrConnectionGone is returned by a [Resolver] for a connection that no
+// longer exists: its pending deliveries are cancelled.
+var ErrConnectionGone = errors.New("riverhook: connection gone")
+
+// Resolver returns the connection with the given id as it is now, with its
+// URL, headers and secret. It returns an error matching [ErrConnectionGone]
+// when the connection was deleted; any other error ends the run without an
+// attempt: River runs the job again by its client retry policy, and the run
+// costs none of the Sender's attempts (see [MaxInterruptedRuns]).
+type Resolver func(ctx context.Context, connectionID string) (webhook.Connection, error)
+
+// WorkerOptions configures a [Worker]. A nil *WorkerOptions, or a zero field,
+// selects the documented default.
+type WorkerOptions struct {
+	// MaxInFlightPerConnection bounds the deliveries to one connection in
+	// flight at once in this process, so that one slow endpoint cannot take
+	// every worker. A job over the bound is snoozed (not counted as an
+	// attempt) for SnoozeFor. Zero means no bound.
+	MaxInFlightPerConnection int
+
+	// SnoozeFor is how long a job over MaxInFlightPerConnection waits
+	// before it is tried again. Zero means one second.
+	SnoozeFor time.Duration
+
+	// OnAttempt, if not nil, is called with each entry of a job's attempt
+	// log as it is added: after each attempt made, and, when a job whose
+	// previous run was cut by a crash runs again, with that interrupted
+	// attempt (kind webhook.KindInterrupted) before the next one. It is
+	// called from River's worker goroutines, so concurrently. Its error, or
+	// panic, is logged and never fails the delivery.
+	OnAttempt func(ctx context.Context, job *river.Job[Args], a webhook.Attempt) error
+
+	// Logger receives the errors of OnAttempt and of recording the attempt
+	// log. Nil means no logging.
+	Logger *slog.Logger
+}
+
+// Worker is the River worker of deliveries: register it with
+// river.AddWorker. Each run of a job makes one attempt with its Sender and
+// adds it to the job's attempt log (see the package documentation). It is
+// safe for concurrent use, as River uses it.
+//
+// The number given to [webhook.Sender.Attempt] counts the attempts that
+// reached an outcome, so the Sender's retry policy decides on the attempts
+// that were made, whatever River counted. What a run returns to River, by
+// the attempt's outcome:
+//   - delivered (2xx): nil, and the job completes;
+//   - failed, and the policy retries: an error such as
+//     "riverhook: attempt 1: 503 Service Unavailable; retry in 1s", and
+//     River runs the job again after exactly the policy's wait
+//     ([Worker.NextRetry]);
+//   - failed, and the policy gives up: the job is discarded;
+//   - a connection that is gone, invalid, or whose address the
+//     private-network guard refuses: the job is cancelled;
+//   - the client stopping during the attempt: River puts the job back
+//     without counting the run;
+//   - the process dying during the attempt: once River's rescuer finds the
+//     job (see [Worker.RescueStuckJobsAfter]), it runs again at once, and
+//     the log shows the cut attempt as interrupted; it costs no attempt.
+//
+// A job ends, whatever happens, after River's MaxAttempts runs: the
+// policy's attempts plus [MaxInterruptedRuns], for an [InsertParams] job.
+// The error River keeps for a failed attempt wraps the attempt's Err, for
+// errors.Is and errors.As in a river.ErrorHandler.
+type Worker struct {
+	river.WorkerDefaults[Args]
+
+	sender    *webhook.Sender
+	resolve   Resolver
+	maxPerCon int
+	snooze    time.Duration
+	onAttempt func(context.Context, *river.Job[Args], webhook.Attempt) error
+	logger    *slog.Logger
+	noLog     bool             // benchmarks only: no attempt log (export_test.go)
+	now       func() time.Time // when a retry is stored; tests move it
+
+	mu       sync.Mutex
+	inFlight map[string]int                    // connection id -> deliveries in flight
+	retries  map[*river.Job[Args]]pendingRetry // runs whose NextRetry River is about to ask
+	swept    time.Time                         // the last sweep of retries
+}
+
+// pendingRetry is what a failed run asks River's NextRetry for.
+type pendingRetry struct {
+	wait   time.Duration // the policy's wait before the next attempt
+	client bool          // River's client retry policy decides instead
+	stored time.Time
+}
+
+// retryKeep is how long a stored retry waits for River's NextRetry, which
+// River asks right after Work returns unless an ErrorHandler cancelled the
+// job; older entries are freed.
+const retryKeep = time.Minute
+
+// NewWorker returns a Worker making attempts with sender, whose retry policy
+// schedules the retries, and resolving connections with resolve. opts may
+// be nil. It panics if sender or resolve is nil.
+func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *Worker {
+	if sender == nil || resolve == nil {
+		panic("riverhook: NewWorker needs a Sender and a Resolver")
+	}
+	if opts == nil {
+		opts = &WorkerOptions{}
+	}
+	w := &Worker{
+		sender:    sender,
+		resolve:   resolve,
+		maxPerCon: opts.MaxInFlightPerConnection,
+		snooze:    opts.SnoozeFor,
+		onAttempt: opts.OnAttempt,
+		logger:    opts.Logger,
+		now:       time.Now,
+		inFlight:  map[string]int{},
+		retries:   map[*river.Job[Args]]pendingRetry{},
+	}
+	if w.snooze <= 0 {
+		w.snooze = time.Second
+	}
+	if w.logger == nil {
+		w.logger = slog.New(slog.DiscardHandler)
+	}
+	return w
+}
+
+// Work runs the job once: one attempt of its delivery, added to its attempt
+// log. See [Worker] for what it returns.
+func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	args := job.Args
+	if !w.acquire(args.ConnectionID) {
+		return river.JobSnooze(w.snooze)
+	}
+	defer w.release(args.ConnectionID)
+
+	var entries []logEntry
+	n := job.Attempt
+	if !w.noLog {
+		var err error
+		if entries, err = readLog(job.JobRow); err != nil {
+			w.logger.WarnContext(ctx, "riverhook: the job's attempt log is unreadable; starting a new one",
+				slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+		}
+		cut := interrupted(job.JobRow, entries, job.Attempt-1)
+		entries = append(entries, cut...)
+		for _, e := range cut {
+			w.notify(ctx, job, e.attempt())
+		}
+		n = attemptsMade(entries) + 1
+	}
+
+	conn, err := w.resolveConnection(ctx, args.ConnectionID)
+	switch {
+	case errors.Is(err, ErrConnectionGone):
+		w.record(ctx, job, entries)
+		return river.JobCancel(fmt.Errorf("riverhook: connection %q is gone: %w", args.ConnectionID, err))
+	case err != nil:
+		w.record(ctx, job, entries)
+		w.storeRetry(job, pendingRetry{client: true})
+		return fmt.Errorf("riverhook: resolving connection %q: %w", args.ConnectionID, err)
+	}
+
+	a := w.sender.Attempt(ctx, conn, args.Event, args.Body, n)
+	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
+		// The client stopping (River puts the job back and does not count
+		// the run), the job cancelled from River, or its timeout.
+		w.record(ctx, job, entries)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			w.storeRetry(job, pendingRetry{client: true})
+		}
+		return fmt.Errorf("riverhook: attempt %d not made: %w", n, context.Cause(ctx))
+	}
+	entries = append(entries, newLogEntry(a, job.Attempt))
+	w.record(ctx, job, entries)
+	w.notify(ctx, job, a)
+
+	switch {
+	case a.OK():
+		return nil
+	case a.Kind == webhook.KindInvalid || a.Kind == webhook.KindBlocked:
+		return river.JobCancel(&attemptError{a: a})
+	case !a.Retry:
+		// River discards a job that fails on its last run; this is the
+		// last one, whatever runs River kept for interrupted attempts.
+		// River decides on the row it handed to Work.
+		job.MaxAttempts = job.Attempt
+		return &attemptError{a: a, next: "the policy gives up"}
+	case job.Attempt >= job.MaxAttempts:
+		return &attemptError{a: a, next: fmt.Sprintf("no run left for its retry: River's %d runs are spent, %d of them without an attempt",
+			job.MaxAttempts, job.Attempt-attemptsMade(entries))}
+	}
+	w.storeRetry(job, pendingRetry{wait: a.RetryIn})
+	return &attemptError{a: a, next: "retry in " + a.RetryIn.String()}
+}
+
+// NextRetry returns when River runs a failed job again: exactly the
+// policy's wait after now for a failed attempt, whatever the wait (0
+// included); River's client retry policy for a run that could not make its
+// attempt (the Resolver failed); and now for a job River rescued after its
+// process died, which the Worker never saw fail.
+func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
+	w.mu.Lock()
+	p, ok := w.retries[job]
+	delete(w.retries, job)
+	w.mu.Unlock()
+	switch {
+	case !ok:
+		return time.Now()
+	case p.client:
+		return time.Time{}
+	}
+	return time.Now().Add(p.wait)
+}
+
+// Timeout returns the Sender's attempt timeout plus ten seconds of room for
+// resolving the connection and OnAttempt: River ends a run after it, and
+// its rescuer leaves a running job alone until it has passed. It bounds
+// this worker's jobs alone, whatever the client's JobTimeout.
+func (w *Worker) Timeout(*river.Job[Args]) time.Duration {
+	return w.sender.AttemptTimeout() + 10*time.Second
+}
+
+// RescueStuckJobsAfter returns the least river.Config.RescueStuckJobsAfter
+// that never rescues a delivery still running: the worker's [Worker.Timeout]
+// plus River's JobStuckThresholdDefault, the time River gives a job past
+// its timeout before calling it stuck; or clientJobTimeout, the client's
+// JobTimeout (zero means River's default, one minute), when that is longer,
+// as River requires. With the default Sender it is one minute: a delivery
+// whose process died runs again within about a minute and a half, as
+// River's rescuer looks every 30 seconds. River's default is one hour.
+//
+// The setting is the client's, for every job kind, and it is safe for
+// them: River's rescuer also leaves a job alone until its kind's own
+// timeout (or the client's JobTimeout) has passed, and a kind without a
+// timeout is never rescued.
+func (w *Worker) RescueStuckJobsAfter(clientJobTimeout time.Duration) time.Duration {
+	if clientJobTimeout == 0 {
+		clientJobTimeout = river.JobTimeoutDefault
+	}
+	return max(w.Timeout(nil)+river.JobStuckThresholdDefault, clientJobTimeout)
+}
+
+// resolveConnection calls the Resolver, turning a panic into an error.
+func (w *Worker) resolveConnection(ctx context.Context, id string) (c webhook.Connection, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("riverhook: the Resolver panicked: %v", v)
+		}
+	}()
+	return w.resolve(ctx, id)
+}
+
+// record stores the job's attempt log as its River output.
+func (w *Worker) record(ctx context.Context, job *river.Job[Args], entries []logEntry) {
+	if w.noLog {
+		return
+	}
+	if err := river.RecordOutput(ctx, attemptLog{Attempts: entries}); err != nil {
+		w.logger.WarnContext(ctx, "riverhook: recording the attempt log", slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+	}
+}
+
+// notify calls OnAttempt, logging its error or panic.
+func (w *Worker) notify(ctx context.Context, job *river.Job[Args], a webhook.Attempt) {
+	if w.onAttempt == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			w.logger.ErrorContext(ctx, "riverhook: OnAttempt panicked; the delivery goes on", slog.Int64("job_id", job.ID),
+				slog.String("connection_id", job.Args.ConnectionID), slog.Any("panic", v))
+		}
+	}()
+	if err := w.onAttempt(ctx, job, a); err != nil {
+		w.logger.ErrorContext(ctx, "riverhook: OnAttempt failed; the delivery goes on", slog.Int64("job_id", job.ID),
+			slog.String("connection_id", job.Args.ConnectionID), slog.String("error", err.Error()))
+	}
+}
+
+// storeRetry keeps what NextRetry returns for the run of job, and frees
+// the entries River never asked for (an ErrorHandler cancelled the job).
+func (w *Worker) storeRetry(job *river.Job[Args], p pendingRetry) {
+	now := w.now()
+	p.stored = now
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if now.Sub(w.swept) >= retryKeep {
+		for j, old := range w.retries {
+			if now.Sub(old.stored) >= retryKeep {
+				delete(w.retries, j)
+			}
+		}
+		w.swept = now
+	}
+	w.retries[job] = p
+}
+
+func (w *Worker) acquire(connectionID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.maxPerCon > 0 && w.inFlight[connectionID] >= w.maxPerCon {
+		return false
+	}
+	w.inFlight[connectionID]++
+	return true
+}
+
+func (w *Worker) release(connectionID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight[connectionID]--; w.inFlight[connectionID] == 0 {
+		delete(w.inFlight, connectionID)
+	}
+}
+
+// attemptError is the error a run returns to River for a failed attempt:
+// "riverhook: attempt 4: 500 Internal Server Error; retry in 8s", as River
+// UI shows it. It wraps the attempt's Err.
+type attemptError struct {
+	a    webhook.Attempt
+	next string // what follows: "retry in 1s", "the policy gives up"
+}
+
+func (e *attemptError) Error() string {
+	s := "riverhook: " + attemptText(e.a)
+	if e.next != "" {
+		s += "; " + e.next
+	}
+	return s
+}
+
+func (e *attemptError) Unwrap() error { return e.a.Err }
+
+// attemptText is a failed attempt in a few words: "attempt 4: 500 Internal
+// Server Error", "attempt 2: timeout: timed out waiting for https://host/…:
+// ...".
+func attemptText(a webhook.Attempt) string {
+	if a.Kind == webhook.KindStatus && a.StatusCode != 0 {
+		text := http.StatusText(a.StatusCode)
+		if text == "" {
+			text = "status"
+		}
+		return fmt.Sprintf("attempt %d: %d %s", a.N, a.StatusCode, text)
+	}
+	if a.Err == nil {
+		return fmt.Sprintf("attempt %d: %s", a.N, a.Kind)
+	}
+	return fmt.Sprintf("attempt %d: %s: %s", a.N, a.Kind, strings.TrimPrefix(a.Err.Error(), "webhook: "))
+}
