@@ -2,11 +2,15 @@ package riverhook_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -14,7 +18,44 @@ import (
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/webhooktest"
 )
+
+// databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
+// skips them, saying so, where there is none and CI is not set.
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleListDeliveries)$"
+
+// exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
+// one Example, and a func that drops the schema and closes the pool. A
+// service uses its own pool and River's tables in its search path.
+func exampleDatabase(ctx context.Context) (*pgxpool.Pool, string, func()) {
+	pool, err := pgxpool.New(ctx, os.Getenv("TEST_DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "example_" + hex.EncodeToString(b[:])
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		log.Fatal(err)
+	}
+	return pool, schema, func() {
+		pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		pool.Close()
+	}
+}
+
+// migrate makes River's tables in schema, as a service does once (with
+// rivermigrate, or River's CLI).
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) {
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		log.Fatal(err)
+	}
+}
 
 // InsertParams turns one event for a customer's connections into one job
 // per connection, for InsertManyTx in the transaction that made the change.
@@ -33,64 +74,199 @@ func ExampleInsertParams() {
 	// signedhook_delivery erp evt_42 user.identified 9 [connection-erp event-user-identified]
 }
 
-// The whole setup: migrate River's schema, register the worker, start a
-// client, and enqueue in the transaction of the change.
-func ExampleNewWorker() {
+// The outbox: the deliveries are inserted in the transaction of the change
+// that caused the event, and exist exactly when it commits. A customer
+// without webhooks inserts nothing, and the change commits.
+func ExampleInsertTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pool, schema, done := exampleDatabase(ctx)
+	defer done()
+	migrate(ctx, pool, schema)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema}) // insert-only
 	if err != nil {
-		log.Fatal(err)
-	}
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		log.Fatal(err)
 	}
 
-	sender, err := webhook.NewSender(nil) // the service's schedule: 1 s, 2 s, 4 s
-	if err != nil {
-		log.Fatal(err)
+	for _, connections := range [][]string{{"crm", "erp"}, nil} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		// ... the change that identified the user, in tx ...
+		res, err := riverhook.InsertTx(ctx, client, tx, "evt_42", connections, webhook.SamplePayload(time.Now()), nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%d connection(s): %d job(s) inserted, committed\n", len(connections), len(res))
 	}
+	// Output:
+	// 2 connection(s): 2 job(s) inserted, committed
+	// 0 connection(s): 0 job(s) inserted, committed
+}
+
+// The whole setup: migrate River's schema, register the worker, start a
+// client whose rescuer runs a crashed process's deliveries again within
+// minutes, and enqueue in the transaction of the change. The client-wide
+// JobTimeout stays River's: the worker's own Timeout bounds its jobs.
+func ExampleNewWorker() {
+	ctx := context.Background()
+	pool, schema, done := exampleDatabase(ctx)
+	defer done()
+	migrate(ctx, pool, schema)
+	receiver := webhooktest.NewServer("whsec_example", nil) // a customer's endpoint
+	defer receiver.Close()
+
+	sender := receiver.Sender(nil) // in a service: webhook.NewSender(nil), the 1 s, 2 s, 4 s schedule
 	resolve := func(ctx context.Context, id string) (webhook.Connection, error) {
-		return loadConnection(ctx, pool, id) // your table of connections; riverhook.ErrConnectionGone when deleted
+		if id != "crm" { // your table of connections
+			return webhook.Connection{}, riverhook.ErrConnectionGone
+		}
+		return receiver.Connection(), nil
 	}
-	worker := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{MaxInFlightPerConnection: 8})
+	worker := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
+		MaxInFlightPerConnection: 8,
+		OnAttempt: func(_ context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
+			fmt.Printf("%s to %s: attempt %d, status %d\n", job.Args.DeliveryID, job.Args.ConnectionID, a.N, a.StatusCode)
+			return nil
+		},
+	})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}},
-		Workers:       workers,
-		FetchCooldown: 10 * time.Millisecond, // the default 100 ms caps a client at 32 jobs per 100 ms
-		JobTimeout:    worker.Timeout(nil),
+		Schema:               schema,
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}},
+		Workers:              workers,
+		FetchCooldown:        10 * time.Millisecond,          // the default 100 ms caps a client at 32 jobs per 100 ms
+		RescueStuckJobsAfter: worker.RescueStuckJobsAfter(0), // 0: the client's JobTimeout is River's default
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
+	completed, cancel := client.Subscribe(river.EventKindJobCompleted)
+	defer cancel()
 	if err := client.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(ctx, worker.Timeout(nil))
+		defer cancel()
+		if err := client.Stop(stopCtx); err != nil { // waits for the attempts in flight
+			log.Fatal(err)
+		}
+	}()
 
-	// In the transaction that identified the user:
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	// ... the user's change ...
-	params, err := riverhook.InsertParams("evt_42", []string{"crm"}, webhook.SamplePayload(time.Now()), nil)
+	// ... the change that identified the user ...
+	if _, err := riverhook.InsertTx(ctx, client, tx, "evt_42", []string{"crm"}, webhook.SamplePayload(time.Now()), nil); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		log.Fatal(err)
+	}
+	select {
+	case ev := <-completed:
+		fmt.Println("job", ev.Job.State)
+	case <-time.After(30 * time.Second):
+		log.Fatal("not delivered within 30 s")
+	}
+	fmt.Println("rescue after", worker.RescueStuckJobsAfter(0))
+	// Output:
+	// evt_42 to crm: attempt 1, status 200
+	// job completed
+	// rescue after 1m0s
+}
+
+// The least RescueStuckJobsAfter that never rescues a delivery still
+// running, for the Sender's attempt timeout and the client's JobTimeout.
+func ExampleWorker_RescueStuckJobsAfter() {
+	resolve := func(context.Context, string) (webhook.Connection, error) {
+		return webhook.Connection{}, riverhook.ErrConnectionGone
+	}
+	for _, attemptTimeout := range []time.Duration{0, 2 * time.Minute} { // 0: the default, 30 s
+		sender, err := webhook.NewSender(&webhook.SenderOptions{AttemptTimeout: attemptTimeout})
+		if err != nil {
+			log.Fatal(err)
+		}
+		worker := riverhook.NewWorker(sender, resolve, nil)
+		fmt.Printf("attempt timeout %v: job timeout %v, rescue after %v; with a client JobTimeout of 5m: %v\n",
+			sender.AttemptTimeout(), worker.Timeout(nil), worker.RescueStuckJobsAfter(0), worker.RescueStuckJobsAfter(5*time.Minute))
+	}
+	// Output:
+	// attempt timeout 30s: job timeout 40s, rescue after 1m0s; with a client JobTimeout of 5m: 5m0s
+	// attempt timeout 2m0s: job timeout 2m10s, rescue after 2m20s; with a client JobTimeout of 5m: 5m0s
+}
+
+// A dashboard's log of delivery attempts, or a GET
+// /connections/{id}/attempts: a connection's recent deliveries, each with
+// its whole attempt log, from River's jobs.
+func ExampleListDeliveries() {
+	ctx := context.Background()
+	pool, schema, done := exampleDatabase(ctx)
+	defer done()
+	migrate(ctx, pool, schema)
+	receiver := webhooktest.NewServer("whsec_example", nil)
+	defer receiver.Close()
+	receiver.Script(webhooktest.Status(http.StatusServiceUnavailable)) // the first attempt
+	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{
+		MaxRetries: 3, Backoff: webhook.ExponentialBackoff(10*time.Millisecond, time.Second),
+	}})
+	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+		return receiver.Connection(), nil
+	}, nil)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema: schema, Workers: workers, FetchCooldown: 10 * time.Millisecond,
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
+	completed, cancel := client.Subscribe(river.EventKindJobCompleted)
+	defer cancel()
+	if err := client.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	if err := tx.Commit(ctx); err != nil { // the delivery exists exactly when the change does
+	defer client.Stop(ctx)
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := riverhook.InsertTx(ctx, client, tx, "evt_42", []string{"crm"}, webhook.SamplePayload(time.Now()), nil)
+		return err
+	})
+	if err != nil {
 		log.Fatal(err)
 	}
+	<-completed
+
+	deliveries, err := riverhook.ListDeliveries(ctx, client, "crm", 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, d := range deliveries {
+		fmt.Printf("%s %s to %s: %s\n", d.DeliveryID, d.Event, d.ConnectionID, d.State)
+		for _, a := range d.Attempts {
+			line := fmt.Sprintf("  attempt %d: %d %s", a.N, a.StatusCode, cmpOr(string(a.Kind), "delivered"))
+			if a.Retry {
+				line += ", retry in " + a.RetryIn.String()
+			}
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// evt_42 user.identified to crm: completed
+	//   attempt 1: 503 status, retry in 10ms
+	//   attempt 2: 200 delivered
 }
 
-func loadConnection(context.Context, *pgxpool.Pool, string) (webhook.Connection, error) {
-	return webhook.Connection{}, riverhook.ErrConnectionGone
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

@@ -9,8 +9,7 @@ func WithoutAttemptLog(w *Worker) *Worker {
 	return w
 }
 
-// SetClock makes w read the time from now when it stores a retry, and
-// returns how many retries it keeps for River's NextRetry.
+// SetClock makes w read the time from now when it stores a retry.
 func SetClock(w *Worker, now func() time.Time) { w.now = now }
 
 // PendingRetries returns how many retries w keeps for River's NextRetry.
