@@ -2,9 +2,10 @@
 // deliveries are River jobs in PostgreSQL, worked by as many processes as you
 // start. Try it in a minute:
 //
-//	durable migrate -db postgres://localhost/app
-//	durable enqueue -db postgres://localhost/app -connections conns.json -n 10
-//	durable work    -db postgres://localhost/app -connections conns.json
+//	durable migrate    -db postgres://localhost/app
+//	durable enqueue    -db postgres://localhost/app -connections conns.json -n 10
+//	durable work       -db postgres://localhost/app -connections conns.json
+//	durable deliveries -db postgres://localhost/app -connection crm
 //
 // conns.json is a JSON array of connections, the example's resolver:
 //
@@ -14,11 +15,16 @@
 // enqueue inserts, in one transaction, n sample deliveries to every
 // connection, each with its own delivery id, also written in its body as
 // user.metadata.delivery_id. work runs a River client until interrupted,
-// printing one line per attempt. -ca adds a root certificate to the
-// library's guarded transport; -allow-private lifts the guard for local
-// receivers. Kill a worker in the middle of an attempt and start another:
-// once River's stuck-job rescue has run (-rescue-after, checked every 30 s
-// by the leader), the other delivers what the first had started.
+// printing one line per entry of the attempt log; an interrupt lets the
+// attempts in flight end (as long as -attempt-timeout and some room).
+// deliveries prints a connection's recent deliveries and their attempt
+// logs, from River. -ca adds a root certificate to the library's guarded
+// transport; -allow-private lifts the guard for local receivers. Kill a
+// worker in the middle of an attempt (kill -9) and start another: once
+// River's rescuer has found the job (a minute after the attempt started,
+// with the default -attempt-timeout; the rescuer looks every 30 s), the
+// other makes the attempt again, and logs the cut one as interrupted.
+// Each command prints its flags with -h.
 package main
 
 import (
@@ -39,6 +45,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -51,14 +58,29 @@ import (
 )
 
 const usage = `usage:
-  durable migrate -db URL
-  durable enqueue -db URL -connections FILE -n N
-  durable work    -db URL -connections FILE [-workers N] [-ca PEM] [-allow-private]`
+  durable migrate    -db URL
+  durable enqueue    -db URL -connections FILE [-n N]
+  durable work       -db URL -connections FILE [-workers N] [-attempt-timeout D] [-rescue-after D] [-ca PEM] [-allow-private]
+  durable deliveries -db URL -connection ID [-n N]
+Every command takes -schema; "durable COMMAND -h" prints its flags.`
+
+// errUsage is a command line that is not one: its message is printed
+// with the usage, and the exit status is 2.
+type errUsage struct{ msg string }
+
+func (e errUsage) Error() string { return e.msg }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	var eu errUsage
+	switch {
+	case err == nil:
+	case errors.As(err, &eu):
+		fmt.Fprintf(os.Stderr, "durable: %v\n%s\n", err, usage)
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "durable:", err)
 		os.Exit(1)
 	}
@@ -74,36 +96,81 @@ type connection struct {
 	Secret  string            `json:"secret"`
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
+// command is a command's flags.
+type command struct {
+	fs                       *flag.FlagSet
+	db, schema, connsFile    *string
+	n, workers               *int
+	caFile, connectionID     *string
+	allowPrivate             *bool
+	attemptTimeout, rescueAt *time.Duration
+}
+
+// newCommand returns the flags of the named command, or nil for none.
+func newCommand(name string, stderr io.Writer) *command {
+	c := &command{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+	fs := c.fs
+	fs.SetOutput(stderr)
+	c.db = fs.String("db", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	c.schema = fs.String("schema", "", "PostgreSQL schema of River's tables (default: the search path)")
+	switch name {
+	case "migrate":
+	case "enqueue":
+		c.connsFile = fs.String("connections", "", "JSON file of connections")
+		c.n = fs.Int("n", 1, "deliveries to every connection")
+	case "work":
+		c.connsFile = fs.String("connections", "", "JSON file of connections")
+		c.workers = fs.Int("workers", 32, "deliveries in flight at once")
+		c.caFile = fs.String("ca", "", "PEM file of an extra root certificate")
+		c.allowPrivate = fs.Bool("allow-private", false, "allow loopback and private addresses (local receivers)")
+		c.attemptTimeout = fs.Duration("attempt-timeout", webhook.DefaultAttemptTimeout, "timeout of each attempt")
+		c.rescueAt = fs.Duration("rescue-after", 0, "how long a job may run before River's rescuer runs it again, as a process that died left it\n(default: derived from -attempt-timeout, 1m0s for 30s)")
+	case "deliveries":
+		c.connectionID = fs.String("connection", "", "id of the connection")
+		c.n = fs.Int("n", 20, "deliveries to list, newest first")
+	default:
+		return nil
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage of durable %s:\n", name)
+		fs.PrintDefaults()
+	}
+	return c
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(usage)
+		return errUsage{"no command"}
 	}
-	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	db := fs.String("db", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
-	schema := fs.String("schema", "", "PostgreSQL schema of River's tables (default: the search path)")
-	connsFile := fs.String("connections", "", "JSON file of connections")
-	n := fs.Int("n", 1, "enqueue: deliveries to every connection")
-	workers := fs.Int("workers", 32, "work: deliveries in flight at once")
-	caFile := fs.String("ca", "", "work: PEM file of an extra root certificate")
-	allowPrivate := fs.Bool("allow-private", false, "work: allow loopback and private addresses (local receivers)")
-	attemptTimeout := fs.Duration("attempt-timeout", webhook.DefaultAttemptTimeout, "work: timeout of each attempt")
-	rescueAfter := fs.Duration("rescue-after", time.Hour, "work: how long a running job may go before River rescues it as stuck")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return nil
 	}
-	if *db == "" {
-		return errors.New("-db is required")
+	c := newCommand(args[0], stderr)
+	if c == nil {
+		return errUsage{fmt.Sprintf("unknown command %q", args[0])}
 	}
-	pool, err := pgxpool.New(ctx, *db)
+	switch err := c.fs.Parse(args[1:]); {
+	case errors.Is(err, flag.ErrHelp):
+		return nil // the FlagSet printed the command's usage
+	case err != nil:
+		return errUsage{err.Error()}
+	case c.fs.NArg() > 0:
+		return errUsage{fmt.Sprintf("unexpected argument %q", c.fs.Arg(0))}
+	case *c.db == "":
+		return errUsage{"-db is required (or $DATABASE_URL)"}
+	}
+	pool, err := pgxpool.New(ctx, *c.db)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 	switch args[0] {
 	case "migrate":
-		migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: *schema, Logger: logger})
+		migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: *c.schema, Logger: logger})
 		if err != nil {
 			return err
 		}
@@ -111,31 +178,34 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "migrated: %d migration(s) applied\n", len(res.Versions))
+		fmt.Fprintf(stdout, "migrated: %d migration(s) applied\n", len(res.Versions))
 		return nil
 	case "enqueue":
-		conns, err := readConnections(*connsFile)
+		conns, err := readConnections(*c.connsFile)
 		if err != nil {
 			return err
 		}
-		return enqueue(ctx, pool, *schema, conns, *n, out)
-	case "work":
-		conns, err := readConnections(*connsFile)
-		if err != nil {
-			return err
+		return enqueue(ctx, pool, *c.schema, conns, *c.n, stdout)
+	case "deliveries":
+		if *c.connectionID == "" {
+			return errUsage{"-connection is required"}
 		}
-		sender, err := newSender(*caFile, *allowPrivate, *attemptTimeout)
-		if err != nil {
-			return err
-		}
-		return work(ctx, pool, *schema, conns, sender, *workers, *rescueAfter, logger, out)
+		return deliveries(ctx, pool, *c.schema, *c.connectionID, *c.n, stdout)
 	}
-	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+	conns, err := readConnections(*c.connsFile)
+	if err != nil {
+		return err
+	}
+	sender, err := newSender(*c.caFile, *c.allowPrivate, *c.attemptTimeout)
+	if err != nil {
+		return err
+	}
+	return work(ctx, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, logger, stdout)
 }
 
 func readConnections(path string) (map[string]webhook.Connection, error) {
 	if path == "" {
-		return nil, errors.New("-connections is required")
+		return nil, errUsage{"-connections is required"}
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -158,7 +228,7 @@ func readConnections(path string) (map[string]webhook.Connection, error) {
 
 // enqueue inserts n deliveries to every connection in one transaction.
 func enqueue(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection, n int, out io.Writer) error {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema}) // insert-only
 	if err != nil {
 		return err
 	}
@@ -176,11 +246,7 @@ func enqueue(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[s
 		p := webhook.SamplePayload(time.Now())
 		p.User.ID = webhook.UserID(deliveryID)
 		p.User.Metadata = webhook.Metadata{"plan": "demo", "source": "durable", "delivery_id": deliveryID}
-		params, err := riverhook.InsertParams(deliveryID, ids, p, nil)
-		if err != nil {
-			return err
-		}
-		if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
+		if _, err := riverhook.InsertTx(ctx, client, tx, deliveryID, ids, p, nil); err != nil {
 			return err
 		}
 	}
@@ -246,6 +312,9 @@ func work(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[stri
 			return err
 		},
 	})
+	if rescueAfter == 0 {
+		rescueAfter = worker.RescueStuckJobsAfter(0)
+	}
 	registry := river.NewWorkers()
 	river.AddWorker(registry, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -254,7 +323,6 @@ func work(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[stri
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
 		FetchCooldown:        10 * time.Millisecond, // the default 100 ms caps a client at MaxWorkers jobs per 100 ms
 		FetchPollInterval:    100 * time.Millisecond,
-		JobTimeout:           worker.Timeout(nil), // the attempt timeout and some room
 		RescueStuckJobsAfter: rescueAfter,
 		Logger:               logger,
 	})
@@ -262,13 +330,50 @@ func work(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[stri
 		return err
 	}
 	// Started apart from ctx: an interrupt stops the client gracefully
-	// below, finishing the attempts in flight, instead of cancelling them.
+	// below, letting the attempts in flight end, instead of cancelling them.
 	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "working with %d workers; interrupt to stop\n", workers)
+	fmt.Fprintf(out, "working with %d workers, rescuing after %v; interrupt to stop\n", workers, rescueAfter)
 	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// An attempt ends within the worker's Timeout (the attempt timeout and
+	// some room): wait that long, then put back what is still running,
+	// which River does not count as a run.
+	stopCtx, cancel := context.WithTimeout(context.Background(), worker.Timeout(nil))
 	defer cancel()
-	return client.Stop(stopCtx) // finishes the attempts in flight
+	if err := client.Stop(stopCtx); err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	hardCtx, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelHard()
+	return client.StopAndCancel(hardCtx)
+}
+
+// deliveries prints a connection's recent deliveries with their attempt
+// logs, as a dashboard shows them.
+func deliveries(ctx context.Context, pool *pgxpool.Pool, schema, connectionID string, n int, out io.Writer) error {
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	list, err := riverhook.ListDeliveries(ctx, client, connectionID, n)
+	if err != nil {
+		return err
+	}
+	for _, d := range list {
+		fmt.Fprintf(out, "%s %s to %s: %s", d.DeliveryID, d.Event, d.ConnectionID, d.State)
+		switch {
+		case d.Reason != "":
+			fmt.Fprintf(out, " (%s)", d.Reason)
+		case !d.NextAt.IsZero():
+			fmt.Fprintf(out, ", next attempt at %s", d.NextAt.Format(time.RFC3339))
+		}
+		fmt.Fprintln(out)
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		for _, a := range d.Attempts {
+			fmt.Fprintf(tw, "  \t%s\t%s\n", a, a.ResponseText())
+		}
+		tw.Flush()
+	}
+	return nil
 }

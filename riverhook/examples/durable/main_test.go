@@ -6,7 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
-	"io"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,30 +19,65 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/signedhook/webhook/riverhook"
 	"github.com/signedhook/webhook/riverhook/internal/testdb"
 	"github.com/signedhook/webhook/webhooktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// binDir holds this program, built once (binary) for the tests that run it
+// as separate processes.
+var binDir string
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "durable"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(binDir)
+	if err := goleak.Find(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "goleak:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
 
 const secret = "whsec_durable"
+
+var build = sync.OnceValue(func() error {
+	cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, "durable"), ".")
+	cmd.Stderr = os.Stderr
+	return cmd.Run()
+})
+
+// binary returns the path of this program, built.
+func binary(t *testing.T) string {
+	t.Helper()
+	require.NoError(t, build(), "go build")
+	return filepath.Join(binDir, "durable")
+}
 
 // fixture is a database schema, a receiver and the files durable reads.
 type fixture struct {
 	db, schema  string
+	pool        *pgxpool.Pool
 	srv         *webhooktest.Server
 	conns, cert string
 }
 
 func newFixture(t *testing.T, handler http.Handler) *fixture {
 	t.Helper()
-	ctx := context.Background()
-	_, schema := testdb.Schema(t, "durable", false) // durable migrate makes River's tables
-	f := &fixture{db: testdb.URL(t), schema: schema}
+	pool, schema := testdb.Schema(t, "durable", false) // durable migrate makes River's tables
+	f := &fixture{db: testdb.URL(t), schema: schema, pool: pool}
 
 	f.srv = webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: handler})
 	t.Cleanup(f.srv.Close)
@@ -54,18 +90,99 @@ func newFixture(t *testing.T, handler http.Handler) *fixture {
 	f.conns = filepath.Join(dir, "connections.json")
 	require.NoError(t, os.WriteFile(f.conns, conns, 0o600))
 
-	var out bytes.Buffer
-	require.NoError(t, run(ctx, f.args("migrate"), &out))
-	assert.Contains(t, out.String(), "migrated")
+	out := f.durable(t, "migrate")
+	assert.Contains(t, out, "migrated")
 	return f
 }
 
 func (f *fixture) args(cmd string, more ...string) []string {
-	return append([]string{cmd, "-db", f.db, "-schema", f.schema, "-connections", f.conns}, more...)
+	args := []string{cmd, "-db", f.db, "-schema", f.schema}
+	if cmd == "enqueue" || cmd == "work" {
+		args = append(args, "-connections", f.conns)
+	}
+	return append(args, more...)
 }
 
 func (f *fixture) workArgs(more ...string) []string {
 	return f.args("work", append([]string{"-ca", f.cert, "-allow-private", "-workers", "4"}, more...)...)
+}
+
+// durable runs the program to its end and returns its standard output.
+func (f *fixture) durable(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary(t), f.args(args[0], args[1:]...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "durable %s: %s", args[0], stderr.String())
+	return string(out)
+}
+
+// worker is a durable work process and the lines it prints.
+type worker struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+func (f *fixture) startWorker(t *testing.T, more ...string) *worker {
+	t.Helper()
+	cmd := exec.Command(binary(t), f.workArgs(more...)...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	w := &worker{cmd: cmd, lines: make(chan string, 64)}
+	go func() {
+		defer close(w.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			w.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return w
+}
+
+// waitLine returns the first line containing s, within a minute.
+func (w *worker) waitLine(t *testing.T, s string) string {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case line, ok := <-w.lines:
+			require.True(t, ok, "durable work ended before printing %q", s)
+			if strings.Contains(line, s) {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("durable work printed no %q within a minute", s)
+		}
+	}
+}
+
+// interrupt sends SIGINT and returns the process's error once it has
+// ended, within bound; the rest of its lines are drained.
+func (w *worker) interrupt(t *testing.T, bound time.Duration) error {
+	t.Helper()
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGINT))
+	done := make(chan error, 1)
+	go func() {
+		for range w.lines { // until the process closes its output
+		}
+		done <- w.cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(bound):
+		t.Fatalf("durable work did not stop within %v of SIGINT", bound)
+		return nil
+	}
 }
 
 // counter counts deliveries and closes done when it reaches want.
@@ -81,38 +198,23 @@ func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// syncBuffer is an io.Writer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 func TestDurable_EnqueueAndWork(t *testing.T) {
+	t.Parallel()
 	c := &counter{want: 5, done: make(chan struct{})}
 	f := newFixture(t, c)
-	ctx := context.Background()
-	var out bytes.Buffer
-	require.NoError(t, run(ctx, f.args("enqueue", "-n", "5"), &out))
-	assert.Equal(t, "enqueued 5 deliveries to 1 connection(s)\n", out.String())
+	assert.Equal(t, "enqueued 5 deliveries to 1 connection(s)\n", f.durable(t, "enqueue", "-n", "5"))
 
-	workCtx, stop := context.WithCancel(ctx)
-	var workOut syncBuffer
-	done := make(chan error)
-	go func() { done <- run(workCtx, f.workArgs(), &workOut) }()
+	w := f.startWorker(t)
 	select {
 	case <-c.done:
 	case <-time.After(60 * time.Second):
 		t.Fatal("5 deliveries did not arrive within 60 s")
 	}
-	stop()
-	require.NoError(t, <-done)
+	var delivered []string
+	for len(delivered) < 5 {
+		delivered = append(delivered, w.waitLine(t, "kind=delivered"))
+	}
+	require.NoError(t, w.interrupt(t, time.Minute))
 
 	ids := map[string]bool{}
 	for _, d := range f.srv.Deliveries() {
@@ -123,95 +225,166 @@ func TestDurable_EnqueueAndWork(t *testing.T) {
 		ids[p.User.Metadata["delivery_id"].(string)] = true
 	}
 	assert.Len(t, ids, 5, "each delivery has its own id in its body")
-	assert.Equal(t, 5, strings.Count(workOut.String(), "attempt=1 status=200 kind=delivered next=-"), workOut.String())
-	assert.Contains(t, workOut.String(), "connection=crm delivery=dlv_")
-}
-
-// buildDurable compiles this program for the tests that run it as separate
-// processes.
-func buildDurable(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "durable")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Run())
-	return bin
-}
-
-// TestDurable_SIGKILLMidAttemptLosesNothing kills a worker process with
-// SIGKILL while its attempt is on the wire. Once River's stuck-job rescue
-// has run on the surviving process (every 30 s, on the elected leader), that
-// process delivers the job. It takes about a minute.
-func TestDurable_SIGKILLMidAttemptLosesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("about a minute: skipped under -short")
+	for _, line := range delivered {
+		assert.Contains(t, line, "connection=crm delivery=dlv_")
+		assert.Contains(t, line, "attempt=1 status=200 kind=delivered next=-")
 	}
+	out := f.durable(t, "deliveries", "-connection", "crm")
+	assert.Equal(t, 5, strings.Count(out, "completed"), out)
+	assert.Equal(t, 5, strings.Count(out, "200 delivered"), out)
+}
+
+func TestDurable_Help(t *testing.T) {
+	t.Parallel()
+	bin := binary(t)
+	for _, tc := range []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"-h"}, "usage:\n  durable migrate", "-attempt-timeout duration"},
+		{[]string{"help"}, "usage:\n  durable migrate", "-attempt-timeout duration"},
+		{[]string{"work", "-h"}, "-attempt-timeout", "-n int"},
+		{[]string{"enqueue", "-help"}, "-n int", "-attempt-timeout"},
+		{[]string{"migrate", "-h"}, "-schema", "-connections"},
+		{[]string{"deliveries", "-h"}, "-connection string", "-attempt-timeout"},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL=")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "durable %v exits 0: %s", tc.args, out)
+		assert.Contains(t, string(out), tc.want, "durable %v", tc.args)
+		assert.NotContains(t, string(out), tc.not, "durable %v prints its own usage", tc.args)
+		assert.NotContains(t, string(out), "required", "durable %v", tc.args)
+	}
+	out, err := exec.Command(bin, "nope").CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 2, exit.ExitCode(), "a usage error")
+	assert.Contains(t, string(out), `unknown command "nope"`)
+}
+
+// TestDurable_InterruptWaitsForTheAttempt interrupts a worker whose attempt
+// the receiver answers after 31 s, within its -attempt-timeout of a
+// minute: the worker waits for it, as long as the attempt may take.
+func TestDurable_InterruptWaitsForTheAttempt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("31 s: skipped under -short")
+	}
+	t.Parallel()
+	arrived, interrupted := make(chan struct{}), make(chan struct{})
+	var n atomic.Int32
+	f := newFixture(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) > 1 {
+			return
+		}
+		close(arrived)
+		<-interrupted
+		slow := time.NewTimer(31 * time.Second) // longer than the 30 s a worker used to wait
+		defer slow.Stop()
+		select {
+		case <-slow.C:
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler) // the sender gave up: no answer
+		}
+	}))
+	f.durable(t, "enqueue", "-n", "1")
+	w := f.startWorker(t, "-attempt-timeout", "1m")
+	select {
+	case <-arrived:
+	case <-time.After(time.Minute):
+		t.Fatal("the attempt did not arrive within a minute")
+	}
+	close(interrupted)
+	err := w.interrupt(t, 2*time.Minute)
+	require.NoError(t, err, "a clean stop: the attempt in flight ended")
+	assert.Equal(t, int32(1), n.Load(), "delivered by the interrupted worker, not again")
+	jobs := f.jobs(t)
+	require.Len(t, jobs, 1)
+	assert.Equal(t, rivertype.JobStateCompleted, jobs[0].State)
+}
+
+// jobs returns the fixture's delivery jobs.
+func (f *fixture) jobs(t *testing.T) []*rivertype.JobRow {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(f.pool), &river.Config{Schema: f.schema})
+	require.NoError(t, err)
+	res, err := client.JobList(context.Background(), river.NewJobListParams().Kinds(riverhook.Kind))
+	require.NoError(t, err)
+	return res.Jobs
+}
+
+// TestDurable_SIGKILLDuringTheLastAttemptLosesNothing kills a worker process
+// with SIGKILL while the delivery's last attempt (the fourth of the default
+// policy) is on the wire, and starts another with the documented settings:
+// the rescue threshold derived from the attempt timeout (one minute).
+// Once River's rescuer (every 30 s, on the surviving leader) finds the job,
+// the other process makes attempt 4 again, and delivers, within 2 minutes
+// of the kill.
+func TestDurable_SIGKILLDuringTheLastAttemptLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about a minute and a half: skipped under -short")
+	}
+	t.Parallel()
 	arrived, delivered := make(chan struct{}), make(chan struct{})
 	var n atomic.Int32
 	f := newFixture(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch n.Add(1) {
-		case 1: // the attempt the first process will not survive
+		case 1, 2, 3:
+			w.WriteHeader(http.StatusInternalServerError)
+		case 4: // the last attempt, which its process will not survive
 			close(arrived)
 			<-r.Context().Done()
-		case 2:
+			panic(http.ErrAbortHandler)
+		case 5:
 			close(delivered)
 		}
 	}))
-	bin := buildDurable(t)
-	var out bytes.Buffer
-	require.NoError(t, run(context.Background(), f.args("enqueue", "-n", "1"), &out))
+	f.durable(t, "enqueue", "-n", "1")
 
-	// The job timeout is the attempt timeout (3 s) plus 10 s; the rescue
-	// threshold must exceed it.
-	args := f.workArgs("-attempt-timeout", "3s", "-rescue-after", "15s")
-	first := exec.Command(bin, args...)
-	first.Stdout, first.Stderr = io.Discard, os.Stderr
-	require.NoError(t, first.Start())
+	first := f.startWorker(t)
 	select {
 	case <-arrived:
-	case <-time.After(60 * time.Second):
-		first.Process.Kill()
-		first.Wait()
-		t.Fatal("the first attempt did not arrive within 60 s")
+	case <-time.After(time.Minute):
+		t.Fatal("the fourth attempt did not arrive within a minute")
 	}
-	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
-	err := first.Wait()
-	require.Error(t, err, "killed")
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	var exit *exec.ExitError
+	require.True(t, errors.As(first.cmd.Wait(), &exit), "killed")
+	for range first.lines {
+	}
 
-	second := exec.Command(bin, args...)
-	stdout, err := second.StdoutPipe()
-	require.NoError(t, err)
-	second.Stderr = os.Stderr
-	require.NoError(t, second.Start())
-	lines := make(chan string, 16)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	second := f.startWorker(t)
 	select {
 	case <-delivered:
-	case <-time.After(3 * time.Minute):
-		second.Process.Kill()
-		second.Wait()
-		t.Fatal("the job was not rescued and delivered within 3 minutes")
+		t.Logf("delivered %v after the kill", time.Since(killed).Round(time.Second))
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the job was not rescued and delivered within 2 minutes of the kill")
 	}
-	var attemptLine string
-	for line := range lines {
-		if strings.Contains(line, "kind=delivered") {
-			attemptLine = line
-			break
-		}
-	}
-	require.NoError(t, second.Process.Signal(syscall.SIGINT))
-	for range lines { // drain until the process closes its output
-	}
-	require.NoError(t, second.Wait(), "a clean stop on SIGINT")
-	assert.Contains(t, attemptLine, "attempt=1 status=200 kind=delivered", "the rescued job's attempt: the crash cost none")
+	assert.Contains(t, second.waitLine(t, "kind=interrupted"), "attempt=4 status=0 kind=interrupted", "the cut attempt, logged when the job ran again")
+	assert.Contains(t, second.waitLine(t, "kind=delivered"), "attempt=4 status=200 kind=delivered", "attempt 4 again: the crash cost none")
+	require.NoError(t, second.interrupt(t, time.Minute), "a clean stop on SIGINT")
+
 	got := f.srv.Deliveries()
-	require.Len(t, got, 2)
-	assert.Equal(t, got[0].Body, got[1].Body, "the same delivery")
-	assert.NoError(t, got[1].Err)
+	require.Len(t, got, 5)
+	for _, d := range got {
+		assert.Equal(t, got[0].Body, d.Body, "the same delivery")
+		assert.NoError(t, d.Err)
+	}
+	jobs := f.jobs(t)
+	require.Len(t, jobs, 1)
+	job := jobs[0]
+	assert.Equal(t, rivertype.JobStateCompleted, job.State)
+	assert.Equal(t, 5, job.Attempt, "River's five runs")
+	assert.Equal(t, 4+riverhook.MaxInterruptedRuns, job.MaxAttempts)
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	var log []string
+	for _, a := range d.Attempts {
+		log = append(log, strings.SplitN(a.String(), " in ", 2)[0])
+	}
+	assert.Equal(t, []string{
+		"attempt 1: 500 status", "attempt 2: 500 status", "attempt 3: 500 status",
+		"attempt 4: interrupted", "attempt 4: 200 delivered",
+	}, log)
 }
