@@ -36,8 +36,10 @@ type logEntry struct {
 }
 
 const (
-	// maxEntryBytes bounds one entry of the log, as JSON.
+	// maxEntryBytes bounds one entry of the log, as JSON, also as
+	// PostgreSQL prints it: jsonb adds a space after each ':' and ','.
 	maxEntryBytes = 1024
+	jsonbSpaces   = 2 * 10
 	// maxErrorBytes bounds an entry's error text; the response excerpt
 	// gets what is left.
 	maxErrorBytes = 400
@@ -64,7 +66,7 @@ func newLogEntry(a webhook.Attempt, run int) logEntry {
 	}
 	if text := a.ResponseText(); text != "" {
 		base, _ := json.Marshal(e)
-		e.Response = cutJSON(text, maxEntryBytes-len(base)-len(`,"response":""`))
+		e.Response = cutJSON(text, maxEntryBytes-jsonbSpaces-len(base)-len(`,"response":""`))
 	}
 	return e
 }

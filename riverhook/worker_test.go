@@ -199,7 +199,7 @@ func TestWorker_AttemptLog(t *testing.T) {
 	})})
 	defer srv.Close()
 	policy := fastPolicy(3)
-	tw, tx, _ := testWorker(t, newTestWorker(srv, policy, nil))
+	tw, tx, schema := testWorker(t, newTestWorker(srv, policy, nil))
 	ctx := context.Background()
 	p := firstParams(t, "d1", policy)
 	res, err := tw.Work(ctx, t, tx, p.Args.(riverhook.Args), p.InsertOpts)
@@ -209,6 +209,17 @@ func TestWorker_AttemptLog(t *testing.T) {
 	res, err = tw.WorkJob(ctx, t, tx, res.Job)
 	require.NoError(t, err)
 	job := res.Job
+	rows, err := tx.Query(ctx, "SELECT e::text FROM "+schema+".river_job, jsonb_array_elements(metadata->'output'->'attempts') e WHERE id = $1", job.ID)
+	require.NoError(t, err)
+	stored := 0
+	for rows.Next() {
+		var e string
+		require.NoError(t, rows.Scan(&e))
+		assert.LessOrEqual(t, len(e), 1024, "as PostgreSQL prints it, too: %s", e)
+		stored++
+	}
+	require.NoError(t, rows.Err())
+	assert.Equal(t, 3, stored)
 	assert.Equal(t, rivertype.JobStateCompleted, job.State)
 	assert.Equal(t, []string{
 		"riverhook: attempt 1: 503 Service Unavailable; retry in 50ms",

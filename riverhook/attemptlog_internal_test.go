@@ -1,0 +1,57 @@
+package riverhook
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/signedhook/webhook"
+)
+
+// BenchmarkAttemptLog is what the attempt log costs a run in this process:
+// reading the log of the job's earlier runs from its metadata, adding the
+// attempt, and encoding the log for River (which encodes the metadata
+// update once more). The database stores the larger metadata besides.
+func BenchmarkAttemptLog(b *testing.B) {
+	failed := webhook.Attempt{N: 1, Start: time.Now(), Duration: 3 * time.Millisecond, Timestamp: 1795338000125, StatusCode: 503,
+		Kind: webhook.KindStatus, Err: errors.New("webhook: receiver answered 503 Service Unavailable"),
+		ResponseBody: []byte(`{"error":"busy"}`), Retry: true, RetryIn: time.Second}
+	for _, earlier := range []int{0, 3} {
+		var entries []logEntry
+		for i := range earlier {
+			failed.N = i + 1
+			entries = append(entries, newLogEntry(failed, i+1))
+		}
+		out, err := json.Marshal(attemptLog{Attempts: entries})
+		if err != nil {
+			b.Fatal(err)
+		}
+		metadata, err := json.Marshal(map[string]json.RawMessage{"output": out})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if earlier == 0 {
+			metadata = []byte(`{}`)
+		}
+		job := &rivertype.JobRow{ID: 1, Attempt: earlier + 1, Metadata: metadata}
+		delivered := webhook.Attempt{N: earlier + 1, Start: time.Now(), Duration: 610 * time.Microsecond, Timestamp: 1795338000125, StatusCode: 200}
+		b.Run("earlier="+strconv.Itoa(earlier), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				entries, err := readLog(job)
+				if err != nil {
+					b.Fatal(err)
+				}
+				entries = append(entries, interrupted(job, entries, job.Attempt-1)...)
+				entries = append(entries, newLogEntry(delivered, job.Attempt))
+				if _, err := json.Marshal(map[string]any{"output": attemptLog{Attempts: entries}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
