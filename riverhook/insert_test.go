@@ -2,7 +2,10 @@ package riverhook_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,11 +73,20 @@ func TestInsertTx_Outbox(t *testing.T) {
 		{Args: riverhook.Args{}, Opts: withTags(opts, "connection-erp", "event-user-identified")},
 	})
 	for i, conn := range []string{"crm", "erp"} {
+		// As PostgreSQL prints the args (jsonb orders keys by length), and
+		// as River UI shows them (by name), the body comes last.
+		var fields map[string]any
+		require.NoError(t, json.Unmarshal(jobs[i].EncodedArgs, &fields))
+		names := slices.Sorted(maps.Keys(fields))
+		body := names[len(names)-1]
+		assert.True(t, strings.HasSuffix(string(jobs[i].EncodedArgs), `"`+body+`": "`+fields[body].(string)+`"}`),
+			"the body is last by name and as PostgreSQL prints it: %s", jobs[i].EncodedArgs)
 		var args riverhook.Args
 		require.NoError(t, json.Unmarshal(jobs[i].EncodedArgs, &args))
 		assert.Equal(t, conn, args.ConnectionID)
 		assert.Equal(t, "d-committed", args.DeliveryID)
 		assert.Equal(t, webhook.EventUserIdentified, args.Event)
+		assert.Equal(t, base64.StdEncoding.EncodeToString(args.Body), fields[body], "the body's field")
 		p, err := webhook.ParsePayload(args.Body)
 		require.NoError(t, err, "the exact body")
 		assert.Equal(t, "d-committed", p.User.Metadata["delivery_id"])

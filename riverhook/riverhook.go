@@ -122,15 +122,16 @@ const Kind = "signedhook_delivery"
 const MaxInterruptedRuns = 5
 
 // Args is one delivery to one connection, as stored in the job. The body is
-// kept as exact bytes (base64 in the job's JSON): PostgreSQL's jsonb would
-// reorder a JSON object and break every signature. The JSON names make
-// River UI show the event, the delivery and the connection before the body
-// (jsonb orders keys by length).
+// kept as exact bytes (base64 in the job's JSON, "payload_base64"):
+// PostgreSQL's jsonb would reorder a JSON object and break every
+// signature. The body's JSON name is the last of the four both in River
+// UI, which sorts keys by name, and in PostgreSQL, which sorts them by
+// length: the connection, the delivery and the event read first.
 type Args struct {
-	Event        string `json:"event"`
-	DeliveryID   string `json:"delivery" river:"unique"`
 	ConnectionID string `json:"connection" river:"unique"`
-	Body         []byte `json:"body_base64"`
+	DeliveryID   string `json:"delivery" river:"unique"`
+	Event        string `json:"event"`
+	Body         []byte `json:"payload_base64"`
 }
 
 // Kind returns [Kind].
@@ -227,7 +228,7 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 	}
 	params := make([]river.InsertManyParams, len(connectionIDs))
 	for i, id := range connectionIDs {
-		args := Args{Event: p.Event, DeliveryID: deliveryID, ConnectionID: id, Body: body}
+		args := Args{ConnectionID: id, DeliveryID: deliveryID, Event: p.Event, Body: body}
 		own := args.InsertOpts()
 		io := base
 		io.MaxAttempts = policy.MaxRetries + 1 + MaxInterruptedRuns
