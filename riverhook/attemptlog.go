@@ -227,8 +227,8 @@ type Delivery struct {
 }
 
 // DeliveryOf returns the delivery that job, a job of kind [Kind] from
-// River (JobList, JobGet, an event), holds. The error says why job is not
-// one.
+// River (JobList, JobGet, an event), holds, with its attempt log. It reads
+// job alone, without the database. The error says why job is not one.
 func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	if job.Kind != Kind {
 		return nil, fmt.Errorf("riverhook: job %d has kind %q, not %q", job.ID, job.Kind, Kind)
@@ -277,7 +277,9 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 // GET /connections/{id}/attempts, shows. River deletes finished jobs after
 // its retention periods (a day for completed ones by default), and with
 // them their logs. It lists by the connection's tag ([ConnectionTag]),
-// then keeps the jobs of connectionID alone.
+// then keeps the jobs of connectionID alone. client is any client on the
+// database with a pool (an insert-only one will do); ListDeliveries blocks
+// on its queries and, like it, is safe for concurrent use.
 func ListDeliveries[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, limit int) ([]*Delivery, error) {
 	if limit <= 0 {
 		limit = 20

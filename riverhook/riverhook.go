@@ -250,7 +250,8 @@ func uniqueUnset(u river.UniqueOpts) bool {
 // client will do): the outbox. With no connection it validates p and
 // inserts nothing, so the transaction commits. The results are River's, in
 // the order of connectionIDs; a repeated delivery is skipped
-// (UniqueSkippedAsDuplicate). Arguments are as for [InsertParams].
+// (UniqueSkippedAsDuplicate). It blocks on the insert. Arguments are as
+// for [InsertParams].
 func InsertTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, deliveryID string, connectionIDs []string,
 	p webhook.Payload, opts *InsertOptions) ([]*rivertype.JobInsertResult, error) {
 	params, err := InsertParams(deliveryID, connectionIDs, p, opts)

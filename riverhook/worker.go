@@ -140,7 +140,8 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *W
 }
 
 // Work runs the job once: one attempt of its delivery, added to its attempt
-// log. See [Worker] for what it returns.
+// log. It blocks for the attempt, at most [Worker.Timeout]. See [Worker] for
+// what it returns.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	args := job.Args
 	if !w.acquire(args.ConnectionID) {
