@@ -47,8 +47,9 @@
 // River's unique options in [Args.InsertOpts], so a plain client.Insert of
 // Args is unique too), as long as the earlier job is not cancelled or
 // discarded: River's default unique states leave those out. To resend a
-// delivery that ended, retry its job (client.JobRetry: one more attempt), or
-// insert it under a new delivery id. Receivers must tolerate duplicates: a
+// delivery that ended, retry its job (client.JobRetry: its attempt numbers
+// go on, so one that the policy gave up on gets one more attempt), or insert
+// it under a new delivery id. Receivers must tolerate duplicates: a
 // worker killed after the receiver answered runs the attempt again.
 //
 // # Crashes

@@ -42,7 +42,8 @@ type WorkerOptions struct {
 	// OnAttempt, if not nil, is called with each entry of a job's attempt
 	// log as it is added: after each attempt made, and, when a job whose
 	// previous run was cut by a crash runs again, with that interrupted
-	// attempt (kind webhook.KindInterrupted) before the next one. It is
+	// attempt (kind webhook.KindInterrupted) before the next one (again,
+	// should that run be cut too: entries reach it at least once). It is
 	// called from River's worker goroutines, so concurrently. Its error, or
 	// panic, is logged and never fails the delivery.
 	OnAttempt func(ctx context.Context, job *river.Job[Args], a webhook.Attempt) error
