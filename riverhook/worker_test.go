@@ -517,3 +517,34 @@ func TestWorker_RescueStuckJobsAfter(t *testing.T) {
 		assert.NoError(t, err, "River accepts it")
 	}
 }
+
+func TestWorker_JobRetryAfterThePolicyGaveUp(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(500), webhooktest.Status(500), webhooktest.Status(500))
+	policy := fastPolicy(1)
+	tw, tx, schema := testWorker(t, newTestWorker(srv, policy, nil))
+	ctx := context.Background()
+	job := insertTx(t, tx, schema, firstParams(t, "d1", policy))
+	res, err := tw.WorkJob(ctx, t, tx, job)
+	require.Error(t, err)
+	res, err = tw.WorkJob(ctx, t, tx, res.Job)
+	require.Error(t, err)
+	require.Equal(t, rivertype.JobStateDiscarded, res.Job.State, "the policy gave up after attempt 2")
+
+	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: quietLogger()})
+	require.NoError(t, err)
+	job, err = client.JobRetryTx(ctx, tx, res.Job.ID) // an operator resends it
+	require.NoError(t, err)
+	res, err = tw.WorkJob(ctx, t, tx, job)
+	require.Error(t, err)
+	assert.Equal(t, rivertype.JobStateDiscarded, res.Job.State)
+	assert.Equal(t, "riverhook: attempt 3: 500 Internal Server Error; the policy gives up", res.Job.Errors[len(res.Job.Errors)-1].Error,
+		"one more attempt, numbered on")
+	job, err = client.JobRetryTx(ctx, tx, res.Job.ID)
+	require.NoError(t, err)
+	res, err = tw.WorkJob(ctx, t, tx, job) // a retried delivery that succeeds completes
+	require.NoError(t, err)
+	assert.Equal(t, rivertype.JobStateCompleted, res.Job.State)
+}
