@@ -221,3 +221,23 @@ func containsJob(jobs []*rivertype.JobRow, id int64) bool {
 	}
 	return false
 }
+
+// TestArgs_DecodesJobsOfTheEarlierFormat pins that jobs enqueued before the
+// args' JSON names changed (connection_id, delivery_id, body) still decode
+// after an upgrade: a deploy must not turn the queued deliveries into
+// jobs that fail every run.
+func TestArgs_DecodesJobsOfTheEarlierFormat(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	old, err := json.Marshal(map[string]any{"connection_id": "crm", "delivery_id": "evt_1", "event": "user.identified", "body": body})
+	require.NoError(t, err)
+	var got riverhook.Args
+	require.NoError(t, json.Unmarshal(old, &got))
+	assert.Equal(t, riverhook.Args{ConnectionID: "crm", DeliveryID: "evt_1", Event: "user.identified", Body: body}, got)
+
+	now, err := json.Marshal(got)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"connection":"crm","delivery":"evt_1","event":"user.identified","payload_base64":"eyJldmVudCI6InVzZXIuaWRlbnRpZmllZCJ9"}`, string(now))
+	var again riverhook.Args
+	require.NoError(t, json.Unmarshal(now, &again))
+	assert.Equal(t, got, again)
+}

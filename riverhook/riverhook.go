@@ -138,6 +138,27 @@ type Args struct {
 // Kind returns [Kind].
 func (Args) Kind() string { return Kind }
 
+// UnmarshalJSON decodes a job's args, also those of a job enqueued by an
+// earlier riverhook, whose JSON names were connection_id, delivery_id and
+// body: the deliveries queued before an upgrade still run after it.
+func (a *Args) UnmarshalJSON(b []byte) error {
+	type args Args // without this method
+	var v struct {
+		args
+		ConnectionID string `json:"connection_id"`
+		DeliveryID   string `json:"delivery_id"`
+		Body         []byte `json:"body"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*a = Args(v.args)
+	if a.ConnectionID == "" && a.DeliveryID == "" && a.Body == nil {
+		a.ConnectionID, a.DeliveryID, a.Body = v.ConnectionID, v.DeliveryID, v.Body
+	}
+	return nil
+}
+
 // InsertOpts returns River's insert options of every delivery job, which
 // River applies to a plain client.Insert of Args too: unique by delivery
 // and connection ids (ByArgs, in River's default unique states), and
