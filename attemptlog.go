@@ -13,6 +13,75 @@ import (
 	"unicode/utf8"
 )
 
+// This file holds the delivery-attempt log, Attempt, Result, FailureKind
+// and DeliveryError, and how they are printed for people.
+
+// FailureKind says why an attempt failed, so a program can switch on it.
+// The empty kind, KindNone, is a success.
+type FailureKind string
+
+// Failure kinds.
+const (
+	KindNone     FailureKind = ""         // the receiver answered 2xx
+	KindInvalid  FailureKind = "invalid"  // the connection or the event is invalid; nothing was sent
+	KindBlocked  FailureKind = "blocked"  // the address is not public; nothing was sent
+	KindDNS      FailureKind = "dns"      // the host name did not resolve
+	KindRefused  FailureKind = "refused"  // the connection was refused
+	KindReset    FailureKind = "reset"    // the connection (or an HTTP/2 stream) was reset or closed early
+	KindTimeout  FailureKind = "timeout"  // no complete answer within the attempt timeout
+	KindTLS      FailureKind = "tls"      // the TLS handshake or certificate failed
+	KindRedirect FailureKind = "redirect" // a 3xx answer: redirects are never followed
+	KindStatus   FailureKind = "status"   // another non-2xx answer
+	KindCanceled FailureKind = "canceled" // the caller's context was done
+	KindOther    FailureKind = "other"    // any other failure
+
+	// KindInterrupted is an attempt whose process died (a crash, a
+	// SIGKILL) before it ended: its outcome is unknown, the receiver may
+	// have had it. Only a durable queue, which runs the delivery again,
+	// logs one; it costs no retry.
+	KindInterrupted FailureKind = "interrupted"
+)
+
+// Attempt is one try of a delivery: an entry of the delivery-attempt log.
+type Attempt struct {
+	N            int           // 1 for the first attempt
+	Start        time.Time     // when it was signed and sent
+	Duration     time.Duration // until the answer was read, or the failure
+	Timestamp    int64         // the X-Service-Timestamp it was signed with (Unix ms)
+	StatusCode   int           // the receiver's status; 0 when none came
+	Err          error         // nil on success; otherwise why it failed
+	Kind         FailureKind   // KindNone on success
+	ResponseBody []byte        // at most the first 4 KiB of the answer's body
+	Retry        bool          // whether a retry was scheduled (Send) or is due (Sender.Attempt)
+	RetryIn      time.Duration // the wait before that retry; 0 when Retry is false
+}
+
+// OK reports whether the attempt succeeded: a 2xx answer.
+func (a Attempt) OK() bool { return a.Err == nil }
+
+// Result is the delivery-attempt log of one delivery to one connection.
+type Result struct {
+	Connection string    // the connection's Name
+	Attempts   []Attempt // in order; empty when the connection was invalid
+	Err        error     // nil when the last attempt succeeded; see Sender.Send
+}
+
+// DeliveryError is the error of a delivery whose every attempt failed, or
+// that was stopped between attempts. It holds the whole attempt log.
+type DeliveryError struct {
+	Connection string    // the connection's Name
+	Attempts   []Attempt // every attempt made, in order
+	Err        error     // the last cause: the last attempt's error, or the context's
+}
+
+// Error says how many attempts were made and the last cause.
+func (e *DeliveryError) Error() string {
+	return fmt.Sprintf("webhook: delivery to %q failed after %d attempt(s): %v", e.Connection, len(e.Attempts), e.Err)
+}
+
+// Unwrap returns the last cause.
+func (e *DeliveryError) Unwrap() error { return e.Err }
+
 // String returns the attempt on one line for people, such as
 // "attempt 1: 503 status in 3.2ms, retry in 1s" or
 // "attempt 3: 200 delivered in 610µs".

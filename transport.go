@@ -15,6 +15,15 @@ import (
 	"github.com/signedhook/webhook/internal/dialguard"
 )
 
+// This file holds NewTransport, the guarded transport: its dialer, the
+// private-network guard's place in it, TLS sessions, and egress proxies.
+
+// ErrBlockedDestination is matched by the error of an attempt that the
+// default transport refused to make because the connection's host resolved
+// to a loopback, private, link-local, shared, multicast or otherwise
+// non-public address. See SenderOptions.AllowPrivateNetworks.
+var ErrBlockedDestination = dialguard.ErrBlocked
+
 // DefaultMaxIdleConnsPerHost is how many idle connections per host the
 // transport from [NewTransport] keeps: as many as the concurrency it serves,
 // since a smaller pool opens a new TLS connection for most requests.

@@ -1,0 +1,430 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// This file holds one delivery's attempts: signing each one, the retry
+// decision, reading and bounding the answer, and classifying failures.
+
+// Response bodies: the log keeps the start, the rest is drained up to a
+// bound so the connection can be reused.
+const (
+	maxLoggedBody  = 4 << 10
+	maxDrainedBody = 64 << 10
+)
+
+// delivery is the state of one Send: the attempt log and the hooks that
+// go-retryablehttp calls between attempts.
+type delivery struct {
+	s          *Sender
+	rc         *retryablehttp.Client // bound to this delivery's hooks
+	conn       Connection
+	event      string
+	body       []byte
+	first      int // the number of the first attempt made
+	maxRetries int // the policy's, or 0 for a test delivery
+	attempts   []Attempt
+	ctx        context.Context       // the delivery's; each attempt's request has its own, bounded
+	req        retryablehttp.Request // the request of the attempt in flight
+	cancel     context.CancelFunc    // ends the attempt in flight
+	start      time.Time             // of the attempt in flight
+	ts         int64                 // its timestamp
+	wait       time.Duration         // decided after the last attempt, for Backoff
+	queued     bool                  // Sender.Attempt: a queue schedules the retry, whatever ctx's deadline
+	one        [1]Attempt            // the log of Sender.Attempt
+	err        error                 // set when nothing could be sent, or by cancellation
+	errKind    FailureKind           // why nothing could be sent: KindInvalid or KindCanceled
+}
+
+// newDelivery returns a delivery from the Sender's pool, whose
+// go-retryablehttp client and hooks are bound once, not per delivery.
+// Return it with release once its attempts are handed out.
+func (s *Sender) newDelivery(c Connection, event string, body []byte, first int) *delivery {
+	d, _ := s.deliveries.Get().(*delivery)
+	if d == nil {
+		d = &delivery{s: s}
+		d.rc = &retryablehttp.Client{
+			HTTPClient: s.client,
+			Logger:     nil, // never go-retryablehttp's stderr logger
+			CheckRetry: d.checkRetry,
+			Backoff:    func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
+			PrepareRetry: func(r *http.Request) error {
+				r.Header = r.Header.Clone() // the previous attempt's request keeps its own
+				r.Body = newRequestBody(d.body)
+				d.sign(r.Header, make([]string, 2))
+				d.req.Request = d.bound(r) // go-retryablehttp sends whatever req.Request is now
+				return nil
+			},
+			ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
+		}
+	}
+	d.conn, d.event, d.body, d.first, d.maxRetries = c, event, body, first, s.policy.MaxRetries
+	return d
+}
+
+// release clears d, whose attempts now belong to the caller, and pools it.
+func (d *delivery) release() {
+	d.conn, d.event, d.body, d.attempts, d.err, d.queued, d.one = Connection{}, "", nil, nil, nil, false, [1]Attempt{}
+	d.ctx, d.req, d.cancel = nil, retryablehttp.Request{}, nil
+	d.s.deliveries.Put(d)
+}
+
+// run makes the delivery, with at most maxRetries retries.
+func (d *delivery) run(ctx context.Context, maxRetries int) {
+	var u *url.URL
+	u, d.errKind, d.err = d.check(ctx)
+	if d.err != nil {
+		return
+	}
+	// Built here from the URL Validate parsed, rather than parsed again by
+	// retryablehttp.NewRequest; PrepareRetry rewinds the body. As
+	// http.NewRequest does, "host:" loses its empty port.
+	u.Host = strings.TrimSuffix(u.Host, ":")
+	body := d.body
+	d.ctx = ctx
+	hreq := &http.Request{
+		Method:        d.conn.method(),
+		URL:           u,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        make(http.Header, 4+len(d.conn.Headers)),
+		Body:          newRequestBody(body),
+		GetBody:       func() (io.ReadCloser, error) { return newRequestBody(body), nil },
+		ContentLength: int64(len(body)),
+		Host:          u.Host,
+	}
+	h := hreq.Header
+	for name, value := range d.conn.Headers {
+		h.Set(name, value)
+	}
+	// One backing array for the four values; each slice has no room to
+	// grow into its neighbour.
+	vals := make([]string, 4)
+	vals[0], vals[1] = "application/json", d.event
+	h["Content-Type"], h[HeaderEvent] = vals[0:1:1], vals[1:2:2]
+	d.sign(h, vals[2:4])
+	d.req = retryablehttp.Request{Request: d.bound(hreq)}
+	d.rc.RetryMax = maxRetries
+	resp, err := d.rc.Do(&d.req)
+	if resp != nil {
+		resp.Body.Close() // read in checkRetry already
+	}
+	d.endAttempt() // in case go-retryablehttp returned before checkRetry
+	if err != nil && ctx.Err() != nil && (len(d.attempts) == 0 || d.attempts[len(d.attempts)-1].Retry) {
+		// Stopped while waiting for a retry: the log ends on a failure
+		// whose retry never came.
+		d.err = fmt.Errorf("webhook: stopped before the next attempt: %w", context.Cause(ctx))
+	}
+}
+
+// check returns the connection's parsed URL, or why nothing may be sent and
+// its kind: an invalid connection, event or body, or a context that is done
+// already.
+func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
+	u, err := d.conn.validate()
+	if err != nil {
+		return nil, KindInvalid, err
+	}
+	if d.event == "" || strings.ContainsFunc(d.event, unicode.IsControl) {
+		return nil, KindInvalid, payloadError("event", fmt.Sprintf("want a non-empty event kind without control characters, got %q", d.event))
+	}
+	if n := int64(len(d.body)); n > d.s.maxBody {
+		return nil, KindInvalid, payloadError("body", fmt.Sprintf("has %d bytes, over the limit of %d (SenderOptions.MaxBodyBytes): receivers refuse it", n, d.s.maxBody))
+	}
+	if ctx.Err() != nil {
+		return nil, KindCanceled, fmt.Errorf("webhook: nothing sent: %w", context.Cause(ctx))
+	}
+	return u, KindNone, nil
+}
+
+// bound returns a copy of r whose context ends when the delivery's does or
+// when the attempt has taken the Sender's AttemptTimeout, from dialling to
+// the end of the response body: checkRetry reads the body, then ends the
+// attempt. Bounding the request itself, rather than wrapping the client's
+// RoundTripper, costs one request copy and no wrapped body.
+func (d *delivery) bound(r *http.Request) *http.Request {
+	ctx := d.ctx
+	if d.s.routed && proxying.Load() {
+		ctx = withRoute(ctx) // lets NewTransport's dialer tell a proxy's connection from a direct one
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.s.timeout)
+	d.cancel = cancel
+	return r.WithContext(ctx)
+}
+
+// endAttempt releases the attempt in flight, if any.
+func (d *delivery) endAttempt() {
+	if d.cancel != nil {
+		d.cancel()
+		d.cancel = nil
+	}
+}
+
+// newRequestBody returns a request's body: a type net/http knows to be in
+// memory, so that it writes the headers and the body in one go instead of
+// flushing the headers first (a second write, a second TLS record).
+func newRequestBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+
+// sign sets a fresh timestamp and the signature over the unchanged body.
+// Both values are cut from one string and stored in vals, which has room
+// for two.
+func (d *delivery) sign(h http.Header, vals []string) {
+	d.start = d.s.now() // the attempt starts as it is signed
+	d.ts = d.start.UnixMilli()
+	var buf [20 + signatureLen]byte
+	b := strconv.AppendInt(buf[:0], d.ts, 10)
+	n := len(b)
+	both := string(AppendSignature(b, d.conn.Secret, d.ts, d.body))
+	vals[0], vals[1] = both[:n], both[n:]
+	h[HeaderTimestamp], h[HeaderSignature] = vals[0:1:1], vals[1:2:2]
+}
+
+// checkRetry records the attempt that just ended and decides on a retry.
+// go-retryablehttp passes the attempt's context; the delivery's is d.ctx.
+func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error) (bool, error) {
+	ctx := d.ctx
+	a := Attempt{
+		N:         d.first + len(d.attempts),
+		Start:     d.start,
+		Timestamp: d.ts,
+	}
+	if resp != nil {
+		a.StatusCode = resp.StatusCode
+		a.ResponseBody = readResponseBody(resp)
+	}
+	d.endAttempt()
+	a.Duration = d.s.now().Sub(d.start)
+	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL)
+	if a.Err != nil {
+		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
+	}
+	if a.Retry {
+		// go-retryablehttp waits for the retry on the request's context:
+		// the delivery's, not the attempt's, which has ended.
+		d.req.Request = d.req.Request.WithContext(ctx)
+	}
+	d.wait = a.RetryIn
+	d.attempts = append(d.attempts, a)
+	d.log(ctx, &a)
+	if d.s.onAttempt != nil {
+		d.s.onAttempt(ctx, d.conn, a)
+	}
+	return a.Retry, nil
+}
+
+// decide applies the policy to the failed attempt a.
+func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) (bool, time.Duration) {
+	p := &d.s.policy
+	if a.Kind == KindCanceled || a.Kind == KindBlocked || a.N > d.maxRetries {
+		return false, 0
+	}
+	if p.ShouldRetry != nil && !p.ShouldRetry(resp, a.Err) {
+		return false, 0
+	}
+	wait := max(p.Backoff(a.N, resp), 0)
+	// The deadline is on the process's clock, whatever SenderOptions.Now says.
+	if deadline, ok := ctx.Deadline(); ok && !d.queued && time.Until(deadline) <= wait {
+		return false, 0 // the deadline cannot cover the wait
+	}
+	return true, wait
+}
+
+// readResponseBody returns the start of resp's body, drains a bounded rest
+// so the connection can be reused, and closes it. A read error (the attempt
+// timing out, say) shows as a shorter body: the status has already come.
+func readResponseBody(resp *http.Response) []byte {
+	body := resp.Body
+	resp.Body = http.NoBody
+	defer body.Close()
+	if resp.ContentLength == 0 {
+		return nil // the common answer: nothing to read
+	}
+	buf := bodyBuffers.Get().(*[maxLoggedBody]byte)
+	defer bodyBuffers.Put(buf)
+	n, _ := io.ReadFull(body, buf[:])
+	if n == len(buf) { // cut: drain a bounded rest, and end on a whole character
+		io.CopyN(io.Discard, body, maxDrainedBody)
+		n = len(cutAtRune(buf[:n]))
+	}
+	if n == 0 {
+		return nil
+	}
+	return bytes.Clone(buf[:n])
+}
+
+var bodyBuffers = sync.Pool{New: func() any { return new([maxLoggedBody]byte) }}
+
+// cutAtRune returns b less a last UTF-8 character that a cut at its end
+// split, so that the excerpt of a text answer invents no invalid byte.
+func cutAtRune(b []byte) []byte {
+	for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			break
+		}
+	}
+	return b
+}
+
+func (d *delivery) log(ctx context.Context, a *Attempt) {
+	level := slog.LevelDebug
+	if a.Err != nil {
+		level = slog.LevelWarn
+	}
+	if !d.s.logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.Any("connection", d.conn),
+		slog.Int("attempt", a.N),
+		slog.Int("status", a.StatusCode),
+		slog.Duration("duration", a.Duration),
+	}
+	if a.Err != nil {
+		attrs = append(attrs, slog.String("kind", string(a.Kind)), slog.String("error", a.Err.Error()),
+			slog.Bool("retry", a.Retry), slog.Duration("retry_in", a.RetryIn))
+	}
+	d.s.logger.LogAttrs(ctx, level, "webhook: delivery attempt", attrs...)
+}
+
+// resultWithLog is a Result allocated with room for a one-attempt log, the
+// common case, in one allocation.
+type resultWithLog struct {
+	r   Result
+	one [1]Attempt
+}
+
+// runForResult makes the delivery and returns its Result and error.
+func (d *delivery) runForResult(ctx context.Context, maxRetries int) (*Result, error) {
+	box := new(resultWithLog)
+	d.attempts = box.one[:0]
+	d.run(ctx, maxRetries)
+	return d.result(&box.r)
+}
+
+// result fills r, the Result of the delivery, returns it with its error,
+// and releases d.
+func (d *delivery) result(r *Result) (*Result, error) {
+	r.Connection, r.Attempts = d.conn.Name, d.attempts
+	switch {
+	case len(d.attempts) == 0:
+		r.Err = d.err
+	case d.err != nil:
+		r.Err = &DeliveryError{Connection: d.conn.Name, Attempts: d.attempts, Err: d.err}
+	case d.attempts[len(d.attempts)-1].Err != nil:
+		r.Err = &DeliveryError{Connection: d.conn.Name, Attempts: d.attempts, Err: d.attempts[len(d.attempts)-1].Err}
+	}
+	d.release()
+	return r, r.Err
+}
+
+// classify returns the kind and error of an attempt with answer resp or
+// transport error err. The error's text names the endpoint by its origin
+// alone (redactURL) and is printable: a status line's reason phrase, a
+// Location header and a certificate's names are the receiver's text.
+func classify(ctx context.Context, resp *http.Response, err error, rawURL string) (FailureKind, error) {
+	if err == nil {
+		code := resp.StatusCode
+		switch {
+		case code >= 200 && code < 300:
+			return KindNone, nil
+		case code >= 300 && code < 400:
+			msg := "webhook: receiver answered " + resp.Status + "; redirects are not followed"
+			if loc := resp.Header.Get("Location"); loc != "" {
+				msg += " (Location: " + redactURL(loc) + ")"
+			}
+			return KindRedirect, errors.New(printable(msg, 0))
+		}
+		return KindStatus, errors.New(printable("webhook: receiver answered "+resp.Status, 0))
+	}
+	cause := err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		cause = ue.Err
+	}
+	kind := KindOther
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var recordErr tls.RecordHeaderError
+	var alertErr tls.AlertError
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalidCert x509.CertificateInvalidError
+	switch {
+	case errors.Is(err, ErrBlockedDestination):
+		kind = KindBlocked
+	case ctx.Err() != nil:
+		kind = KindCanceled
+	case errors.As(err, &dnsErr):
+		kind = KindDNS
+	case errors.As(err, &certErr), errors.As(err, &recordErr), errors.As(err, &alertErr),
+		errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidCert),
+		// net/http replaces the RecordHeaderError of a plain-HTTP answer by
+		// a string error.
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		kind = KindTLS
+	case isTimeout(err):
+		kind = KindTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		kind = KindRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		// net/http's HTTP/2 stream error (RST_STREAM) is not exported.
+		strings.HasPrefix(cause.Error(), "stream error: "):
+		kind = KindReset
+	}
+	msg := "webhook: " + kindText[kind] + " " + redactURL(rawURL) + ": " + cause.Error()
+	return kind, &attemptError{msg: printable(msg, 0), cause: cause}
+}
+
+// attemptError is the error of an attempt that failed without an answer:
+// printable text, and the cause for errors.Is and errors.As.
+type attemptError struct {
+	msg   string
+	cause error
+}
+
+func (e *attemptError) Error() string { return e.msg }
+
+func (e *attemptError) Unwrap() error { return e.cause }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+var kindText = map[FailureKind]string{
+	KindBlocked:  "refused to connect to",
+	KindCanceled: "canceled request to",
+	KindDNS:      "cannot resolve host of",
+	KindTLS:      "TLS failed with",
+	KindTimeout:  "timed out waiting for",
+	KindRefused:  "connection refused by",
+	KindReset:    "connection reset by",
+	KindOther:    "request failed to",
+}

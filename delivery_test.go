@@ -1,0 +1,243 @@
+package webhook_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSend_ResponseBodyIsCappedAndDrained(t *testing.T) {
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		w.WriteHeader(http.StatusAccepted)
+		w.Write(bytes.Repeat([]byte("y"), 10<<10))
+		return true
+	}
+	s := newTestSender(t, rv, nil)
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusAccepted, res.Attempts[0].StatusCode)
+	assert.Len(t, res.Attempts[0].ResponseBody, 4<<10)
+}
+
+func TestSend_AttemptTimeout(t *testing.T) {
+	rv := newReceiver(t)
+	release := make(chan struct{})
+	defer close(release)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		select { // hang until the sender gives up on this request
+		case <-r.Context().Done():
+		case <-release:
+		}
+		// Returning would answer 200, which can still reach a sender
+		// whose attempt timed out a moment before: never answer.
+		panic(http.ErrAbortHandler)
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{AttemptTimeout: 50 * time.Millisecond, Retry: shortPolicy(1)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	assert.Equal(t, []webhook.FailureKind{webhook.KindTimeout, webhook.KindTimeout}, kinds(res.Attempts))
+	for _, a := range res.Attempts {
+		assert.GreaterOrEqual(t, a.Duration, 50*time.Millisecond)
+	}
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "answer within 5 seconds")
+}
+
+func TestSend_ConnectionResetIsAFailedAttempt(t *testing.T) {
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		require.NoError(t, err)
+		if tc, ok := conn.(interface{ NetConn() net.Conn }); ok {
+			if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
+				tcp.SetLinger(0) // close with RST
+			}
+		}
+		conn.Close()
+		return true
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: shortPolicy(1)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 2)
+	assert.Equal(t, webhook.KindReset, res.Attempts[0].Kind, "error: %v", res.Attempts[0].Err)
+	assert.Zero(t, res.Attempts[0].StatusCode)
+}
+
+func TestSend_ConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	s := newTestSender(t, nil, &webhook.SenderOptions{AllowPrivateNetworks: true, Retry: shortPolicy(0)})
+	res, err := s.Send(context.Background(), webhook.Connection{URL: "https://" + addr + "/?token=tok123", Secret: testSecret}, samplePayload())
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 1)
+	assert.Equal(t, webhook.KindRefused, res.Attempts[0].Kind, "error: %v", res.Attempts[0].Err)
+	assert.NotContains(t, err.Error(), "tok123", "the query string must not reach the error")
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "firewall")
+}
+
+func TestSend_UntrustedCertificate(t *testing.T) {
+	rv := newReceiver(t)
+	// The default transport does not trust the test server's certificate.
+	s := newTestSender(t, nil, &webhook.SenderOptions{AllowPrivateNetworks: true, Retry: shortPolicy(1)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	assert.Equal(t, []webhook.FailureKind{webhook.KindTLS, webhook.KindTLS}, kinds(res.Attempts))
+	assert.Empty(t, rv.deliveries())
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "certificate")
+}
+
+func TestSend_DoesNotFollowRedirect(t *testing.T) {
+	target := newReceiver(t)
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		http.Redirect(w, r, target.URL+"/stolen?key=k1", http.StatusFound)
+		return true
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: shortPolicy(0)})
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	assert.Empty(t, target.deliveries(), "the redirect target must see nothing")
+	require.Len(t, res.Attempts, 1)
+	a := res.Attempts[0]
+	assert.Equal(t, webhook.KindRedirect, a.Kind)
+	assert.Equal(t, http.StatusFound, a.StatusCode)
+	assert.Contains(t, a.Err.Error(), "(Location: "+target.URL+"/…)")
+	assert.NotContains(t, a.Err.Error(), "k1")
+	assert.NotContains(t, a.Err.Error(), "stolen", "a Location's path may carry a token too")
+}
+
+func TestSend_RefusesPrivateAddressesByDefault(t *testing.T) {
+	rv := newReceiver(t)
+	s, err := webhook.NewSender(nil) // the default transport, with its guard
+	require.NoError(t, err)
+	defer s.CloseIdleConnections()
+	res, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.ErrorIs(t, err, webhook.ErrBlockedDestination)
+	require.Len(t, res.Attempts, 1, "a blocked destination is never retried")
+	assert.Equal(t, webhook.KindBlocked, res.Attempts[0].Kind)
+	assert.False(t, res.Attempts[0].Retry)
+	assert.Empty(t, rv.deliveries())
+	assert.Contains(t, err.Error(), "127.0.0.1")
+}
+
+// TestSend_WritesEachRequestInOneRecord pins that the request's headers and
+// body go out together: a body net/http does not know to be in memory makes
+// it flush the headers first, a second write and TLS record per delivery.
+func TestSend_WritesEachRequestInOneRecord(t *testing.T) {
+	var writes []int
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c1, c2 := net.Pipe()
+		go func() { // a receiver answering 200 to one request
+			defer c2.Close()
+			req, err := http.ReadRequest(bufio.NewReader(c2))
+			if err == nil {
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c2, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}
+		}()
+		return &countingConn{Conn: c1, writes: &writes}, nil
+	}}
+	tr.DialTLSContext = tr.DialContext // the https:// URL is served in plain text over the pipe
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
+	_, err := s.Send(context.Background(), fakeConn, samplePayload())
+	require.NoError(t, err)
+	assert.Len(t, writes, 1, "headers and body in one write: %v bytes", writes)
+}
+
+type countingConn struct {
+	net.Conn
+	writes *[]int
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	*c.writes = append(*c.writes, len(p))
+	return c.Conn.Write(p)
+}
+
+func TestSend_EmptyPortIsDropped(t *testing.T) {
+	var host, url string
+	s := fakeSender(t, func(r *http.Request) (*http.Response, error) {
+		host, url = r.Host, r.URL.String()
+		return answer(200), nil
+	}, nil)
+	_, err := s.Send(context.Background(), webhook.Connection{URL: "https://crm.example.com:/hooks?x=1", Secret: testSecret}, samplePayload())
+	require.NoError(t, err)
+	assert.Equal(t, "crm.example.com", host, "as http.NewRequest sends it")
+	assert.Equal(t, "https://crm.example.com/hooks?x=1", url)
+}
+
+// TestSend_URLPathIsNeverShown pins that a URL's path, which carries the
+// credential in many webhook URLs, reaches no error, log line, table or
+// formatting of a failed delivery, whatever the failure.
+func TestSend_URLPathIsNeverShown(t *testing.T) {
+	const path = "/services/T0001/B0002/pathsecret9"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := "https://" + ln.Addr().String() + path + "?q=querysecret8"
+	require.NoError(t, ln.Close())
+	hang := newReceiver(t)
+	hang.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		<-r.Context().Done()
+		panic(http.ErrAbortHandler)
+	}
+	redirect := newReceiver(t)
+	redirect.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		http.Redirect(w, r, "https://elsewhere.example"+path, http.StatusTemporaryRedirect)
+		return true
+	}
+	status := newReceiver(t, http.StatusGone)
+	for name, target := range map[string]struct {
+		rv  *receiver
+		url string
+	}{
+		"refused":  {nil, refused},
+		"timeout":  {hang, hang.URL + path},
+		"redirect": {redirect, redirect.URL + path},
+		"status":   {status, status.URL + path},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var logs bytes.Buffer
+			opts := &webhook.SenderOptions{AllowPrivateNetworks: true, Retry: shortPolicy(1), AttemptTimeout: 200 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+			if target.rv != nil {
+				opts.Client = target.rv.Client()
+			}
+			s := newTestSender(t, nil, opts)
+			conn := webhook.Connection{Name: "crm", URL: target.url, Secret: testSecret}
+			res, err := s.Send(context.Background(), conn, samplePayload())
+			require.Error(t, err)
+			var table bytes.Buffer
+			require.NoError(t, res.WriteTable(&table))
+			shown := []string{err.Error(), table.String(), logs.String(), fmt.Sprintf("%v %+v", res, res), conn.String()}
+			for _, a := range res.Attempts {
+				shown = append(shown, a.Err.Error(), a.Diagnosis(), a.String())
+			}
+			if name == "refused" {
+				a := s.Attempt(context.Background(), conn, webhook.EventUserIdentified, []byte(`{}`), 1)
+				shown = append(shown, a.Err.Error(), a.Diagnosis())
+			}
+			for _, text := range shown {
+				for _, part := range []string{"pathsecret9", "B0002", "services", "querysecret8"} {
+					assert.NotContains(t, text, part)
+				}
+			}
+			if target.rv != redirect && target.rv != status { // an answer's error names no URL
+				assert.Contains(t, err.Error(), "/…", "the error says there was more to the URL")
+			}
+		})
+	}
+}

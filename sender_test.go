@@ -1,0 +1,417 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestSend_WireFormat(t *testing.T) {
+	for _, method := range []string{"", http.MethodPost, http.MethodPut, http.MethodPatch} {
+		t.Run("method="+method, func(t *testing.T) {
+			rv := newReceiver(t)
+			c := rv.conn("/hooks/crm")
+			c.Method = method
+			c.Headers = map[string]string{"Authorization": "Bearer api-key", "x-tenant": "42"}
+			s := newTestSender(t, rv, nil)
+			before := time.Now().UnixMilli()
+			res, err := s.Send(context.Background(), c, samplePayload())
+			require.NoError(t, err)
+			require.Len(t, res.Attempts, 1)
+
+			got := rv.deliveries()
+			require.Len(t, got, 1)
+			d := got[0]
+			wantMethod := method
+			if wantMethod == "" {
+				wantMethod = http.MethodPost
+			}
+			assert.Equal(t, wantMethod, d.Method)
+			assert.Equal(t, "/hooks/crm", d.Path)
+			assert.Equal(t, string(readTestdata(t, "body_user_identified.json")), string(d.Body))
+			assert.Equal(t, "application/json", d.Header.Get("Content-Type"))
+			assert.Equal(t, webhook.EventUserIdentified, d.Header.Get(webhook.HeaderEvent))
+			assert.Equal(t, "Bearer api-key", d.Header.Get("Authorization"))
+			assert.Equal(t, "42", d.Header.Get("X-Tenant"))
+			ts, err := strconv.ParseInt(d.Header.Get(webhook.HeaderTimestamp), 10, 64)
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, ts, before)
+			assert.Equal(t, res.Attempts[0].Timestamp, ts)
+			assert.Equal(t, webhook.Sign(testSecret, ts, d.Body), d.Header.Get(webhook.HeaderSignature))
+			assert.NoError(t, webhook.Verify(testSecret, d.Header, d.Body), "the receiver's check")
+			assert.Equal(t, []string{"Bearer api-key"}, d.Header.Values("Authorization"), "custom header sent once")
+			for name := range d.Header {
+				assert.NotContains(t, strings.ToLower(name), "secret")
+			}
+		})
+	}
+}
+
+func TestSend_RetriesResignOverIdenticalBody(t *testing.T) {
+	rv := newReceiver(t, 500, 500, 200)
+	var hooked []webhook.Attempt
+	type ctxKey struct{}
+	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
+	s := newTestSender(t, rv, &webhook.SenderOptions{OnAttempt: func(ctx context.Context, c webhook.Connection, a webhook.Attempt) {
+		assert.Equal(t, "trace-1", ctx.Value(ctxKey{}), "the caller's context values")
+		assert.Equal(t, rv.URL+"/", c.URL, "the attempt's connection")
+		hooked = append(hooked, a)
+	}})
+	res, err := s.Send(ctx, rv.conn("/"), samplePayload())
+	require.NoError(t, err)
+	require.Len(t, res.Attempts, 3)
+	got := rv.deliveries()
+	require.Len(t, got, 3)
+	var last int64
+	for i, d := range got {
+		assert.Equal(t, got[0].Body, d.Body, "body of attempt %d", i+1)
+		ts, err := strconv.ParseInt(d.Header.Get(webhook.HeaderTimestamp), 10, 64)
+		require.NoError(t, err)
+		assert.Greater(t, ts, last, "timestamp of attempt %d", i+1)
+		last = ts
+		assert.NoError(t, webhook.Verify(testSecret, d.Header, d.Body), "attempt %d", i+1)
+		assert.Equal(t, res.Attempts[i].Timestamp, ts)
+	}
+	for i, a := range res.Attempts {
+		assert.Equal(t, i+1, a.N)
+	}
+	assert.Equal(t, []int{500, 500, 200}, statuses(res.Attempts))
+	assert.Equal(t, []bool{true, true, false}, retries(res.Attempts))
+	assert.Equal(t, webhook.KindStatus, res.Attempts[0].Kind)
+	assert.Equal(t, `{"status":500}`, string(res.Attempts[0].ResponseBody))
+	assert.True(t, res.Attempts[2].OK())
+	if diff := cmp.Diff(res.Attempts, hooked, cmp.Comparer(sameError)); diff != "" {
+		t.Errorf("OnAttempt saw another log (-result +hook):\n%s", diff)
+	}
+}
+
+func sameError(a, b error) bool { return a == b }
+
+func statuses(as []webhook.Attempt) []int {
+	var out []int
+	for _, a := range as {
+		out = append(out, a.StatusCode)
+	}
+	return out
+}
+
+func retries(as []webhook.Attempt) []bool {
+	var out []bool
+	for _, a := range as {
+		out = append(out, a.Retry)
+	}
+	return out
+}
+
+func TestSend_GivesUpAfterFourAttempts(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(500), webhooktest.Status(500), webhooktest.Status(500), webhooktest.Status(500))
+	res, err := srv.Sender(&webhook.SenderOptions{Retry: shortPolicy(3)}).Send(context.Background(), srv.Connection(), samplePayload())
+	var de *webhook.DeliveryError
+	require.ErrorAs(t, err, &de)
+	assert.Len(t, srv.Deliveries(), 4)
+	assert.Len(t, de.Attempts, 4)
+	assert.Equal(t, res.Attempts, de.Attempts)
+	assert.Equal(t, err, res.Err)
+	assert.Equal(t, []int{500, 500, 500, 500}, statuses(de.Attempts))
+	assert.Equal(t, []bool{true, true, true, false}, retries(de.Attempts))
+	assert.Equal(t, `webhook: delivery to "webhooktest" failed after 4 attempt(s): webhook: receiver answered 500 Internal Server Error`, err.Error())
+}
+
+func TestSend_InvalidConnectionSendsNothing(t *testing.T) {
+	rv := newReceiver(t)
+	s := newTestSender(t, rv, nil)
+	c := rv.conn("/")
+	c.Headers = map[string]string{"X-Service-Signature": "sha256=forged"}
+	res, err := s.Send(context.Background(), c, samplePayload())
+	require.ErrorIs(t, err, webhook.ErrInvalidConnection)
+	assert.Empty(t, res.Attempts)
+	assert.Equal(t, err, res.Err)
+	assert.Empty(t, rv.deliveries())
+}
+
+func TestSend_InvalidPayloadSendsNothing(t *testing.T) {
+	rv := newReceiver(t)
+	s := newTestSender(t, rv, nil)
+	p := samplePayload()
+	p.User.ID = "8f3a2b" // no usr_ prefix
+	res, err := s.Send(context.Background(), rv.conn("/"), p)
+	require.ErrorIs(t, err, webhook.ErrInvalidPayload)
+	assert.Contains(t, err.Error(), "user.id")
+	assert.Empty(t, res.Attempts)
+
+	for _, event := range []string{"", "user.identified\r\nX-Injected: 1"} {
+		res, err = s.SendBytes(context.Background(), rv.conn("/"), event, []byte(`{}`))
+		require.ErrorIs(t, err, webhook.ErrInvalidPayload, "event %q", event)
+		assert.Empty(t, res.Attempts)
+	}
+	assert.Empty(t, rv.deliveries())
+}
+
+func TestSendAll_IndependentResultsInOrder(t *testing.T) {
+	ok := newReceiver(t)
+	failing := newReceiver(t, 500)
+	// Both servers' certificates are the same test certificate.
+	s := newTestSender(t, ok, &webhook.SenderOptions{Retry: shortPolicy(1), MaxConcurrency: 2})
+	invalid := ok.conn("/")
+	invalid.Secret = ""
+	conns := []webhook.Connection{ok.conn("/a"), failing.conn("/b"), invalid, ok.conn("/c")}
+	results := s.SendAll(context.Background(), conns, samplePayload())
+	require.Len(t, results, 4)
+	assert.NoError(t, results[0].Err)
+	var de *webhook.DeliveryError
+	assert.ErrorAs(t, results[1].Err, &de)
+	assert.Len(t, results[1].Attempts, 2)
+	assert.ErrorIs(t, results[2].Err, webhook.ErrInvalidConnection)
+	assert.NoError(t, results[3].Err)
+	paths := map[string]bool{}
+	for _, d := range ok.deliveries() {
+		paths[d.Path] = true
+		assert.Equal(t, string(readTestdata(t, "body_user_identified.json")), string(d.Body))
+	}
+	assert.Equal(t, map[string]bool{"/a": true, "/c": true}, paths)
+}
+
+func TestSendAll_InvalidPayloadSendsNothing(t *testing.T) {
+	rv := newReceiver(t)
+	s := newTestSender(t, rv, nil)
+	p := samplePayload()
+	p.Event = ""
+	results := s.SendAll(context.Background(), []webhook.Connection{rv.conn("/a"), rv.conn("/b")}, p)
+	require.Len(t, results, 2)
+	for _, r := range results {
+		assert.ErrorIs(t, r.Err, webhook.ErrInvalidPayload)
+		assert.Empty(t, r.Attempts)
+	}
+	assert.Empty(t, rv.deliveries())
+}
+
+func TestSendTest(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	res, err := srv.Sender(nil).SendTest(context.Background(), srv.Connection())
+	require.NoError(t, err)
+	require.Len(t, res.Attempts, 1)
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "delivered: the endpoint answered 200")
+	got, err := srv.Deliveries()[0].Payload()
+	require.NoError(t, err)
+	assert.NoError(t, srv.Deliveries()[0].Err)
+	assert.NoError(t, got.Validate(), "the test payload is complete and valid")
+	assert.Equal(t, "Test User", got.User.Name)
+	assert.Equal(t, "test.user@example.com", got.User.Email)
+	assert.True(t, got.IsSendTest(), "a receiver can recognise it")
+}
+
+func TestSendTest_DiagnosesWrongSecretWithoutRetrying(t *testing.T) {
+	rv := newReceiver(t, http.StatusUnauthorized)
+	s := newTestSender(t, rv, nil)
+	res, err := s.SendTest(context.Background(), rv.conn("/"))
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 1, "Send Test makes one attempt")
+	assert.False(t, res.Attempts[0].Retry)
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "this connection's secret")
+}
+
+func TestSender_Attempt(t *testing.T) {
+	rv := newReceiver(t, 503)
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: webhook.DefaultRetryPolicy()})
+	body, err := json.Marshal(samplePayload())
+	require.NoError(t, err)
+	want := map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 0}
+	for n := 1; n <= 4; n++ {
+		a := s.Attempt(context.Background(), rv.conn("/"), webhook.EventUserIdentified, body, n)
+		assert.Equal(t, n, a.N)
+		assert.Equal(t, 503, a.StatusCode)
+		assert.Equal(t, want[n] > 0, a.Retry, "attempt %d", n)
+		assert.Equal(t, want[n], a.RetryIn, "attempt %d", n)
+	}
+	assert.Len(t, rv.deliveries(), 4, "Attempt makes exactly one request")
+
+	a := s.Attempt(context.Background(), webhook.Connection{URL: "http://x"}, webhook.EventUserIdentified, body, 1)
+	assert.Equal(t, webhook.KindInvalid, a.Kind)
+	assert.ErrorIs(t, a.Err, webhook.ErrInvalidConnection)
+}
+
+func TestNewSender_RefusesBadOptions(t *testing.T) {
+	for _, opts := range []*webhook.SenderOptions{
+		{Retry: &webhook.RetryPolicy{MaxRetries: -1}},
+		{AttemptTimeout: -time.Second},
+		{MaxConcurrency: -1},
+	} {
+		_, err := webhook.NewSender(opts)
+		assert.Error(t, err, "%+v", opts)
+	}
+}
+
+func TestNewSender_DoesNotModifyTheClient(t *testing.T) {
+	rv := newReceiver(t, http.StatusMovedPermanently)
+	client := rv.Client()
+	before := *client
+	s := newTestSender(t, rv, &webhook.SenderOptions{Client: client, Retry: shortPolicy(0)})
+	_, err := s.Send(context.Background(), rv.conn("/"), samplePayload())
+	require.Error(t, err)
+	assert.Zero(t, client.Timeout)
+	assert.Nil(t, client.CheckRedirect)
+	assert.Equal(t, before.Transport, client.Transport)
+}
+
+func TestSender_AttemptIgnoresTheContextDeadline(t *testing.T) {
+	s := fakeSender(t, func(*http.Request) (*http.Response, error) { return answer(503), nil }, &webhook.RetryPolicy{
+		MaxRetries: 3,
+		Backoff:    func(int, *http.Response) time.Duration { return time.Minute },
+	})
+	// A job queue runs each attempt under its own deadline, shorter than the
+	// wait it will schedule.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := s.Attempt(ctx, fakeConn, webhook.EventUserIdentified, []byte(`{}`), 1)
+	assert.True(t, a.Retry, "a queue schedules the retry, whatever this call's deadline")
+	assert.Equal(t, time.Minute, a.RetryIn)
+
+	res, err := s.Send(ctx, fakeConn, samplePayload())
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 1, "Send still refuses a wait its deadline cannot cover")
+	assert.False(t, res.Attempts[0].Retry)
+}
+
+func TestSend_ContextDoneBeforehandSendsNothing(t *testing.T) {
+	sent := 0
+	s := fakeSender(t, func(*http.Request) (*http.Response, error) { sent++; return answer(200), nil }, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := s.Send(ctx, fakeConn, samplePayload())
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, res.Attempts, "the log shows what reached the wire: nothing")
+	a := s.Attempt(ctx, fakeConn, webhook.EventUserIdentified, []byte(`{}`), 2)
+	assert.Equal(t, webhook.KindCanceled, a.Kind)
+	assert.Equal(t, 2, a.N)
+	assert.False(t, a.Retry)
+	assert.ErrorIs(t, a.Err, context.Canceled)
+	res, err = s.SendTest(ctx, fakeConn)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, res.Attempts)
+	assert.Zero(t, sent)
+
+	res, err = s.Send(ctx, webhook.Connection{URL: "http://x"}, samplePayload())
+	require.ErrorIs(t, err, webhook.ErrInvalidConnection, "an invalid connection is reported first")
+	assert.Empty(t, res.Attempts)
+}
+
+func TestSend_RefusesBodiesOverTheLimit(t *testing.T) {
+	sent := 0
+	rt := func(*http.Request) (*http.Response, error) { sent++; return answer(200), nil }
+	s := fakeSender(t, rt, nil)
+	big := samplePayload()
+	big.User.Metadata = webhook.Metadata{"notes": strings.Repeat("n", webhook.DefaultMaxBodyBytes)}
+	res, err := s.Send(context.Background(), fakeConn, big)
+	require.ErrorIs(t, err, webhook.ErrInvalidPayload)
+	var fe *webhook.FieldError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "body", fe.Field)
+	assert.Contains(t, fe.Reason, "MaxBodyBytes")
+	assert.Empty(t, res.Attempts)
+	a := s.Attempt(context.Background(), fakeConn, webhook.EventUserIdentified, make([]byte, webhook.DefaultMaxBodyBytes+1), 1)
+	assert.Equal(t, webhook.KindInvalid, a.Kind)
+	assert.Zero(t, sent)
+
+	raised, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: roundTripFunc(rt)}, MaxBodyBytes: 4 << 20})
+	require.NoError(t, err)
+	_, err = raised.Send(context.Background(), fakeConn, big)
+	require.NoError(t, err)
+	assert.Equal(t, 1, sent)
+	_, err = webhook.NewSender(&webhook.SenderOptions{MaxBodyBytes: -1})
+	assert.ErrorContains(t, err, "MaxBodyBytes")
+}
+
+func TestSender_ZeroValueRefusesClearly(t *testing.T) {
+	var s webhook.Sender
+	ctx := context.Background()
+	_, err := s.Send(ctx, fakeConn, samplePayload())
+	assert.ErrorContains(t, err, "NewSender")
+	_, err = s.SendBytes(ctx, fakeConn, webhook.EventUserIdentified, []byte(`{}`))
+	assert.ErrorContains(t, err, "NewSender")
+	_, err = s.SendTest(ctx, fakeConn)
+	assert.ErrorContains(t, err, "NewSender")
+	results := s.SendAll(ctx, []webhook.Connection{fakeConn, fakeConn}, samplePayload())
+	require.Len(t, results, 2)
+	assert.ErrorContains(t, results[1].Err, "NewSender")
+	a := s.Attempt(ctx, fakeConn, webhook.EventUserIdentified, []byte(`{}`), 1)
+	assert.ErrorContains(t, a.Err, "NewSender")
+	s.CloseIdleConnections() // no panic
+}
+
+func TestSendAll_OnAttemptRunsConcurrently(t *testing.T) {
+	// Two deliveries whose receivers each wait until both attempts are in
+	// flight: SendAll makes them at once, and OnAttempt is called from both.
+	rv := newReceiver(t)
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		arrived.Done()
+		arrived.Wait()
+		return false
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	s := newTestSender(t, rv, &webhook.SenderOptions{MaxConcurrency: 2, OnAttempt: func(_ context.Context, c webhook.Connection, a webhook.Attempt) {
+		mu.Lock()
+		seen[c.Name]++
+		mu.Unlock()
+	}})
+	a, b := rv.conn("/a"), rv.conn("/b")
+	a.Name, b.Name = "a", "b"
+	results := s.SendAll(context.Background(), []webhook.Connection{a, b}, samplePayload())
+	for _, r := range results {
+		require.NoError(t, r.Err)
+	}
+	assert.Equal(t, map[string]int{"a": 1, "b": 1}, seen)
+}
+
+func TestSender_AttemptTimeout(t *testing.T) {
+	s, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	assert.Equal(t, webhook.DefaultAttemptTimeout, s.AttemptTimeout())
+	s, err = webhook.NewSender(&webhook.SenderOptions{AttemptTimeout: 3 * time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, s.AttemptTimeout())
+}
+
+// TestSend_LogsOnlyPrintableText pins that the Sender's slog records are
+// printable text whatever the customer typed in the dashboard: its Name is a
+// free label, which may carry U+009B (ESC [ on many terminals) or U+202E.
+// The JSON handler, the usual one in production, writes them as they are,
+// and the logs are read on terminals. Nothing is sent: the link-local
+// address is blocked. (An IPv6 zone, which could carry them in the URL,
+// is refused by Validate.)
+func TestSend_LogsOnlyPrintableText(t *testing.T) {
+	for _, c := range []webhook.Connection{
+		{Name: "CRM\u009b2J\u202e", URL: "https://[fe80::1]/hooks", Secret: testSecret,
+			Headers: map[string]string{"X-Tenant": "1"}},
+	} {
+		t.Run(c.Name, func(t *testing.T) {
+			require.NoError(t, c.Validate(), "a valid connection")
+			var logs bytes.Buffer
+			s := newTestSender(t, nil, &webhook.SenderOptions{Retry: shortPolicy(0),
+				Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			res, err := s.Send(context.Background(), c, samplePayload())
+			require.ErrorIs(t, err, webhook.ErrBlockedDestination)
+			requireAllPrintable(t, res, err) // the attempt's own texts are clean
+			require.NotEmpty(t, logs.String())
+			requirePrintable(t, logs.String(), "\n")
+		})
+	}
+}
