@@ -9,6 +9,9 @@ import (
 	"time"
 )
 
+// This file holds the delivery body: Payload, User, Application, Metadata
+// and Time (millisecond UTC JSON), their validation and decoding.
+
 // EventUserIdentified is the event kind of a delivery sent when a user is
 // identified through the customer's browser extension: a new sign-up or an
 // update of an existing user. It is the only kind the service sends today.

@@ -8,6 +8,9 @@ import (
 	"time"
 )
 
+// This file holds the retry policy: RetryPolicy, the default schedule and
+// the backoff helpers.
+
 // RetryPolicy decides whether a failed attempt is retried and how long the
 // [Sender] waits before the retry. Whatever the policy, a delivery is never
 // retried after its context is done, after a destination was refused before

@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 )
 
+// This file holds signing: the header names, Sign, the keyed HMAC state
+// kept per secret, and NewSecret.
+
 // Header names of a delivery. http.Header canonicalises names, so these match
 // whatever case a request used.
 const (
