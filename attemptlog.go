@@ -35,6 +35,12 @@ const (
 	KindCanceled FailureKind = "canceled" // the caller's context was done
 	KindOther    FailureKind = "other"    // any other failure
 
+	// KindDown is an attempt that was not sent because its endpoint is
+	// down (SenderOptions.Health): its error matches ErrEndpointDown.
+	// Sender.Attempt returns one, with the wait until the endpoint may be
+	// tried again; Send and SendAll return the error alone.
+	KindDown FailureKind = "down"
+
 	// KindInterrupted is an attempt whose process died (a crash, a
 	// SIGKILL) before it ended: its outcome is unknown, the receiver may
 	// have had it. Only a durable queue, which runs the delivery again,
@@ -214,6 +220,8 @@ func (a Attempt) diagnosis() string {
 		return fmt.Sprintf("failed: the endpoint answered %d in %v; any 2xx status means success", a.StatusCode, took)
 	case KindCanceled:
 		return "not completed: the request was canceled"
+	case KindDown:
+		return "not sent: the endpoint is down, its last attempts failed without an answer; it is probed, and deliveries go again once it answers"
 	case KindInterrupted:
 		return "interrupted: the process making the attempt stopped before it ended (a crash or a kill); it was run again and cost no retry"
 	}

@@ -54,7 +54,10 @@ type delivery struct {
 	queued     bool                  // Sender.Attempt: a queue schedules the retry, whatever ctx's deadline
 	one        [1]Attempt            // the log of Sender.Attempt
 	err        error                 // set when nothing could be sent, or by cancellation
-	errKind    FailureKind           // why nothing could be sent: KindInvalid or KindCanceled
+	errKind    FailureKind           // why nothing could be sent: KindInvalid, KindCanceled or KindDown
+	endpoint   string                // the URL's origin, with endpoint health on
+	probe      bool                  // the attempt in flight is the down endpoint's probe
+	downWait   time.Duration         // with KindDown: until the endpoint may be tried again
 }
 
 // newDelivery returns a delivery from the Sender's pool, whose
@@ -70,6 +73,9 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 			CheckRetry: d.checkRetry,
 			Backoff:    func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
 			PrepareRetry: func(r *http.Request) error {
+				if d.s.health != nil && !d.admit() {
+					return d.err // the endpoint went down meanwhile: the retry is not sent
+				}
 				r.Header = r.Header.Clone() // the previous attempt's request keeps its own
 				r.Body = newRequestBody(d.body)
 				d.sign(r.Header, make([]string, 2))
@@ -87,6 +93,7 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 func (d *delivery) release() {
 	d.conn, d.event, d.body, d.attempts, d.err, d.queued, d.one = Connection{}, "", nil, nil, nil, false, [1]Attempt{}
 	d.ctx, d.req, d.cancel = nil, retryablehttp.Request{}, nil
+	d.endpoint, d.probe, d.downWait = "", false, 0
 	d.s.deliveries.Put(d)
 }
 
@@ -101,6 +108,12 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 	// retryablehttp.NewRequest; PrepareRetry rewinds the body. As
 	// http.NewRequest does, "host:" loses its empty port.
 	u.Host = strings.TrimSuffix(u.Host, ":")
+	if d.s.health != nil {
+		d.endpoint = endpointKey(u)
+		if !d.admit() {
+			return
+		}
+	}
 	body := d.body
 	d.ctx = ctx
 	hreq := &http.Request{
@@ -137,6 +150,19 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 		// whose retry never came.
 		d.err = fmt.Errorf("webhook: stopped before the next attempt: %w", context.Cause(ctx))
 	}
+}
+
+// admit asks endpoint health whether the next attempt may be sent, and
+// whether it is the endpoint's probe. When the endpoint is down it ends the
+// delivery: nothing is sent, and the error matches ErrEndpointDown.
+func (d *delivery) admit() bool {
+	probe, wait, err := d.s.health.admit(d.endpoint)
+	if err != nil {
+		d.err, d.errKind, d.downWait = err, KindDown, wait
+		return false
+	}
+	d.probe = probe
+	return true
 }
 
 // check returns the connection's parsed URL, or why nothing may be sent and
@@ -217,6 +243,10 @@ func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error)
 	d.endAttempt()
 	a.Duration = d.s.now().Sub(d.start)
 	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL)
+	if d.s.health != nil {
+		d.s.health.record(d.endpoint, &a, d.probe)
+		d.probe = false
+	}
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -359,4 +360,42 @@ func ExampleSender_Attempt() {
 	// attempt 2: 503, retry=true in 2s
 	// attempt 3: 503, retry=true in 4s
 	// attempt 4: 503, retry=false in 0s
+}
+
+// Endpoint health: after three connections refused in a row the endpoint is
+// down, and deliveries to it fail at once, sending nothing, until a probe
+// (one delivery let through, DefaultProbeInterval later) finds it up.
+func ExampleHealthOptions() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ln.Close() // nothing listens there now: every connection is refused
+
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		AllowPrivateNetworks: true,                   // the example's endpoint is on loopback
+		Retry:                &webhook.RetryPolicy{}, // one attempt per delivery, for the example
+		Health: &webhook.HealthOptions{
+			DownAfter: 3,
+			OnChange: func(h webhook.EndpointHealth) { // show it, tell the customer, or disable it after days
+				fmt.Printf("down: %v, after %d failed attempts, the last: %s\n", h.Down, h.Failures, h.LastFailure.Kind)
+			},
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn := webhook.Connection{Name: "CRM", URL: "https://" + ln.Addr().String() + "/hooks", Secret: "whsec_example"}
+	for range 4 {
+		res, err := s.Send(context.Background(), conn, webhook.SamplePayload(time.Now()))
+		fmt.Printf("attempts: %d, endpoint down: %v\n", len(res.Attempts), errors.Is(err, webhook.ErrEndpointDown))
+	}
+	fmt.Println(len(s.Health()), s.Health()[0].Down)
+	// Output:
+	// attempts: 1, endpoint down: false
+	// attempts: 1, endpoint down: false
+	// down: true, after 3 failed attempts, the last: refused
+	// attempts: 1, endpoint down: false
+	// attempts: 0, endpoint down: true
+	// 1 true
 }

@@ -71,6 +71,14 @@ type SenderOptions struct {
 	// MaxConcurrency bounds how many deliveries SendAll makes at once. Zero
 	// means DefaultMaxConcurrency.
 	MaxConcurrency int
+
+	// Health, if not nil, turns endpoint health on: an endpoint whose
+	// attempts keep failing without an answer is marked down, and while it
+	// is down only one probe at a time is sent to it; other deliveries to
+	// it fail at once, sending nothing, with an error matching
+	// ErrEndpointDown. See HealthOptions. Nil means every attempt is sent,
+	// as the service's schedule says.
+	Health *HealthOptions
 }
 
 // Sender delivers payloads to connections, signing each attempt and
@@ -87,6 +95,7 @@ type Sender struct {
 	maxBody   int64
 	timeout   time.Duration // per attempt
 	routed    bool          // attempts carry a route: the transport may have a proxy
+	health    *health       // nil unless SenderOptions.Health
 
 	deliveries sync.Pool // of *delivery
 }
@@ -154,11 +163,31 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 		s.routed = true // NewTransport's, maybe wrapped, may route through a proxy
 	}
 	s.timeout = timeout
+	if opts.Health != nil {
+		// A probe is in flight for at most an attempt; the second is room
+		// for its outcome to be recorded.
+		h, err := newHealth(opts.Health, timeout+time.Second, time.Now, s.logger)
+		if err != nil {
+			return nil, err
+		}
+		s.health = h
+	}
 	client.Transport = &attemptTransport{rt: rt}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	client.Timeout = 0 // each attempt's request is bounded (delivery.bound), without a goroutine per request
 	s.client = &client
 	return s, nil
+}
+
+// Health returns what the Sender knows of the endpoints that are failing
+// or down, sorted by endpoint: for a dashboard, or a metric of the endpoints
+// down. It is empty when endpoint health is off (SenderOptions.Health) or
+// every endpoint answers. It is safe for concurrent use.
+func (s *Sender) Health() []EndpointHealth {
+	if s.health == nil {
+		return nil
+	}
+	return s.health.snapshot()
 }
 
 // AttemptTimeout returns how long one attempt may take: the
@@ -186,7 +215,10 @@ func (s *Sender) CloseIdleConnections() {
 // the last attempt succeeded; otherwise it is a [*FieldError] matching
 // [ErrInvalidConnection] or [ErrInvalidPayload] when c or p is invalid
 // (nothing is sent; see [Connection.Validate] and [Payload.Validate]), or a
-// [*DeliveryError] holding every attempt and the last cause. A context that
+// [*DeliveryError] holding every attempt and the last cause. With endpoint
+// health on (SenderOptions.Health), an endpoint that is down gets nothing:
+// the error matches [ErrEndpointDown], alone when no attempt was made, or
+// as the last cause when the endpoint went down before a retry. A context that
 // is done before the first attempt sends nothing: the Result has no attempt
 // and the error wraps the context's cause. Result.Err is the same error.
 func (s *Sender) Send(ctx context.Context, c Connection, p Payload) (*Result, error) {
@@ -286,7 +318,11 @@ func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body [
 	d.attempts = d.one[:0] // copied out below, before d is pooled
 	d.run(ctx, 0)
 	if len(d.attempts) == 0 {
-		return Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: d.errKind}
+		a := Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: d.errKind}
+		if a.Kind == KindDown { // not an attempt: the queue tries again once the endpoint may be
+			a.Retry, a.RetryIn = true, d.downWait
+		}
+		return a
 	}
 	return d.attempts[0]
 }

@@ -44,7 +44,9 @@
 // redirects are never followed. Nothing is retried after the caller's
 // context is done, when the destination was refused before sending, or when
 // the wait would end past the context's deadline. [ExponentialBackoff],
-// [WithJitter] and [WithRetryAfter] build other schedules.
+// [WithJitter] and [WithRetryAfter] build other schedules. Endpoint health
+// ([HealthOptions], opt-in) holds deliveries back from an endpoint that
+// keeps failing without an answer, and probes it until it answers.
 //
 // # Security
 //
