@@ -64,6 +64,14 @@
 // which), cancelled when its connection is gone, invalid or refused by the
 // private-network guard.
 //
+// # Dead endpoints
+//
+// With the Sender's endpoint health on (webhook.SenderOptions.Health), a
+// delivery to an endpoint that is down is not sent: its job is snoozed until
+// the endpoint's next probe, costing no attempt, River's or the policy's,
+// and goes out once a probe finds the endpoint up. Each worker process
+// keeps its own view and probes on its own.
+//
 // # The attempt log
 //
 // Each job holds its delivery's whole attempt log as its River output

@@ -70,6 +70,10 @@ type WorkerOptions struct {
 //   - failed, and the policy gives up: the job is discarded;
 //   - a connection that is gone, invalid, or whose address the
 //     private-network guard refuses: the job is cancelled;
+//   - an endpoint that is down, with the Sender's endpoint health on
+//     (webhook.SenderOptions.Health): nothing is sent, and the job is
+//     snoozed until the endpoint's next probe, costing no attempt; once a
+//     probe finds it up, the job's attempt goes out;
 //   - the client stopping during the attempt: River puts the job back
 //     without counting the run;
 //   - the process dying during the attempt: once River's rescuer finds the
@@ -150,7 +154,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	defer w.release(args.ConnectionID)
 
-	var entries []logEntry
+	var entries, cut []logEntry
 	n := job.Attempt
 	if !w.noLog {
 		var err error
@@ -158,7 +162,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			w.logger.WarnContext(ctx, "riverhook: the job's attempt log is unreadable; starting a new one",
 				slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
 		}
-		cut := interrupted(job.JobRow, entries, job.Attempt-1)
+		cut = interrupted(job.JobRow, entries, job.Attempt-1)
 		entries = append(entries, cut...)
 		for _, e := range cut {
 			w.notify(ctx, job, e.attempt())
@@ -178,6 +182,15 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 
 	a := w.sender.Attempt(ctx, conn, args.Event, args.Body, n)
+	if a.Kind == webhook.KindDown {
+		// The endpoint is down (the Sender's endpoint health): wait for
+		// its next probe. A snooze costs no attempt, River's or the
+		// policy's, and the log has nothing new but interrupted runs.
+		if len(cut) > 0 {
+			w.record(ctx, job, entries)
+		}
+		return river.JobSnooze(a.RetryIn)
+	}
 	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
 		// The client stopping (River puts the job back and does not count
 		// the run), the job cancelled from River, or its timeout.
