@@ -57,7 +57,7 @@ type Attempt struct {
 	StatusCode   int           // the receiver's status; 0 when none came
 	Err          error         // nil on success; otherwise why it failed
 	Kind         FailureKind   // KindNone on success
-	ResponseBody []byte        // at most the first 4 KiB of the answer's body
+	ResponseBody []byte        // at most the first 4 KiB of the answer's body, without the connection's secrets
 	Retry        bool          // whether a retry was scheduled (Send) or is due (Sender.Attempt)
 	RetryIn      time.Duration // the wait before that retry; 0 when Retry is false
 }

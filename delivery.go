@@ -58,6 +58,7 @@ type delivery struct {
 	endpoint   string                // the URL's origin, with endpoint health on
 	probe      bool                  // the attempt in flight is the down endpoint's probe
 	downWait   time.Duration         // with KindDown: until the endpoint may be tried again
+	secrets    []string              // the connection's secret texts, once needed (scrubText)
 }
 
 // newDelivery returns a delivery from the Sender's pool, whose
@@ -93,7 +94,7 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 func (d *delivery) release() {
 	d.conn, d.event, d.body, d.attempts, d.err, d.queued, d.one = Connection{}, "", nil, nil, nil, false, [1]Attempt{}
 	d.ctx, d.req, d.cancel = nil, retryablehttp.Request{}, nil
-	d.endpoint, d.probe, d.downWait = "", false, 0
+	d.endpoint, d.probe, d.downWait, d.secrets = "", false, 0, nil
 	d.s.deliveries.Put(d)
 }
 
@@ -238,11 +239,11 @@ func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error)
 	}
 	if resp != nil {
 		a.StatusCode = resp.StatusCode
-		a.ResponseBody = readResponseBody(resp)
+		a.ResponseBody = d.scrubBody(readResponseBody(resp))
 	}
 	d.endAttempt()
 	a.Duration = d.s.now().Sub(d.start)
-	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL)
+	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL, d.scrubText)
 	if d.s.health != nil {
 		d.s.health.record(d.endpoint, &a, d.probe)
 		d.probe = false
@@ -372,11 +373,37 @@ func (d *delivery) result(r *Result) (*Result, error) {
 	return r, r.Err
 }
 
+// scrubBody returns b, an answer's excerpt, without the connection's
+// secret texts, which a receiver may echo (see Connection.secretTexts).
+func (d *delivery) scrubBody(b []byte) []byte {
+	if len(b) < minScrubbed {
+		return b
+	}
+	text := string(b)
+	if clean := d.scrubText(text); clean != text {
+		return []byte(clean)
+	}
+	return b
+}
+
+// scrubText returns s without the connection's secret texts, found once per
+// delivery.
+func (d *delivery) scrubText(s string) string {
+	if len(s) < minScrubbed {
+		return s
+	}
+	if d.secrets == nil {
+		d.secrets = d.conn.secretTexts()
+	}
+	return scrub(s, d.secrets)
+}
+
 // classify returns the kind and error of an attempt with answer resp or
 // transport error err. The error's text names the endpoint by its origin
-// alone (redactURL) and is printable: a status line's reason phrase, a
-// Location header and a certificate's names are the receiver's text.
-func classify(ctx context.Context, resp *http.Response, err error, rawURL string) (FailureKind, error) {
+// alone (redactURL), shows none of the connection's secret texts (scrub: a
+// status line's reason phrase, a Location header and a certificate's names
+// are the receiver's text, which may echo them) and is printable.
+func classify(ctx context.Context, resp *http.Response, err error, rawURL string, scrub func(string) string) (FailureKind, error) {
 	if err == nil {
 		code := resp.StatusCode
 		switch {
@@ -387,9 +414,9 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 			if loc := resp.Header.Get("Location"); loc != "" {
 				msg += " (Location: " + redactURL(loc) + ")"
 			}
-			return KindRedirect, errors.New(printable(msg, 0))
+			return KindRedirect, errors.New(printable(scrub(msg), 0))
 		}
-		return KindStatus, errors.New(printable("webhook: receiver answered "+resp.Status, 0))
+		return KindStatus, errors.New(printable(scrub("webhook: receiver answered "+resp.Status), 0))
 	}
 	cause := err
 	var ue *url.Error
@@ -428,7 +455,7 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		kind = KindReset
 	}
 	msg := "webhook: " + kindText[kind] + " " + redactURL(rawURL) + ": " + cause.Error()
-	return kind, &attemptError{msg: printable(msg, 0), cause: cause}
+	return kind, &attemptError{msg: printable(scrub(msg), 0), cause: cause}
 }
 
 // attemptError is the error of an attempt that failed without an answer:

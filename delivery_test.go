@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,6 +238,77 @@ func TestSend_URLPathIsNeverShown(t *testing.T) {
 			}
 			if target.rv != redirect && target.rv != status { // an answer's error names no URL
 				assert.Contains(t, err.Error(), "/…", "the error says there was more to the URL")
+			}
+		})
+	}
+}
+
+// TestSend_EchoedSecretsAreScrubbed pins that a receiver echoing what it was
+// sent (Express's default 404 page says "Cannot POST /path", a 401 page may
+// quote the Authorization header) shows none of the connection's secrets:
+// not its URL's path or a segment of it, not its query, not a custom
+// header's value, not the signing secret. The excerpt and every text built
+// on the answer are scrubbed where they are read, before OnAttempt, a log,
+// a table or a job row sees them.
+func TestSend_EchoedSecretsAreScrubbed(t *testing.T) {
+	const (
+		pathToken   = "PATHTOKEN31c8e0"
+		queryToken  = "QUERYTOKEN9a7b"
+		headerToken = "HEADERTOKEN77ab"
+	)
+	secret := "whsec_SECRETTOKEN4f2d"
+	path := "/services/T0001/" + pathToken
+	echo := func(r *http.Request) string {
+		return "Cannot POST " + r.URL.Path + "?" + r.URL.RawQuery + " " + r.Header.Get("Authorization") + " token=" + headerToken +
+			" " + secret + " " + r.URL.EscapedPath()
+	}
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, echo(r))
+		return true
+	}
+	raw := newHostile(t, func(conn net.Conn, r *http.Request) { // the same in a reason phrase
+		io.WriteString(conn, "HTTP/1.1 404 "+echo(r)+"\r\nContent-Length: 0\r\n\r\n")
+	})
+	for name, target := range map[string]struct {
+		url    string
+		client *http.Client
+	}{
+		"body":          {rv.URL + path + "?k=" + queryToken, rv.Client()},
+		"reason phrase": {raw.url() + path + "?k=" + queryToken, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var seen []webhook.Attempt
+			opts := &webhook.SenderOptions{Client: target.client, Retry: shortPolicy(0),
+				OnAttempt: func(_ context.Context, _ webhook.Connection, a webhook.Attempt) { seen = append(seen, a) }}
+			var s *webhook.Sender
+			if target.client == nil {
+				s = faultSender(t, raw.pool, shortPolicy(0))
+				opts = nil
+			} else {
+				s = newTestSender(t, nil, opts)
+			}
+			conn := webhook.Connection{Name: "crm", URL: target.url, Secret: secret,
+				Headers: map[string]string{"Authorization": "Bearer " + headerToken}}
+			res, err := s.Send(context.Background(), conn, samplePayload())
+			require.Error(t, err)
+			require.Equal(t, webhook.KindStatus, res.Attempts[0].Kind, "%v", err)
+			var table strings.Builder
+			require.NoError(t, res.WriteTable(&table))
+			a := res.Attempts[0]
+			texts := []string{string(a.ResponseBody), a.ResponseText(), a.Err.Error(), a.Diagnosis(), err.Error(), table.String()}
+			if opts != nil {
+				require.Len(t, seen, 1)
+				texts = append(texts, string(seen[0].ResponseBody), seen[0].Err.Error())
+			}
+			for _, text := range texts {
+				for _, token := range []string{pathToken, queryToken, headerToken, "SECRETTOKEN4f2d"} {
+					assert.NotContains(t, text, token)
+				}
+			}
+			if name == "body" {
+				assert.Contains(t, a.ResponseText(), "Cannot POST …", "what is not secret stays")
 			}
 		})
 	}

@@ -378,6 +378,62 @@ func (c Connection) shownHeaderNames() []string {
 	return names
 }
 
+// minScrubbed is the shortest text scrub replaces: shorter ones ("Bearer",
+// "/hooks") are words of any answer more than secrets.
+const minScrubbed = 8
+
+// secretTexts returns the texts of c that no text the library makes may
+// show, longest first: the secret, the URL's path, its segments, its query
+// and the values in it, as written and decoded, its user information, and
+// the values of custom headers and the words in them. A receiver may echo
+// any of them (a 404 page quoting the path, a 401 page the Authorization
+// header).
+func (c Connection) secretTexts() []string {
+	var texts []string
+	add := func(t string) {
+		if len(t) >= minScrubbed && !slices.Contains(texts, t) {
+			texts = append(texts, t)
+		}
+	}
+	add(c.Secret)
+	for _, value := range c.Headers {
+		add(value)
+		for word := range strings.FieldsSeq(value) {
+			add(word)
+		}
+	}
+	if u, err := url.Parse(c.URL); err == nil {
+		for _, path := range []string{u.Path, u.EscapedPath()} {
+			add(path)
+			for segment := range strings.SplitSeq(path, "/") {
+				add(segment)
+			}
+		}
+		add(u.RawQuery)
+		for _, values := range u.Query() {
+			for _, v := range values {
+				add(v)
+			}
+		}
+		add(u.User.String())
+		if p, ok := u.User.Password(); ok {
+			add(p)
+		}
+	}
+	slices.SortFunc(texts, func(a, b string) int { return len(b) - len(a) })
+	return texts
+}
+
+// scrub returns s with every one of texts replaced by "…".
+func scrub(s string, texts []string) string {
+	for _, t := range texts {
+		if strings.Contains(s, t) {
+			s = strings.ReplaceAll(s, t, "…")
+		}
+	}
+	return s
+}
+
 // redactURL names the endpoint of raw by its origin, scheme, host and
 // port, and "/…" when it has more: many webhook URLs carry their
 // credential in the path (Slack, Zapier), in the query or in the user
