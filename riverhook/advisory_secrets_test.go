@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -84,4 +85,29 @@ func TestAdvisory_ResponseEchoingThePathOrAHeaderStaysOutOfTheJobRow(t *testing.
 	for _, token := range []string{pathToken, "T0001", headerToken} {
 		assertNoToken(t, text, token)
 	}
+}
+
+// A Resolver's error is the caller's text: a url.Parse error quotes the
+// whole URL, a database driver's error can quote the row. Work wraps it
+// into the error River keeps in the job row (and River UI shows), so the
+// URL's path, a credential, reaches the row. The package doc promises no
+// job row holds a URL's path or query, whatever fails.
+func TestAdvisory_ResolverErrorTextStaysOutOfTheJobRow(t *testing.T) {
+	t.Parallel()
+	const pathToken = "PATHTOKEN5d20"
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	w := riverhook.NewWorker(srv.Sender(nil), func(_ context.Context, id string) (webhook.Connection, error) {
+		// The stored URL got a stray control character: the Resolver
+		// returns url.Parse's error, as most would.
+		if _, err := url.Parse("https://hooks.example.com/services/T0001/" + pathToken + "\x7f"); err != nil {
+			return webhook.Connection{}, fmt.Errorf("loading connection %s: %w", id, err)
+		}
+		return webhook.Connection{}, riverhook.ErrConnectionGone
+	}, nil)
+	tw, tx, schema := testWorker(t, w)
+	p := firstParams(t, "d1", nil)
+	_, err := tw.Work(context.Background(), t, tx, p.Args.(riverhook.Args), p.InsertOpts)
+	require.Error(t, err)
+	assertNoToken(t, jobRowsText(t, tx, schema), pathToken)
 }
