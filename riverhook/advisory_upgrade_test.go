@@ -113,3 +113,20 @@ func TestAdvisory_ListDeliveriesShowsDeliveriesQueuedBeforeTheUpgrade(t *testing
 	require.Len(t, got, 1, "the delivery to crm queued before the upgrade")
 	assert.Equal(t, job.ID, got[0].JobID)
 }
+
+// An outbox insert retried after the upgrade (the same delivery id, the
+// same connection) while the earlier riverhook's job is still pending must
+// be skipped, as the doc promises; River's unique key hashes the args'
+// JSON names, which changed, so the delivery is made twice.
+func TestAdvisory_InsertAfterTheUpgradeIsUniqueAgainstAQueuedDelivery(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	insertLegacy(t, tx, schema, "d1", webhook.DefaultRetryPolicy())
+	res, err := riverhook.InsertTx(ctx, newClient(t, pool, schema, nil, nil), tx, "d1", []string{"crm"}, payload("d1"), nil)
+	require.NoError(t, err)
+	assert.True(t, res[0].UniqueSkippedAsDuplicate, "d1 to crm is queued already")
+}
