@@ -47,6 +47,38 @@ func TestInsertTx_NoConnectionsCommits(t *testing.T) {
 	assert.ErrorIs(t, err, webhook.ErrInvalidPayload, "validated even with nothing to insert")
 }
 
+// A connection list with a repeated id (a join that returns a row twice, a
+// customer's connection listed under two events) is one delivery to that
+// connection, and InsertTx does not fail the caller's transaction, which
+// holds the user's change (River's insert of one unique job twice in one
+// statement would: ON CONFLICT cannot affect a row a second time).
+func TestInsertTx_RepeatedConnectionIDIsOneDelivery(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	client := newClient(t, pool, schema, nil, nil)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+schema+".users (id text PRIMARY KEY)")
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "INSERT INTO "+schema+".users VALUES ('usr_1')")
+	require.NoError(t, err)
+
+	res, err := riverhook.InsertTx(ctx, client, tx, "evt_1", []string{"crm", "erp", "crm"}, payload("evt_1"), nil)
+	require.NoError(t, err, "one delivery to crm, the repeat skipped")
+	require.Len(t, res, 2, "one result per distinct connection")
+	for i, conn := range []string{"crm", "erp"} {
+		var args riverhook.Args
+		require.NoError(t, json.Unmarshal(res[i].Job.EncodedArgs, &args))
+		assert.Equal(t, conn, args.ConnectionID, "in the order of their first place")
+	}
+	require.NoError(t, tx.Commit(ctx), "the user's change commits")
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".river_job").Scan(&n))
+	assert.Equal(t, 2, n, "one job per distinct connection")
+}
+
 func TestInsertTx_Outbox(t *testing.T) {
 	t.Parallel()
 	pool, schema := testDB(t)

@@ -231,9 +231,11 @@ type InsertOptions struct {
 // your own client.InsertManyTx in the transaction that made the change (or
 // InsertMany without one); none, and no error, for no connection ([InsertTx]
 // inserts them, and nothing for no connection, which InsertManyTx refuses).
-// deliveryID identifies the event; with a connection id it makes each job
-// unique (see [Args.InsertOpts]). p is validated and encoded once; the
-// error matches webhook.ErrInvalidPayload.
+// A connection id listed more than once gets one job, in the place of its
+// first: River's insert of one delivery twice in one statement would fail
+// the transaction. deliveryID identifies the event; with a connection id it
+// makes each job unique (see [Args.InsertOpts]). p is validated and
+// encoded once; the error matches webhook.ErrInvalidPayload.
 func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, opts *InsertOptions) ([]river.InsertManyParams, error) {
 	if deliveryID == "" {
 		return nil, errors.New("riverhook: the delivery id must not be empty")
@@ -256,8 +258,13 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 	if opts.InsertOpts != nil {
 		base = *opts.InsertOpts
 	}
-	params := make([]river.InsertManyParams, len(connectionIDs))
-	for i, id := range connectionIDs {
+	params := make([]river.InsertManyParams, 0, len(connectionIDs))
+	seen := make(map[string]bool, len(connectionIDs))
+	for _, id := range connectionIDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
 		args := Args{ConnectionID: id, DeliveryID: deliveryID, Event: p.Event, Body: body}
 		own := args.InsertOpts()
 		io := base
@@ -266,7 +273,7 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 		if uniqueUnset(base.UniqueOpts) {
 			io.UniqueOpts = own.UniqueOpts
 		}
-		params[i] = river.InsertManyParams{Args: args, InsertOpts: &io}
+		params = append(params, river.InsertManyParams{Args: args, InsertOpts: &io})
 	}
 	return params, nil
 }
@@ -278,10 +285,10 @@ func uniqueUnset(u river.UniqueOpts) bool {
 // InsertTx inserts the jobs delivering p to each of connectionIDs in tx, the
 // transaction of the change that caused the event, with client (an insert-only
 // client will do): the outbox. With no connection it validates p and
-// inserts nothing, so the transaction commits. The results are River's, in
-// the order of connectionIDs; a repeated delivery is skipped
-// (UniqueSkippedAsDuplicate). It blocks on the insert. Arguments are as
-// for [InsertParams].
+// inserts nothing, so the transaction commits. The results are River's,
+// one per distinct connection id in the order of connectionIDs; a delivery
+// inserted before is skipped (UniqueSkippedAsDuplicate). It blocks on the
+// insert. Arguments are as for [InsertParams].
 func InsertTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, deliveryID string, connectionIDs []string,
 	p webhook.Payload, opts *InsertOptions) ([]*rivertype.JobInsertResult, error) {
 	params, err := InsertParams(deliveryID, connectionIDs, p, opts)
