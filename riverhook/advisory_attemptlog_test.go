@@ -17,19 +17,6 @@ import (
 	"github.com/signedhook/webhook/webhooktest"
 )
 
-// ListDeliveries serves a dashboard's GET /connections/{id}/attempts, whose
-// limit often comes from the request. Its doc bounds the limit from below
-// only (zero or less means 20); a large one must not panic in River's
-// JobListParams.First (which allows at most 10,000).
-func TestAdvisory_ListDeliveriesLargeLimitDoesNotPanic(t *testing.T) {
-	t.Parallel()
-	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Logger: quietLogger()})
-	require.NoError(t, err)
-	assert.NotPanics(t, func() {
-		riverhook.ListDeliveries(context.Background(), client, "crm", 20_000) //nolint:errcheck // no pool: only the panic matters
-	})
-}
-
 // A run that River ended with its own error (a process of a rolling
 // deploy without the worker registered: "job kind is not registered")
 // sent nothing and no process died. The attempt log must not call it an

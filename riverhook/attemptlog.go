@@ -271,9 +271,13 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	return d, nil
 }
 
+// maxListed is the most deliveries [ListDeliveries] returns: River's bound
+// on one listing (JobListParams.First panics above it).
+const maxListed = 10_000
+
 // ListDeliveries returns the deliveries to connectionID that River holds,
-// newest first, at most limit of them (zero or less means 20), each with
-// its attempt log: what a dashboard's "delivery attempts" page, or a
+// newest first, at most limit of them (zero or less means 20; over 10,000,
+// River's bound on one listing, means 10,000), each with its attempt log: what a dashboard's "delivery attempts" page, or a
 // GET /connections/{id}/attempts, shows. River deletes finished jobs after
 // its retention periods (a day for completed ones by default), and with
 // them their logs. It lists by the connection's tag ([ConnectionTag]),
@@ -284,6 +288,7 @@ func ListDeliveries[TTx any](ctx context.Context, client *river.Client[TTx], con
 	if limit <= 0 {
 		limit = 20
 	}
+	limit = min(limit, maxListed)
 	params := river.NewJobListParams().Kinds(Kind).TagsAll(ConnectionTag(connectionID)).
 		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit)
 	var out []*Delivery

@@ -91,6 +91,18 @@ func TestListDeliveries(t *testing.T) {
 	assert.Empty(t, none)
 }
 
+// ListDeliveries serves a dashboard's GET /connections/{id}/attempts, whose
+// limit often comes from the request: a limit over River's 10,000 (which
+// JobListParams.First panics on) lists 10,000.
+func TestListDeliveries_LargeLimitDoesNotPanic(t *testing.T) {
+	t.Parallel()
+	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Logger: quietLogger()})
+	require.NoError(t, err)
+	assert.NotPanics(t, func() {
+		riverhook.ListDeliveries(context.Background(), client, "crm", 20_000) //nolint:errcheck // no pool: only the panic matters
+	})
+}
+
 // brief is an attempt in a few words, for comparisons.
 func brief(a webhook.Attempt) string {
 	switch {

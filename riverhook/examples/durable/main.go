@@ -127,7 +127,7 @@ func newCommand(name string, stderr io.Writer) *command {
 		c.rescueAt = fs.Duration("rescue-after", 0, "how long a job may run before River's rescuer runs it again, as a process that died left it\n(default: derived from -attempt-timeout, 1m0s for 30s)")
 	case "deliveries":
 		c.connectionID = fs.String("connection", "", "id of the connection")
-		c.n = fs.Int("n", 20, "deliveries to list, newest first")
+		c.n = fs.Int("n", 20, "deliveries to list, newest first (at most 10000)")
 	default:
 		return nil
 	}
