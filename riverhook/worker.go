@@ -363,7 +363,9 @@ func (e *attemptError) Unwrap() error { return e.a.Err }
 
 // attemptText is a failed attempt in a few words: "attempt 4: 500 Internal
 // Server Error", "attempt 2: timeout: timed out waiting for https://host/…:
-// ...".
+// ...". The attempt's error text is cut as its log entry's is (a receiver
+// chooses a reason phrase of up to the response header bound), so what
+// River keeps of a run is bounded too.
 func attemptText(a webhook.Attempt) string {
 	if a.Kind == webhook.KindStatus && a.StatusCode != 0 {
 		text := http.StatusText(a.StatusCode)
@@ -375,5 +377,5 @@ func attemptText(a webhook.Attempt) string {
 	if a.Err == nil {
 		return fmt.Sprintf("attempt %d: %s", a.N, a.Kind)
 	}
-	return fmt.Sprintf("attempt %d: %s: %s", a.N, a.Kind, strings.TrimPrefix(a.Err.Error(), "webhook: "))
+	return fmt.Sprintf("attempt %d: %s: %s", a.N, a.Kind, cutJSON(strings.TrimPrefix(a.Err.Error(), "webhook: "), maxErrorBytes))
 }
