@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
@@ -204,16 +205,7 @@ func TestWorker_NoSecretInAnyJobRow(t *testing.T) {
 		kinds = append(kinds, a.Kind)
 	}
 	require.Equal(t, []webhook.FailureKind{webhook.KindStatus, webhook.KindRedirect, webhook.KindTimeout, webhook.KindNone, webhook.KindInvalid}, kinds)
-	rows, err := tx.Query(ctx, "SELECT j::text FROM "+schema+".river_job j")
-	require.NoError(t, err)
-	var all strings.Builder
-	for rows.Next() {
-		var row string
-		require.NoError(t, rows.Scan(&row))
-		all.WriteString(row + "\n")
-	}
-	require.NoError(t, rows.Err())
-	text := all.String()
+	text := jobRowsText(t, tx, schema)
 	require.Contains(t, text, "127.0.0.1", "the rows name the endpoint by its origin")
 	require.Contains(t, text, "elsewhere.example", "and a redirect's target by its own")
 	for _, token := range []string{pathToken, queryToken, headerToken, secretToken, "T0001"} {
@@ -222,4 +214,28 @@ func TestWorker_NoSecretInAnyJobRow(t *testing.T) {
 	var out json.RawMessage
 	require.NoError(t, tx.QueryRow(ctx, "SELECT metadata->'output' FROM "+schema+".river_job WHERE id = $1", res.Job.ID).Scan(&out))
 	assert.Contains(t, string(out), `"kind": "redirect"`)
+}
+
+// jobRowsText returns every job row of the schema as PostgreSQL prints it.
+func jobRowsText(t *testing.T, tx pgx.Tx, schema string) string {
+	t.Helper()
+	rows, err := tx.Query(context.Background(), "SELECT j::text FROM "+schema+".river_job j")
+	require.NoError(t, err)
+	defer rows.Close()
+	var all strings.Builder
+	for rows.Next() {
+		var row string
+		require.NoError(t, rows.Scan(&row))
+		all.WriteString(row + "\n")
+	}
+	require.NoError(t, rows.Err())
+	return all.String()
+}
+
+// assertNoToken fails when text holds token, quoting where.
+func assertNoToken(t *testing.T, text, token string) {
+	t.Helper()
+	if i := strings.Index(text, token); i >= 0 {
+		t.Errorf("a job row holds %q: ...%s...", token, text[max(i-80, 0):min(i+len(token)+20, len(text))])
+	}
 }

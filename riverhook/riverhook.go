@@ -100,7 +100,8 @@
 // tags filter the job list.
 //
 // No job row holds a URL's path or query, a header value or a secret: the
-// errors name an endpoint by its origin alone.
+// errors name an endpoint by its origin alone, and a connection by its id
+// (the [Resolver]'s own error text goes to the Worker's Logger).
 package riverhook
 
 import (

@@ -21,9 +21,18 @@ var ErrConnectionGone = errors.New("riverhook: connection gone")
 
 // Resolver returns the connection with the given id as it is now, with its
 // URL, headers and secret. It returns an error matching [ErrConnectionGone]
-// when the connection was deleted; any other error ends the run without an
-// attempt: River runs the job again by its client retry policy, and the run
-// costs none of the Sender's attempts (see [MaxInterruptedRuns]).
+// when the connection was deleted; any other error, or a panic, ends the
+// run without an attempt: River runs the job again by its client retry
+// policy, and the run costs none of the Sender's attempts (see
+// [MaxInterruptedRuns]).
+//
+// Its error text, or panic value, goes to [WorkerOptions.Logger] and never
+// to the job row, since it may quote a URL or a database row: River keeps
+// a fixed text naming the connection by id, such as
+// `riverhook: connection "crm" did not resolve (the Resolver's error is
+// logged, not kept here)` or `riverhook: connection "crm" is gone`. The
+// error River's ErrorHandler gets wraps the Resolver's, for errors.Is and
+// errors.As.
 type Resolver func(ctx context.Context, connectionID string) (webhook.Connection, error)
 
 // WorkerOptions configures a [Worker]. A nil *WorkerOptions, or a zero field,
@@ -49,7 +58,8 @@ type WorkerOptions struct {
 	OnAttempt func(ctx context.Context, job *river.Job[Args], a webhook.Attempt) error
 
 	// Logger receives the errors of OnAttempt and of recording the attempt
-	// log. Nil means no logging.
+	// log, and the Resolver's errors and panics, as they are (see
+	// [Resolver]). Nil means no logging.
 	Logger *slog.Logger
 }
 
@@ -170,15 +180,15 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		n = attemptsMade(entries) + 1
 	}
 
-	conn, err := w.resolveConnection(ctx, args.ConnectionID)
+	conn, err := w.resolveConnection(ctx, job)
 	switch {
 	case errors.Is(err, ErrConnectionGone):
 		w.record(ctx, job, entries)
-		return river.JobCancel(fmt.Errorf("riverhook: connection %q is gone: %w", args.ConnectionID, err))
+		return river.JobCancel(err)
 	case err != nil:
 		w.record(ctx, job, entries)
 		w.storeRetry(job, pendingRetry{client: true})
-		return fmt.Errorf("riverhook: resolving connection %q: %w", args.ConnectionID, err)
+		return err
 	}
 
 	a := w.sender.Attempt(ctx, conn, args.Event, args.Body, n)
@@ -270,15 +280,67 @@ func (w *Worker) RescueStuckJobsAfter(clientJobTimeout time.Duration) time.Durat
 	return max(w.Timeout(nil)+river.JobStuckThresholdDefault, clientJobTimeout)
 }
 
-// resolveConnection calls the Resolver, turning a panic into an error.
-func (w *Worker) resolveConnection(ctx context.Context, id string) (c webhook.Connection, err error) {
+// resolveConnection calls the Resolver for job's connection. Its error, or
+// panic, goes to the Logger; the error returned is a *resolveError.
+func (w *Worker) resolveConnection(ctx context.Context, job *river.Job[Args]) (webhook.Connection, error) {
+	id := job.Args.ConnectionID
+	conn, panicVal, err := w.callResolver(ctx, id)
+	if err == nil {
+		return conn, nil
+	}
+	attrs := []any{slog.Int64("job_id", job.ID), slog.String("connection_id", id)}
+	re := &resolveError{id: id, errs: []error{err}}
+	switch {
+	case panicVal != nil:
+		re.panicked = true
+		w.logger.ErrorContext(ctx, "riverhook: the Resolver panicked; the run makes no attempt", append(attrs, slog.Any("panic", panicVal))...)
+	case errors.Is(err, ErrConnectionGone):
+		re.gone = true
+		w.logger.InfoContext(ctx, "riverhook: the connection is gone; its delivery is cancelled", append(attrs, slog.String("error", err.Error()))...)
+	default:
+		w.logger.WarnContext(ctx, "riverhook: the Resolver failed; the run makes no attempt", append(attrs, slog.String("error", err.Error()))...)
+	}
+	if ctx.Err() != nil {
+		// The client stopping: River puts the job back, uncounted, only
+		// for an error that says the context was cancelled.
+		re.errs = append(re.errs, ctx.Err())
+	}
+	return webhook.Connection{}, re
+}
+
+// callResolver calls the Resolver, turning a panic into an error and its
+// value.
+func (w *Worker) callResolver(ctx context.Context, id string) (c webhook.Connection, panicVal any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("riverhook: the Resolver panicked: %v", v)
+			panicVal, err = v, fmt.Errorf("riverhook: the Resolver panicked: %v", v)
 		}
 	}()
-	return w.resolve(ctx, id)
+	c, err = w.resolve(ctx, id)
+	return c, nil, err
 }
+
+// resolveError is the error of a run whose Resolver failed. Its text, which
+// River keeps in the job row and shows in River UI, names the connection by
+// id alone: the Resolver's error may quote a URL or a database row. It
+// wraps the Resolver's error, and the context's once it is done.
+type resolveError struct {
+	id             string
+	gone, panicked bool
+	errs           []error
+}
+
+func (e *resolveError) Error() string {
+	switch {
+	case e.gone:
+		return fmt.Sprintf("riverhook: connection %q is gone", e.id)
+	case e.panicked:
+		return fmt.Sprintf("riverhook: connection %q did not resolve: the Resolver panicked (logged, not kept here)", e.id)
+	}
+	return fmt.Sprintf("riverhook: connection %q did not resolve (the Resolver's error is logged, not kept here)", e.id)
+}
+
+func (e *resolveError) Unwrap() []error { return e.errs }
 
 // record stores the job's attempt log as its River output.
 func (w *Worker) record(ctx context.Context, job *river.Job[Args], entries []logEntry) {

@@ -1,12 +1,15 @@
 package riverhook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -385,10 +388,11 @@ func TestWorker_ResolverFailureCostsNoAttempt(t *testing.T) {
 	defer srv.Close()
 	var calls atomic.Int32
 	var rec attemptRecorder
+	errDown := errors.New("the database is down")
 	w := riverhook.NewWorker(srv.Sender(nil), func(ctx context.Context, id string) (webhook.Connection, error) {
 		switch calls.Add(1) {
 		case 1:
-			return webhook.Connection{}, errors.New("the database is down")
+			return webhook.Connection{}, errDown
 		case 2:
 			panic("a Resolver's bug")
 		}
@@ -398,10 +402,12 @@ func TestWorker_ResolverFailureCostsNoAttempt(t *testing.T) {
 	ctx := context.Background()
 	p := firstParams(t, "d1", nil)
 	res, err := tw.Work(ctx, t, tx, p.Args.(riverhook.Args), p.InsertOpts)
-	require.ErrorContains(t, err, `riverhook: resolving connection "crm": the database is down`)
+	require.ErrorIs(t, err, errDown, "for a river.ErrorHandler")
+	assert.Equal(t, `riverhook: connection "crm" did not resolve (the Resolver's error is logged, not kept here)`, res.Job.Errors[0].Error)
 	assert.True(t, res.Job.ScheduledAt.After(time.Now()), "River's client retry policy waits")
 	res, err = tw.WorkJob(ctx, t, tx, res.Job)
-	require.ErrorContains(t, err, `riverhook: resolving connection "crm": riverhook: the Resolver panicked: a Resolver's bug`)
+	require.ErrorContains(t, err, `riverhook: connection "crm" did not resolve: the Resolver panicked`)
+	assert.Equal(t, `riverhook: connection "crm" did not resolve: the Resolver panicked (logged, not kept here)`, res.Job.Errors[1].Error)
 	res, err = tw.WorkJob(ctx, t, tx, res.Job)
 	require.NoError(t, err)
 	assert.Equal(t, 3, res.Job.Attempt)
@@ -409,6 +415,62 @@ func TestWorker_ResolverFailureCostsNoAttempt(t *testing.T) {
 	require.Len(t, got, 1, "runs that could not attempt are not interrupted attempts")
 	assert.Equal(t, 1, got[0].N, "and cost no attempt")
 	assert.True(t, got[0].OK())
+}
+
+// A Resolver's error is the caller's text: a url.Parse error quotes the
+// whole URL, a database driver's error can quote the row, a panic's value
+// anything. None reaches the job row (River UI shows it): the row names
+// the connection by id, and the text goes to the Worker's Logger.
+func TestWorker_ResolverErrorTextStaysOutOfTheJobRow(t *testing.T) {
+	t.Parallel()
+	const pathToken = "PATHTOKEN5d20"
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	var logged syncBuffer
+	w := riverhook.NewWorker(srv.Sender(nil), func(_ context.Context, id string) (webhook.Connection, error) {
+		switch id {
+		case "panics":
+			panic("no row for https://hooks.example.com/services/T0001/" + pathToken)
+		case "gone":
+			return webhook.Connection{}, fmt.Errorf("https://hooks.example.com/services/T0001/%s was deleted: %w", pathToken, riverhook.ErrConnectionGone)
+		}
+		// The stored URL got a stray control character: the Resolver
+		// returns url.Parse's error, as most would.
+		_, err := url.Parse("https://hooks.example.com/services/T0001/" + pathToken + "\x7f")
+		return webhook.Connection{}, fmt.Errorf("loading connection %s: %w", id, err)
+	}, &riverhook.WorkerOptions{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	tw, tx, schema := testWorker(t, w)
+	params, err := riverhook.InsertParams("d1", []string{"crm", "panics", "gone"}, payload("d1"), nil)
+	require.NoError(t, err)
+	for i, want := range []river.EventKind{river.EventKindJobFailed, river.EventKindJobFailed, river.EventKindJobCancelled} {
+		res, err := tw.Work(context.Background(), t, tx, params[i].Args.(riverhook.Args), params[i].InsertOpts)
+		if want == river.EventKindJobCancelled {
+			require.NoError(t, err, "a cancel is no error for rivertest")
+		} else {
+			require.Error(t, err)
+		}
+		assert.Equal(t, want, res.EventKind)
+	}
+	assertNoToken(t, jobRowsText(t, tx, schema), pathToken)
+	assert.Equal(t, 3, strings.Count(logged.String(), pathToken), "each goes to the Logger: %s", logged.String())
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use, for a Logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func TestWorker_OnAttemptNeverFailsTheDelivery(t *testing.T) {
