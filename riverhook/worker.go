@@ -121,7 +121,7 @@ type pendingRetry struct {
 
 // retryKeep is how long a stored retry waits for River's NextRetry, which
 // River asks right after Work returns unless an ErrorHandler cancelled the
-// job; older entries are freed.
+// job (the only case storeRetry cannot foresee); older entries are freed.
 const retryKeep = time.Minute
 
 // NewWorker returns a Worker making attempts with sender, whose retry policy
@@ -187,7 +187,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobCancel(err)
 	case err != nil:
 		w.record(ctx, job, entries)
-		w.storeRetry(job, pendingRetry{client: true})
+		if !stopping(ctx) {
+			w.storeRetry(job, pendingRetry{client: true})
+		}
 		return err
 	}
 
@@ -205,7 +207,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		// The client stopping (River puts the job back and does not count
 		// the run), the job cancelled from River, or its timeout.
 		w.record(ctx, job, entries)
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if !stopping(ctx) {
 			w.storeRetry(job, pendingRetry{client: true})
 		}
 		return fmt.Errorf("riverhook: attempt %d not made: %w", n, context.Cause(ctx))
@@ -369,9 +371,22 @@ func (w *Worker) notify(ctx context.Context, job *river.Job[Args], a webhook.Att
 	}
 }
 
-// storeRetry keeps what NextRetry returns for the run of job, and frees
-// the entries River never asked for (an ErrorHandler cancelled the job).
+// stopping reports whether ctx was cancelled by the client stopping (Stop's
+// SoftStopTimeout, StopAndCancel): River then puts back the job of a run
+// whose error wraps the context's, uncounted, without asking NextRetry. A
+// job cancelled in River (JobCancel) is no such stop; its timeout neither.
+func stopping(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely)
+}
+
+// storeRetry keeps what NextRetry returns for the failed run of job, which
+// River asks right after Work returns, unless this is the job's last run
+// (River discards it) or an ErrorHandler cancels the job; it frees the
+// entries River never asked for.
 func (w *Worker) storeRetry(job *river.Job[Args], p pendingRetry) {
+	if job.Attempt >= job.MaxAttempts {
+		return
+	}
 	now := w.now()
 	p.stored = now
 	w.mu.Lock()
