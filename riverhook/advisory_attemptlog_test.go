@@ -2,9 +2,7 @@ package riverhook_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -16,41 +14,6 @@ import (
 	"github.com/signedhook/webhook/riverhook"
 	"github.com/signedhook/webhook/webhooktest"
 )
-
-// A run that River ended with its own error (a process of a rolling
-// deploy without the worker registered: "job kind is not registered")
-// sent nothing and no process died. The attempt log must not call it an
-// interrupted attempt, "the receiver may have had it", and OnAttempt must
-// not be told one was cut.
-func TestAdvisory_RiversOwnRunErrorIsNotAnInterruptedAttempt(t *testing.T) {
-	t.Parallel()
-	srv := webhooktest.NewServer(secret, nil)
-	defer srv.Close()
-	var rec attemptRecorder
-	tw, tx, schema := testWorker(t, newTestWorker(srv, nil, &rec))
-	ctx := context.Background()
-	job := insertTx(t, tx, schema, firstParams(t, "d1", nil))
-	e, err := json.Marshal(rivertype.AttemptError{At: time.Now().UTC(), Attempt: 1,
-		Error: (&rivertype.UnknownJobKindError{Kind: riverhook.Kind}).Error()})
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, "UPDATE "+schema+".river_job SET attempt = 1, attempted_at = now(), errors = array_append(errors, $2::jsonb) WHERE id = $1", job.ID, string(e))
-	require.NoError(t, err)
-	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: quietLogger()})
-	require.NoError(t, err)
-	job, err = client.JobGetTx(ctx, tx, job.ID)
-	require.NoError(t, err)
-
-	res, err := tw.WorkJob(ctx, t, tx, job)
-	require.NoError(t, err)
-	for _, a := range rec.attempts() {
-		assert.NotEqual(t, webhook.KindInterrupted, a.Kind, "OnAttempt told of %q", a)
-	}
-	d, err := riverhook.DeliveryOf(res.Job)
-	require.NoError(t, err)
-	for _, a := range d.Attempts {
-		assert.NotEqual(t, webhook.KindInterrupted, a.Kind, "the log shows %q", a)
-	}
-}
 
 // An operator cancels a delivery waiting for its retry (River UI's Cancel,
 // client.JobCancel): River appends no error for a job that is not running.

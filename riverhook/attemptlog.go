@@ -153,12 +153,18 @@ func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 	return log.Attempts, nil
 }
 
+// rescuedError is the error River's rescuer adds to a job whose run it
+// found stuck (internal/maintenance/job_rescuer.go).
+const rescuedError = "Stuck job rescued by JobRescuer"
+
 // interrupted returns the entries of the runs of job after the log's last
-// one, up to run last, that ended without an outcome riverhook recorded: no
-// attempt in the log, and no error of riverhook's in the job's errors (a
-// Resolver failure is one). Such a run was cut: its process died, or River
-// lost its outcome, and River's rescuer ran the job again. Each carries
-// the number of the attempt it would have made.
+// one, up to run last, that were cut: no attempt in the log, and no error
+// in the job's errors but the rescuer's. Such a run's process died, or
+// River lost its outcome, and River's rescuer ran the job again. A run
+// with an error of its own made no attempt and was not cut: the Resolver
+// failed, or River failed the run itself (a client without the Worker
+// fetched it during a rolling deploy: "job kind is not registered"). Each
+// carries the number of the attempt it would have made.
 func interrupted(job *rivertype.JobRow, entries []logEntry, last int) []logEntry {
 	from := 1
 	if len(entries) > 0 {
@@ -169,7 +175,7 @@ func interrupted(job *rivertype.JobRow, entries []logEntry, last int) []logEntry
 	}
 	ended := map[int]bool{}
 	for _, e := range job.Errors {
-		if strings.HasPrefix(strings.TrimPrefix(e.Error, "JobCancelError: "), "riverhook: ") {
+		if e.Error != rescuedError {
 			ended[e.Attempt] = true
 		}
 	}
