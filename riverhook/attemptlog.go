@@ -227,8 +227,9 @@ type Delivery struct {
 
 	// Reason says why an ended delivery did not succeed: the policy gave
 	// up, River ran the job its MaxAttempts times, or the job was cancelled
-	// (the connection is gone, invalid or blocked, or someone cancelled it
-	// in River). Empty for a delivery that succeeded or is under way.
+	// (the connection is gone, invalid or blocked, someone cancelled it in
+	// River, running or waiting, or a river.ErrorHandler did). Empty for a
+	// delivery that succeeded or is under way.
 	Reason string
 }
 
@@ -261,9 +262,7 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	case rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStateRetryable:
 		d.NextAt = job.ScheduledAt
 	case rivertype.JobStateCancelled:
-		if len(job.Errors) > 0 {
-			d.Reason = strings.TrimPrefix(job.Errors[len(job.Errors)-1].Error, "JobCancelError: ")
-		}
+		d.Reason = cancelReason(job)
 	case rivertype.JobStateDiscarded:
 		made := attemptsMade(entries)
 		if n := len(entries); n > 0 && entries[n-1].Run == job.Attempt && entries[n-1].Kind != string(webhook.KindInterrupted) &&
@@ -280,6 +279,32 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 // maxListed is the most deliveries [ListDeliveries] returns: River's bound
 // on one listing (JobListParams.First panics above it).
 const maxListed = 10_000
+
+// cancelReason says why job was cancelled. A cancel in River
+// (client.JobCancel, River UI) stamps the job's metadata with
+// cancel_attempted_at and adds no error for a job that is not running, and
+// "job cancelled remotely" for one that is, which that run started before:
+// an error later than the stamp is a cancel of the run's own (riverhook's:
+// the connection is gone, invalid or blocked), or an ErrorHandler's.
+func cancelReason(job *rivertype.JobRow) string {
+	var meta struct {
+		CancelAttemptedAt time.Time `json:"cancel_attempted_at"`
+	}
+	json.Unmarshal(job.Metadata, &meta) //nolint:errcheck // River wrote it; unreadable means no stamp
+	var last *rivertype.AttemptError
+	if n := len(job.Errors); n > 0 {
+		last = &job.Errors[n-1]
+	}
+	switch {
+	case !meta.CancelAttemptedAt.IsZero() && (last == nil || !last.At.After(meta.CancelAttemptedAt)):
+		return "riverhook: cancelled in River (client.JobCancel, or River UI's Cancel)"
+	case last == nil:
+		return "riverhook: cancelled"
+	case strings.HasPrefix(last.Error, "JobCancelError: "):
+		return strings.TrimPrefix(last.Error, "JobCancelError: ")
+	}
+	return fmt.Sprintf("riverhook: cancelled by the client's ErrorHandler after run %d: %s", last.Attempt, last.Error)
+}
 
 // ListDeliveries returns the deliveries to connectionID that River holds,
 // newest first, at most limit of them (zero or less means 20; over 10,000,

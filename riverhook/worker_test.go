@@ -604,6 +604,9 @@ func TestWorker_RetriesRiverNeverAsksForAreFreed(t *testing.T) {
 	first := insert(t, client, "d1", []string{"crm"}, policy)
 	job := waitFinal(t, events, 1)[first[0].Job.ID]
 	assert.Equal(t, rivertype.JobStateCancelled, job.State, "the error handler cancelled it")
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	assert.Equal(t, "riverhook: cancelled by the client's ErrorHandler after run 1: riverhook: attempt 1: 500 Internal Server Error; retry in 50ms", d.Reason)
 	assert.Equal(t, 1, riverhook.PendingRetries(w), "kept for a NextRetry River did not ask")
 
 	mu.Lock()
