@@ -52,9 +52,11 @@ type WorkerOptions struct {
 	// log as it is added: after each attempt made, and, when a job whose
 	// previous run was cut by a crash runs again, with that interrupted
 	// attempt (kind webhook.KindInterrupted) before the next one (again,
-	// should that run be cut too: entries reach it at least once). It is
-	// called from River's worker goroutines, so concurrently. Its error, or
-	// panic, is logged and never fails the delivery.
+	// should that run be cut too: entries reach it at least once). job is
+	// a copy of River's that nothing writes afterwards, so it may be kept
+	// past the call (its Body and the row's slices are shared: read them
+	// only). It is called from River's worker goroutines, so concurrently.
+	// Its error, or panic, is logged and never fails the delivery.
 	OnAttempt func(ctx context.Context, job *river.Job[Args], a webhook.Attempt) error
 
 	// Logger receives the errors of OnAttempt and of recording the attempt
@@ -164,6 +166,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	defer w.release(args.ConnectionID)
 
+	// OnAttempt gets a copy, the caller's to keep: the Worker writes
+	// River's job below (MaxAttempts, when the policy gives up).
+	hooked := job
+	if w.onAttempt != nil {
+		row := *job.JobRow
+		hooked = &river.Job[Args]{JobRow: &row, Args: job.Args}
+	}
+
 	var entries, cut []logEntry
 	n := job.Attempt
 	if !w.noLog {
@@ -175,7 +185,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		cut = interrupted(job.JobRow, entries, job.Attempt-1)
 		entries = append(entries, cut...)
 		for _, e := range cut {
-			w.notify(ctx, job, e.attempt())
+			w.notify(ctx, hooked, e.attempt())
 		}
 		n = attemptsMade(entries) + 1
 	}
@@ -214,7 +224,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	entries = append(entries, newLogEntry(a, job.Attempt))
 	w.record(ctx, job, entries)
-	w.notify(ctx, job, a)
+	w.notify(ctx, hooked, a)
 
 	switch {
 	case a.OK():
