@@ -45,8 +45,8 @@
 // commits. A rolled-back transaction leaves no job. A repeated insert of the
 // same delivery to the same connection is skipped (unique by both ids, with
 // River's unique options in [Args.InsertOpts], so a plain client.Insert of
-// Args is unique too), as long as the earlier job is not cancelled or
-// discarded: River's default unique states leave those out. To resend a
+// Args is unique too, also against a job of the earlier riverhook), as long
+// as the earlier job is not cancelled or discarded: River's default unique states leave those out. To resend a
 // delivery that ended, retry its job (client.JobRetry: its attempt numbers
 // go on, so one that the policy gave up on gets one more attempt), or insert
 // it under a new delivery id. Receivers must tolerate duplicates: a
@@ -136,10 +136,13 @@ const MaxInterruptedRuns = 5
 // PostgreSQL's jsonb would reorder a JSON object and break every
 // signature. The body's JSON name is the last of the four both in River
 // UI, which sorts keys by name, and in PostgreSQL, which sorts them by
-// length: the connection, the delivery and the event read first.
+// length: the connection, the delivery and the event read first. The ids'
+// JSON names are those of the earlier riverhook, since River's unique key
+// hashes them: an insert after an upgrade is unique against the same
+// delivery queued before it.
 type Args struct {
-	ConnectionID string `json:"connection" river:"unique"`
-	DeliveryID   string `json:"delivery" river:"unique"`
+	ConnectionID string `json:"connection_id" river:"unique"`
+	DeliveryID   string `json:"delivery_id" river:"unique"`
 	Event        string `json:"event"`
 	Body         []byte `json:"payload_base64"`
 }
@@ -148,22 +151,26 @@ type Args struct {
 func (Args) Kind() string { return Kind }
 
 // UnmarshalJSON decodes a job's args, also those of a job enqueued by an
-// earlier riverhook, whose JSON names were connection_id, delivery_id and
-// body: the deliveries queued before an upgrade still run after it.
+// earlier riverhook, whose body's JSON name was body (and, for a while,
+// the ids' connection and delivery): the deliveries queued before an
+// upgrade still run after it.
 func (a *Args) UnmarshalJSON(b []byte) error {
 	type args Args // without this method
 	var v struct {
 		args
-		ConnectionID string `json:"connection_id"`
-		DeliveryID   string `json:"delivery_id"`
-		Body         []byte `json:"body"`
+		Body       []byte `json:"body"`
+		Connection string `json:"connection"`
+		Delivery   string `json:"delivery"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
 	*a = Args(v.args)
-	if a.ConnectionID == "" && a.DeliveryID == "" && a.Body == nil {
-		a.ConnectionID, a.DeliveryID, a.Body = v.ConnectionID, v.DeliveryID, v.Body
+	if a.Body == nil {
+		a.Body = v.Body
+	}
+	if a.ConnectionID == "" && a.DeliveryID == "" {
+		a.ConnectionID, a.DeliveryID = v.Connection, v.Delivery
 	}
 	return nil
 }
