@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/signedhook/webhook"
-	"github.com/signedhook/webhook/riverhook"
 	"github.com/signedhook/webhook/webhooktest"
 )
 
@@ -58,24 +56,4 @@ func TestAdvisory_UpgradeKeepsTheAttemptNumbersOfQueuedDeliveries(t *testing.T) 
 	assert.Equal(t, 3, last.N, "the third attempt of the delivery")
 	assert.Equal(t, 3*time.Minute, last.RetryIn, "the policy's third wait")
 	assert.WithinDuration(t, time.Now().Add(3*time.Minute), res.Job.ScheduledAt, 30*time.Second)
-}
-
-// Jobs of the earlier riverhook have no tags: ListDeliveries, the
-// dashboard's attempt log, never shows the deliveries in flight at an
-// upgrade (with DurableRetryPolicy, up to 17.5 hours of them), though
-// their jobs still run.
-func TestAdvisory_ListDeliveriesShowsDeliveriesQueuedBeforeTheUpgrade(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	job := insertLegacy(t, tx, schema, "d1", webhook.DefaultRetryPolicy())
-	require.NoError(t, tx.Commit(ctx))
-
-	got, err := riverhook.ListDeliveries(ctx, newClient(t, pool, schema, nil, nil), "crm", 0)
-	require.NoError(t, err)
-	require.Len(t, got, 1, "the delivery to crm queued before the upgrade")
-	assert.Equal(t, job.ID, got[0].JobID)
 }

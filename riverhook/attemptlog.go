@@ -308,41 +308,35 @@ func cancelReason(job *rivertype.JobRow) string {
 
 // ListDeliveries returns the deliveries to connectionID that River holds,
 // newest first, at most limit of them (zero or less means 20; over 10,000,
-// River's bound on one listing, means 10,000), each with its attempt log: what a dashboard's "delivery attempts" page, or a
+// River's bound on one listing, means 10,000), each with its attempt log:
+// what a dashboard's "delivery attempts" page, or a
 // GET /connections/{id}/attempts, shows. River deletes finished jobs after
 // its retention periods (a day for completed ones by default), and with
-// them their logs. It lists by the connection's tag ([ConnectionTag]),
-// then keeps the jobs of connectionID alone. client is any client on the
-// database with a pool (an insert-only one will do); ListDeliveries blocks
-// on its queries and, like it, is safe for concurrent use.
+// them their logs. It finds the jobs by the connection's id in their args
+// (River's GIN index on args serves it), not by their tags, so it lists a
+// job inserted with tags of its own, or by the earlier riverhook, too.
+// client is any client on the database with a pool (an insert-only one
+// will do); ListDeliveries blocks on its query and, like it, is safe for
+// concurrent use.
 func ListDeliveries[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, limit int) ([]*Delivery, error) {
 	if limit <= 0 {
 		limit = 20
 	}
 	limit = min(limit, maxListed)
-	params := river.NewJobListParams().Kinds(Kind).TagsAll(ConnectionTag(connectionID)).
+	params := river.NewJobListParams().Kinds(Kind).
+		Where(`(args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
+			OR args @> jsonb_build_object('connection', @riverhook_connection_id::text))`, // the interim JSON name
+			river.NamedArgs{"riverhook_connection_id": connectionID}).
 		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit)
-	var out []*Delivery
-	for {
-		res, err := client.JobList(ctx, params)
-		if err != nil {
-			return nil, fmt.Errorf("riverhook: listing the deliveries to %q: %w", connectionID, err)
-		}
-		for _, job := range res.Jobs {
-			d, err := DeliveryOf(job)
-			if err != nil {
-				return nil, err
-			}
-			if d.ConnectionID != connectionID { // another id with the same tag
-				continue
-			}
-			if out = append(out, d); len(out) == limit {
-				return out, nil
-			}
-		}
-		if len(res.Jobs) < limit {
-			return out, nil
-		}
-		params = params.After(res.LastCursor)
+	res, err := client.JobList(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: listing the deliveries to %q: %w", connectionID, err)
 	}
+	out := make([]*Delivery, len(res.Jobs))
+	for i, job := range res.Jobs {
+		if out[i], err = DeliveryOf(job); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -178,9 +178,10 @@ func (a *Args) UnmarshalJSON(b []byte) error {
 // InsertOpts returns River's insert options of every delivery job, which
 // River applies to a plain client.Insert of Args too: unique by delivery
 // and connection ids (ByArgs, in River's default unique states), and
-// tagged with [ConnectionTag] and [EventTag]. MaxAttempts is left to the
-// client (Config.MaxAttempts, 25 by default); [InsertParams] sizes it for
-// the retry policy.
+// tagged with [ConnectionTag] and [EventTag] (unless the insert gives tags
+// of its own, which River takes instead; [InsertParams] adds them to the
+// delivery's). MaxAttempts is left to the client (Config.MaxAttempts, 25
+// by default); [InsertParams] sizes it for the retry policy.
 func (a Args) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Tags:       []string{ConnectionTag(a.ConnectionID), EventTag(a.Event)},

@@ -71,3 +71,51 @@ func TestInsertTx_AfterTheUpgradeIsUniqueAgainstAQueuedDelivery(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res[0].UniqueSkippedAsDuplicate, "d1 to crm is queued already")
 }
+
+// Jobs of the earlier riverhook have no tags: ListDeliveries, the
+// dashboard's attempt log, never shows the deliveries in flight at an
+// upgrade (with DurableRetryPolicy, up to 17.5 hours of them), though
+// their jobs still run.
+func TestListDeliveries_ShowsDeliveriesQueuedBeforeTheUpgrade(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	job := insertLegacy(t, tx, schema, "d1", webhook.DefaultRetryPolicy())
+	require.NoError(t, tx.Commit(ctx))
+
+	got, err := riverhook.ListDeliveries(ctx, newClient(t, pool, schema, nil, nil), "crm", 0)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "the delivery to crm queued before the upgrade")
+	assert.Equal(t, job.ID, got[0].JobID)
+}
+
+// interimArgs is Args as riverhook enqueued them for a while before this
+// version: the ids named connection and delivery.
+type interimArgs struct {
+	ConnectionID string `json:"connection" river:"unique"`
+	DeliveryID   string `json:"delivery" river:"unique"`
+	Event        string `json:"event"`
+	Body         []byte `json:"payload_base64"`
+}
+
+func (interimArgs) Kind() string { return riverhook.Kind }
+
+func TestListDeliveries_ShowsDeliveriesOfTheInterimFormat(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	client := newClient(t, pool, schema, nil, nil)
+	ctx := context.Background()
+	res, err := client.Insert(ctx, interimArgs{ConnectionID: "crm", DeliveryID: "d1", Event: webhook.EventUserIdentified, Body: []byte(`{}`)}, nil)
+	require.NoError(t, err)
+	_, err = client.Insert(ctx, interimArgs{ConnectionID: "erp", DeliveryID: "d1", Event: webhook.EventUserIdentified, Body: []byte(`{}`)}, nil)
+	require.NoError(t, err)
+	got, err := riverhook.ListDeliveries(ctx, client, "crm", 0)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "the delivery to crm")
+	assert.Equal(t, res.Job.ID, got[0].JobID)
+	assert.Equal(t, "crm", got[0].ConnectionID)
+	assert.Equal(t, "d1", got[0].DeliveryID)
+}
