@@ -140,15 +140,18 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// readLog returns the attempt log that job's previous runs recorded.
+// readLog returns the attempt log that job's previous runs recorded, also
+// those of the earlier riverhook.
 func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 	out := job.Output()
-	if len(out) == 0 {
-		return nil, nil
-	}
 	var log attemptLog
-	if err := json.Unmarshal(out, &log); err != nil {
-		return nil, fmt.Errorf("riverhook: job %d's output is not an attempt log: %w", job.ID, err)
+	if len(out) > 0 {
+		if err := json.Unmarshal(out, &log); err != nil {
+			return nil, fmt.Errorf("riverhook: job %d's output is not an attempt log: %w", job.ID, err)
+		}
+	}
+	if len(log.Attempts) == 0 {
+		return legacyLog(job, out), nil // a job the earlier riverhook ran, or none
 	}
 	return log.Attempts, nil
 }

@@ -102,6 +102,16 @@
 // No job row holds a URL's path or query, a header value or a secret: the
 // errors name an endpoint by its origin alone, and a connection by its id
 // (the [Resolver]'s own error text goes to the Worker's Logger).
+//
+// # Upgrading from the earlier riverhook
+//
+// The deliveries the earlier riverhook queued run after an upgrade, numbered
+// on: their failed attempts, read from the job's errors, count for the
+// policy, which goes on with its next attempt and wait, and start the job's
+// attempt log. A new insert of the same delivery is skipped against them,
+// and [ListDeliveries] lists them. They keep the MaxAttempts they were
+// inserted with, the policy's attempts alone: a crash during one of them
+// costs a run River does not give back.
 package riverhook
 
 import (

@@ -16,6 +16,7 @@ import (
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 // The upgrade from the earlier riverhook: its jobs' args named the ids
@@ -70,6 +71,88 @@ func TestInsertTx_AfterTheUpgradeIsUniqueAgainstAQueuedDelivery(t *testing.T) {
 	res, err := riverhook.InsertTx(ctx, newClient(t, pool, schema, nil, nil), tx, "d1", []string{"crm"}, payload("d1"), nil)
 	require.NoError(t, err)
 	assert.True(t, res[0].UniqueSkippedAsDuplicate, "d1 to crm is queued already")
+}
+
+// A delivery the earlier riverhook had tried twice (its errors and its
+// Outcome output as that version wrote them) is in the middle of the
+// policy's schedule at the upgrade. The new worker must make attempt 3 and
+// wait the policy's third wait; it numbers it 1 and starts the schedule
+// over (DurableRetryPolicy: 5 s instead of 30 min, so the last retries of
+// a receiver down for hours come within the hour).
+func TestWorker_UpgradeKeepsTheAttemptNumbersOfQueuedDeliveries(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(500))
+	policy := minutes(4)
+	var rec attemptRecorder
+	tw, tx, schema := testWorker(t, newTestWorker(srv, policy, &rec))
+	ctx := context.Background()
+	job := insertLegacy(t, tx, schema, "d1", policy)
+
+	var errs []string
+	for n := 1; n <= 2; n++ {
+		e, err := json.Marshal(rivertype.AttemptError{At: time.Now().UTC(), Attempt: n,
+			Error: "riverhook: attempt " + itoa(n) + " failed (status, status 500): webhook: receiver answered 500 Internal Server Error"})
+		require.NoError(t, err)
+		errs = append(errs, string(e))
+	}
+	_, err := tx.Exec(ctx, "UPDATE "+schema+`.river_job SET attempt = 2, attempted_at = now(), errors = $2::jsonb[],
+		metadata = metadata || '{"output": {"attempt": 2, "status_code": 500, "kind": "status", "duration_ns": 1000000, "timestamp": 1795338000125, "error": "webhook: receiver answered 500 Internal Server Error", "retry_in_ns": 120000000000}}'
+		WHERE id = $1`, job.ID, errs)
+	require.NoError(t, err)
+	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: quietLogger()})
+	require.NoError(t, err)
+	job, err = client.JobGetTx(ctx, tx, job.ID)
+	require.NoError(t, err)
+
+	res, err := tw.WorkJob(ctx, t, tx, job) // the third request: 500 again
+	require.Error(t, err)
+	got := rec.attempts()
+	require.NotEmpty(t, got)
+	last := got[len(got)-1]
+	assert.Equal(t, 3, last.N, "the third attempt of the delivery")
+	assert.Equal(t, 3*time.Minute, last.RetryIn, "the policy's third wait")
+	assert.WithinDuration(t, time.Now().Add(3*time.Minute), res.Job.ScheduledAt, 30*time.Second)
+
+	d, err := riverhook.DeliveryOf(res.Job)
+	require.NoError(t, err)
+	var log []string
+	for _, a := range d.Attempts {
+		log = append(log, brief(a))
+	}
+	assert.Equal(t, []string{"n=1 status", "n=2 status 500 retry 2m0s", "n=3 status 500 retry 3m0s"}, log,
+		"the log goes on from the earlier riverhook's attempts")
+}
+
+// The attempt log of a job the earlier riverhook delivered on its third
+// run: the failed attempt from its errors, the run cut by a crash, and the
+// delivered attempt from its output.
+func TestDeliveryOf_ReadsTheLogOfTheEarlierRiverhook(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 22, 9, 0, 0, 125_000_000, time.UTC)
+	job := &rivertype.JobRow{ID: 7, Kind: riverhook.Kind, State: rivertype.JobStateCompleted, Attempt: 3, MaxAttempts: 4,
+		EncodedArgs: []byte(`{"connection_id": "crm", "delivery_id": "d1", "event": "user.identified", "body": "e30="}`),
+		Errors: []rivertype.AttemptError{
+			{At: at, Attempt: 1, Error: "riverhook: attempt 1 failed (status, status 503): webhook: receiver answered 503 Service Unavailable"},
+			{At: at.Add(time.Minute), Attempt: 2, Error: "Stuck job rescued by JobRescuer"},
+		},
+		Metadata: []byte(`{"output": {"attempt": 3, "status_code": 200, "duration_ns": 1207000, "timestamp": 1795338091410}}`)}
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	assert.Equal(t, "crm", d.ConnectionID)
+	assert.Equal(t, "d1", d.DeliveryID)
+	var got []string
+	for _, a := range d.Attempts {
+		got = append(got, brief(a))
+	}
+	assert.Equal(t, []string{"n=1 status", "n=2 interrupted", "n=2 delivered"}, got)
+	require.Len(t, d.Attempts, 3)
+	assert.Equal(t, 503, d.Attempts[0].StatusCode)
+	assert.Equal(t, at, d.Attempts[0].Start, "the start of its run")
+	assert.EqualError(t, d.Attempts[0].Err, "webhook: receiver answered 503 Service Unavailable")
+	assert.Equal(t, 1207*time.Microsecond, d.Attempts[2].Duration)
+	assert.Equal(t, int64(1795338091410), d.Attempts[2].Timestamp)
 }
 
 // Jobs of the earlier riverhook have no tags: ListDeliveries, the
