@@ -29,6 +29,26 @@ func TestDocs_NoClientWideJobTimeout(t *testing.T) {
 	}
 }
 
+// The setup the README and the package doc give must say that every River
+// client on the database that works queues (any may be the elected
+// leader, whose rescuer runs the jobs of dead processes) registers the
+// Worker: River's rescuer discards a stuck job of a kind its client has no
+// worker for, and "a crash loses no delivery" fails in a service whose
+// other River clients do other work.
+func TestDocs_EveryClientRegistersTheWorker(t *testing.T) {
+	readme := mustRead(t, "../README.md")
+	start := strings.Index(readme, "## Durable deliveries")
+	require.GreaterOrEqual(t, start, 0)
+	durable := readme[start:]
+	durable = durable[:strings.Index(durable[3:], "\n## ")+3]
+	// "every client", "each River client", "all clients" ... with "leader"
+	// or "rescu" nearby, in either order.
+	says := regexp.MustCompile(`(?is)\b(every|each|all)\b[^.:;]{0,80}\bclients?\b[^.]{0,200}\b(registers?|worker)\b[^.]{0,300}(leader|rescu)|\bregister[^.]{0,40}\bworker\b[^.]{0,80}\b(every|each|all)\b[^.]{0,40}\bclients?\b|\bleader[^.]{0,150}(discard|no worker|without the worker)`)
+	for name, text := range map[string]string{"README's durable section": durable, "riverhook.go": mustRead(t, "riverhook.go")} {
+		assert.True(t, says.MatchString(text), "%s does not say that every client must register the Worker, or River's leader discards crashed deliveries", name)
+	}
+}
+
 func mustRead(t *testing.T, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(name)

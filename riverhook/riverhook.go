@@ -36,6 +36,19 @@
 // Leave the client-wide JobTimeout alone: it is every job kind's, and the
 // Worker bounds its own jobs ([Worker.Timeout], which River prefers).
 //
+// Register the Worker in every River client you start on the database
+// (and schema), also in those that work other queues only, and give them
+// the same RescueStuckJobsAfter: River's rescuer runs on whichever client
+// is the elected leader, with that client's settings, and it discards a
+// stuck job of a kind its own client has no worker for, so a delivery cut
+// by a crash is lost whenever a client without the Worker leads. A client
+// that must not register it sets River's LeaderElectionDisabled. A queue
+// of the deliveries' own ([InsertOptions].InsertOpts' Queue), worked by the
+// clients you choose, keeps deliveries off the other clients' workers (as
+// their FetchOnlyKnownKinds does): a client working that queue without the
+// Worker fails each delivery it fetches, costing one of the job's runs. It
+// does not keep them from the leader's rescuer.
+//
 // # Enqueueing in your transaction
 //
 //	_, err := riverhook.InsertTx(ctx, client, tx, deliveryID, connectionIDs, payload, nil)

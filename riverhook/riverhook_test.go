@@ -283,3 +283,115 @@ func TestDurableRetryPolicy(t *testing.T) {
 	}
 	assert.Equal(t, []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour}, got)
 }
+
+type otherArgs struct{}
+
+func (otherArgs) Kind() string { return "other_work" }
+
+type otherWorker struct {
+	river.WorkerDefaults[otherArgs]
+}
+
+func (otherWorker) Work(context.Context, *river.Job[otherArgs]) error { return nil }
+
+// A service that already runs River for other work (the README's common
+// case) has clients without riverhook's worker, any of which may be the
+// elected leader, whose rescuer handles every stuck job. River's rescuer
+// discards a stuck job of a kind its own client has no worker for: a
+// worker process killed mid-attempt loses the delivery for good, though
+// another process works deliveries. This pins River's behaviour (it
+// passes); TestDocs_EveryClientRegistersTheWorker pins what the docs say of it.
+func TestRiver_LeaderWithoutTheWorkerDiscardsACrashedDelivery(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	ctx := context.Background()
+
+	// The delivery whose worker process died 5 minutes into its first
+	// attempt: running, as River's executor left it.
+	inserted := insert(t, newClient(t, pool, schema, nil, nil), "d1", []string{"crm"}, nil)
+	id := inserted[0].Job.ID
+	_, err := pool.Exec(ctx, "UPDATE "+schema+".river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '5 minutes', attempted_by = '{dead-worker}' WHERE id = $1", id)
+	require.NoError(t, err)
+
+	w := newTestWorker(srv, nil, nil)
+	delivering := newClient(t, pool, schema, func() *river.Workers {
+		ws := river.NewWorkers()
+		river.AddWorker(ws, w)
+		return ws
+	}(), func(c *river.Config) { c.LeaderElectionDisabled = true })
+	start(t, delivering)
+
+	// The service's other River client, elected leader, with the
+	// documented rescue threshold.
+	others := river.NewWorkers()
+	river.AddWorker(others, &otherWorker{})
+	leader := newClient(t, pool, schema, others, func(c *river.Config) { c.RescueStuckJobsAfter = w.RescueStuckJobsAfter(0) })
+	start(t, leader)
+
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case <-poll.C: // River's rescuer emits no event
+			job, err := leader.JobGet(ctx, id)
+			require.NoError(t, err)
+			require.NotEqual(t, rivertype.JobStateCompleted, job.State, "rescued and delivered: River's rescuer changed")
+			if job.State == rivertype.JobStateDiscarded {
+				assert.Empty(t, srv.Deliveries(), "lost: never attempted again")
+				return
+			}
+		case <-timeout:
+			t.Fatal("the stuck delivery was neither discarded nor delivered within 10 s")
+		}
+	}
+}
+
+// The docs' advice: the service's other client, elected leader and working
+// another queue only, registers a Worker too (with the same attempt
+// timeout). Its rescuer then runs the crashed delivery again, and the
+// delivering client delivers it.
+func TestWorker_LeaderWorkingOtherQueuesRescuesACrashedDelivery(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	ctx := context.Background()
+
+	inserted := insert(t, newClient(t, pool, schema, nil, nil), "d1", []string{"crm"}, nil)
+	id := inserted[0].Job.ID
+	_, err := pool.Exec(ctx, "UPDATE "+schema+".river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '5 minutes', attempted_by = '{dead-worker}' WHERE id = $1", id)
+	require.NoError(t, err)
+
+	w := newTestWorker(srv, nil, nil)
+	delivering := newClient(t, pool, schema, func() *river.Workers {
+		ws := river.NewWorkers()
+		river.AddWorker(ws, w)
+		return ws
+	}(), func(c *river.Config) { c.LeaderElectionDisabled = true })
+	events := finalEvents(t, delivering)
+	start(t, delivering)
+
+	others := river.NewWorkers()
+	river.AddWorker(others, &otherWorker{})
+	river.AddWorker(others, newTestWorker(srv, nil, nil)) // for the rescuer alone
+	leader := newClient(t, pool, schema, others, func(c *river.Config) {
+		c.Queues = map[string]river.QueueConfig{"other_work": {MaxWorkers: 1}}
+		c.RescueStuckJobsAfter = w.RescueStuckJobsAfter(0)
+	})
+	start(t, leader)
+
+	job := waitFinal(t, events, 1)[id]
+	require.NotNil(t, job)
+	assert.Equal(t, rivertype.JobStateCompleted, job.State, "rescued and delivered")
+	require.Len(t, srv.Deliveries(), 1)
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	var log []string
+	for _, a := range d.Attempts {
+		log = append(log, brief(a))
+	}
+	assert.Equal(t, []string{"n=1 interrupted", "n=1 delivered"}, log)
+}

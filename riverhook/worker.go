@@ -129,6 +129,14 @@ const retryKeep = time.Minute
 // NewWorker returns a Worker making attempts with sender, whose retry policy
 // schedules the retries, and resolving connections with resolve. opts may
 // be nil. It panics if sender or resolve is nil.
+//
+// Register a Worker in every River client started on the database, also
+// those working other queues only: the elected leader's rescuer discards a
+// stuck job of a kind its client has no worker for, losing a delivery
+// whose process died. A client that works no delivery needs one only for
+// the rescuer, which asks its [Worker.Timeout] and [Worker.NextRetry]:
+// build it with a Sender of the same attempt timeout. See the package
+// documentation.
 func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *Worker {
 	if sender == nil || resolve == nil {
 		panic("riverhook: NewWorker needs a Sender and a Resolver")
