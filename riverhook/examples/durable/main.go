@@ -15,8 +15,9 @@
 // enqueue inserts, in one transaction, n sample deliveries to every
 // connection, each with its own delivery id, also written in its body as
 // user.metadata.delivery_id. work runs a River client until interrupted,
-// printing one line per entry of the attempt log; an interrupt lets the
-// attempts in flight end (as long as -attempt-timeout and some room).
+// printing one line per entry of the attempt log; an interrupt (SIGINT,
+// SIGTERM) lets the attempts in flight end (as long as -attempt-timeout
+// and some room), and a second stops at once, putting them back uncounted.
 // deliveries prints a connection's recent deliveries and their attempt
 // logs, from River. -ca adds a root certificate to the library's guarded
 // transport; -allow-private lifts the guard for local receivers. Kill a
@@ -71,9 +72,8 @@ type errUsage struct{ msg string }
 func (e errUsage) Error() string { return e.msg }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	ctx, now := interrupts()
+	err := run(ctx, now, os.Args[1:], os.Stdout, os.Stderr)
 	var eu errUsage
 	switch {
 	case err == nil:
@@ -84,6 +84,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, "durable:", err)
 		os.Exit(1)
 	}
+}
+
+// interrupts returns a context done at the first SIGINT or SIGTERM, on
+// which work stops gracefully, and one done at the second, on which it
+// stops at once, as River's graceful-shutdown example escalates.
+func interrupts() (first, second context.Context) {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	first, stopFirst := context.WithCancel(context.Background())
+	second, stopSecond := context.WithCancel(context.Background())
+	go func() {
+		<-signals
+		stopFirst()
+		<-signals
+		stopSecond()
+	}()
+	return first, second
 }
 
 // connection is an entry of the connections file.
@@ -138,7 +155,9 @@ func newCommand(name string, stderr io.Writer) *command {
 	return c
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run runs the command of args until it ends or ctx is done; work stops
+// gracefully when ctx is done, and at once when now is.
+func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errUsage{"no command"}
 	}
@@ -200,7 +219,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return work(ctx, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, logger, stdout)
+	return work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, logger, stdout)
 }
 
 func readConnections(path string) (map[string]webhook.Connection, error) {
@@ -283,8 +302,9 @@ func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration) (
 	return webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: attemptTimeout})
 }
 
-// work runs a River client with the delivery worker until ctx is done.
-func work(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection,
+// work runs a River client with the delivery worker until ctx is done, then
+// stops it gracefully, or at once when now is done.
+func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection,
 	sender *webhook.Sender, workers int, rescueAfter time.Duration, logger *slog.Logger, out io.Writer) error {
 	var mu sync.Mutex // one line at a time
 	resolve := func(_ context.Context, id string) (webhook.Connection, error) {
@@ -337,11 +357,12 @@ func work(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[stri
 	fmt.Fprintf(out, "working with %d workers, rescuing after %v; interrupt to stop\n", workers, rescueAfter)
 	<-ctx.Done()
 	// An attempt ends within the worker's Timeout (the attempt timeout and
-	// some room): wait that long, then put back what is still running,
-	// which River does not count as a run.
-	stopCtx, cancel := context.WithTimeout(context.Background(), worker.Timeout(nil))
+	// some room): wait that long, or until a second interrupt, then put
+	// back what is still running, which River does not count as a run.
+	fmt.Fprintf(out, "stopping: waiting up to %v for the attempts in flight; interrupt again to stop at once\n", worker.Timeout(nil))
+	stopCtx, cancel := context.WithTimeout(now, worker.Timeout(nil))
 	defer cancel()
-	if err := client.Stop(stopCtx); err == nil || !errors.Is(err, context.DeadlineExceeded) {
+	if err := client.Stop(stopCtx); err == nil || stopCtx.Err() == nil {
 		return err
 	}
 	hardCtx, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
