@@ -66,8 +66,12 @@ const usage = `usage:
 Every command takes -schema; "durable COMMAND -h" prints its flags.`
 
 // errUsage is a command line that is not one: its message is printed
-// with the usage, and the exit status is 2.
-type errUsage struct{ msg string }
+// with the usage, unless the command's flags printed both already, and the
+// exit status is 2.
+type errUsage struct {
+	msg     string
+	printed bool
+}
 
 func (e errUsage) Error() string { return e.msg }
 
@@ -78,7 +82,9 @@ func main() {
 	switch {
 	case err == nil:
 	case errors.As(err, &eu):
-		fmt.Fprintf(os.Stderr, "durable: %v\n%s\n", err, usage)
+		if !eu.printed {
+			fmt.Fprintf(os.Stderr, "durable: %v\n%s\n", err, usage)
+		}
 		os.Exit(2)
 	default:
 		fmt.Fprintln(os.Stderr, "durable:", err)
@@ -159,7 +165,7 @@ func newCommand(name string, stderr io.Writer) *command {
 // gracefully when ctx is done, and at once when now is.
 func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage{"no command"}
+		return errUsage{msg: "no command"}
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
@@ -168,17 +174,17 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	c := newCommand(args[0], stderr)
 	if c == nil {
-		return errUsage{fmt.Sprintf("unknown command %q", args[0])}
+		return errUsage{msg: fmt.Sprintf("unknown command %q", args[0])}
 	}
 	switch err := c.fs.Parse(args[1:]); {
 	case errors.Is(err, flag.ErrHelp):
 		return nil // the FlagSet printed the command's usage
 	case err != nil:
-		return errUsage{err.Error()}
+		return errUsage{msg: err.Error(), printed: true} // the FlagSet printed it and the command's usage
 	case c.fs.NArg() > 0:
-		return errUsage{fmt.Sprintf("unexpected argument %q", c.fs.Arg(0))}
+		return errUsage{msg: fmt.Sprintf("unexpected argument %q", c.fs.Arg(0))}
 	case *c.db == "":
-		return errUsage{"-db is required (or $DATABASE_URL)"}
+		return errUsage{msg: "-db is required (or $DATABASE_URL)"}
 	}
 	pool, err := pgxpool.New(ctx, *c.db)
 	if err != nil {
@@ -207,7 +213,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 		return enqueue(ctx, pool, *c.schema, conns, *c.n, stdout)
 	case "deliveries":
 		if *c.connectionID == "" {
-			return errUsage{"-connection is required"}
+			return errUsage{msg: "-connection is required"}
 		}
 		return deliveries(ctx, pool, *c.schema, *c.connectionID, *c.n, stdout)
 	}
@@ -224,7 +230,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 
 func readConnections(path string) (map[string]webhook.Connection, error) {
 	if path == "" {
-		return nil, errUsage{"-connections is required"}
+		return nil, errUsage{msg: "-connections is required"}
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -261,6 +261,12 @@ func TestDurable_Help(t *testing.T) {
 	require.ErrorAs(t, err, &exit)
 	assert.Equal(t, 2, exit.ExitCode(), "a usage error")
 	assert.Contains(t, string(out), `unknown command "nope"`)
+
+	out, err = exec.Command(bin, "work", "-bogus").CombinedOutput()
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 2, exit.ExitCode(), "a usage error")
+	assert.Equal(t, 1, strings.Count(string(out), "flag provided but not defined: -bogus"), "%s", out)
+	assert.Equal(t, 1, strings.Count(string(out), "usage"), "the command's usage, once: %s", out)
 }
 
 // TestDurable_InterruptWaitsForTheAttempt interrupts a worker whose attempt
