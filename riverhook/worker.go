@@ -367,6 +367,9 @@ func (w *Worker) record(ctx context.Context, job *river.Job[Args], entries []log
 	if w.noLog {
 		return
 	}
+	if entries == nil {
+		entries = []logEntry{} // "attempts": [], not null
+	}
 	if err := river.RecordOutput(ctx, attemptLog{Attempts: entries}); err != nil {
 		w.logger.WarnContext(ctx, "riverhook: recording the attempt log", slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
 	}

@@ -408,6 +408,7 @@ func TestWorker_Cancelled(t *testing.T) {
 		assert.Equal(t, strings.TrimPrefix(res.Job.Errors[0].Error, "JobCancelError: "), d.Reason)
 		if want.kind == "" {
 			assert.Empty(t, d.Attempts, "nothing was attempted")
+			assert.JSONEq(t, `{"attempts": []}`, string(res.Job.Output()), "an empty log, not null")
 			continue
 		}
 		require.Len(t, d.Attempts, 1)
