@@ -59,11 +59,12 @@
 // same delivery to the same connection is skipped (unique by both ids, with
 // River's unique options in [Args.InsertOpts], so a plain client.Insert of
 // Args is unique too, also against a job of the earlier riverhook), as long
-// as the earlier job is not cancelled or discarded: River's default unique states leave those out. To resend a
-// delivery that ended, retry its job (client.JobRetry: its attempt numbers
-// go on, so one that the policy gave up on gets one more attempt), or insert
-// it under a new delivery id. Receivers must tolerate duplicates: a
-// worker killed after the receiver answered runs the attempt again.
+// as the earlier job is not cancelled or discarded: River's default unique
+// states leave those out. To resend a delivery that ended, retry its job
+// (client.JobRetry: its attempt numbers go on, so one that the policy gave
+// up on gets one more attempt), or insert it under a new delivery id.
+// Receivers must tolerate duplicates: a worker killed after the receiver
+// answered runs the attempt again.
 //
 // # Crashes
 //
@@ -123,8 +124,9 @@
 // policy, which goes on with its next attempt and wait, and start the job's
 // attempt log. A new insert of the same delivery is skipped against them,
 // and [ListDeliveries] lists them. They keep the MaxAttempts they were
-// inserted with, the policy's attempts alone: a crash during one of them
-// costs a run River does not give back.
+// inserted with, the policy's attempts alone, with no runs for
+// interrupted ones: each of their runs cut by a crash, or whose Resolver
+// fails, leaves River one attempt fewer to make.
 package riverhook
 
 import (
