@@ -472,7 +472,8 @@ func TestWorker_ResolverErrorTextStaysOutOfTheJobRow(t *testing.T) {
 		}
 		// The stored URL got a stray control character: the Resolver
 		// returns url.Parse's error, as most would.
-		_, err := url.Parse("https://hooks.example.com/services/T0001/" + pathToken + "\x7f")
+		stored := map[string]string{"crm": "https://hooks.example.com/services/T0001/" + pathToken + "\x7f"}
+		_, err := url.Parse(stored[id])
 		return webhook.Connection{}, fmt.Errorf("loading connection %s: %w", id, err)
 	}, &riverhook.WorkerOptions{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	tw, tx, schema := testWorker(t, w)
