@@ -122,7 +122,7 @@ func TestHealth_DownAfterARunOfFailuresThenProbedUntilItAnswers(t *testing.T) {
 		// Probes at 10 s, then 20 s and 40 s apart, 40 s at the most.
 		probes := []time.Duration{10 * time.Second, 30 * time.Second, 70 * time.Second, 110 * time.Second}
 		for i, at := range probes {
-			time.Sleep(t0.Add(at).Sub(time.Now()) - time.Millisecond)
+			time.Sleep(time.Until(t0.Add(at)) - time.Millisecond)
 			require.ErrorIs(t, send(), webhook.ErrEndpointDown, "probe %d is not due yet", i+1)
 			time.Sleep(time.Millisecond)
 			require.ErrorIs(t, send(), syscall.ECONNREFUSED, "probe %d is sent", i+1)
