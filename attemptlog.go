@@ -38,7 +38,9 @@ const (
 	// KindDown is an attempt that was not sent because its endpoint is
 	// down (SenderOptions.Health): its error matches ErrEndpointDown.
 	// Sender.Attempt returns one, with the wait until the endpoint may be
-	// tried again; Send and SendAll return the error alone.
+	// tried again (spread over a probe interval, so that a queue's backlog
+	// does not come back at one instant); Send and SendAll return the error
+	// alone.
 	KindDown FailureKind = "down"
 
 	// KindInterrupted is an attempt whose process died (a crash, a
@@ -221,7 +223,7 @@ func (a Attempt) diagnosis() string {
 	case KindCanceled:
 		return "not completed: the request was canceled"
 	case KindDown:
-		return "not sent: the endpoint is down, its last attempts failed without an answer; it is probed, and deliveries go again once it answers"
+		return "not sent: the endpoint is down, its last attempts could not connect; it is probed, and deliveries go again once it answers"
 	case KindInterrupted:
 		return "interrupted: the process making the attempt stopped before it ended (a crash or a kill); it was run again and cost no retry"
 	}

@@ -11,11 +11,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -56,7 +58,10 @@ type delivery struct {
 	err        error                 // set when nothing could be sent, or by cancellation
 	errKind    FailureKind           // why nothing could be sent: KindInvalid, KindCanceled or KindDown
 	endpoint   string                // the URL's origin, with endpoint health on
-	probe      bool                  // the attempt in flight is the down endpoint's probe
+	lease      uint64                // the probe lease of the attempt in flight, if it is one
+	admitted   time.Time             // when the attempt in flight was admitted, on health's clock
+	trace      *connTrace            // whether the attempt in flight got a connection
+	bypass     bool                  // SendTest: sent whatever the endpoint's health
 	downWait   time.Duration         // with KindDown: until the endpoint may be tried again
 	secrets    []string              // the connection's secret texts, once needed (scrubText)
 }
@@ -94,7 +99,7 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 func (d *delivery) release() {
 	d.conn, d.event, d.body, d.attempts, d.err, d.queued, d.one = Connection{}, "", nil, nil, nil, false, [1]Attempt{}
 	d.ctx, d.req, d.cancel = nil, retryablehttp.Request{}, nil
-	d.endpoint, d.probe, d.downWait, d.secrets = "", false, 0, nil
+	d.endpoint, d.lease, d.admitted, d.trace, d.bypass, d.downWait, d.secrets = "", 0, time.Time{}, nil, false, 0, nil
 	d.s.deliveries.Put(d)
 }
 
@@ -155,15 +160,35 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 
 // admit asks endpoint health whether the next attempt may be sent, and
 // whether it is the endpoint's probe. When the endpoint is down it ends the
-// delivery: nothing is sent, and the error matches ErrEndpointDown.
+// delivery: nothing is sent, and the error matches ErrEndpointDown. A Send
+// Test is always sent: a customer who fixed the endpoint sees it answer.
 func (d *delivery) admit() bool {
-	probe, wait, err := d.s.health.admit(d.endpoint)
+	d.admitted = d.s.health.now()
+	if d.bypass {
+		return true
+	}
+	lease, wait, err := d.s.health.admit(d.endpoint)
 	if err != nil {
 		d.err, d.errKind, d.downWait = err, KindDown, wait
 		return false
 	}
-	d.probe = probe
+	d.lease = lease
 	return true
+}
+
+// connTrace notes whether an attempt got a connection (httptrace's
+// GotConn): endpoint health counts only the attempts that did not against
+// their endpoint. One is made per attempt, since net/http may call it from
+// another goroutine.
+type connTrace struct {
+	connected atomic.Bool
+	trace     httptrace.ClientTrace
+}
+
+func newConnTrace() *connTrace {
+	t := &connTrace{}
+	t.trace.GotConn = func(httptrace.GotConnInfo) { t.connected.Store(true) }
+	return t
 }
 
 // check returns the connection's parsed URL, or why nothing may be sent and
@@ -195,6 +220,10 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	ctx := d.ctx
 	if d.s.routed && proxying.Load() {
 		ctx = withRoute(ctx) // lets NewTransport's dialer tell a proxy's connection from a direct one
+	}
+	if d.s.health != nil {
+		d.trace = newConnTrace()
+		ctx = httptrace.WithClientTrace(ctx, &d.trace.trace)
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.s.timeout)
 	d.cancel = cancel
@@ -245,8 +274,8 @@ func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error)
 	a.Duration = d.s.now().Sub(d.start)
 	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL, d.scrubText)
 	if d.s.health != nil {
-		d.s.health.record(d.endpoint, &a, d.probe)
-		d.probe = false
+		d.s.health.record(d.endpoint, &a, d.trace != nil && d.trace.connected.Load(), d.admitted, d.lease)
+		d.lease = 0
 	}
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)

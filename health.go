@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -34,27 +36,39 @@ var ErrEndpointDown = errors.New("webhook: endpoint down")
 // attempt dials, as the service's schedule says. A zero field selects the
 // documented default.
 //
-// An endpoint is a URL's origin, its scheme, host and port: connections to
-// one host and port share its fate, since what is dead (a name that no
-// longer resolves, a port that refuses, a host that hangs) is the host, not
-// a path. After DownAfter failed attempts in a row that say the endpoint
-// cannot be reached (kinds dns, refused, reset, tls and timeout, the last
-// of which costs a whole attempt timeout), the endpoint is marked down. An
-// answer, whatever its status, proves it up: a 4xx or 5xx from a live server
-// is not down, and resets the count. While it is down, no attempt dials it
-// except one probe at a time, a real attempt of a real delivery, let through
-// ProbeInterval after it went down and then at intervals that double after
-// each failed probe, up to MaxProbeInterval; the first answer marks it up.
-// Every other attempt to it fails at once with kind [KindDown] and an error
-// matching [ErrEndpointDown], having sent nothing.
+// An endpoint is a URL's origin, its scheme, host and port (in one
+// spelling: a host name in lower case without its final dot, an IP address
+// in its canonical form, port 443 written or not): connections to one host
+// and port share its fate, since what is dead (a name that no longer
+// resolves, a port that refuses, a host that hangs) is the host, not a
+// path. After DownAfter attempts in a row that got no connection (kinds
+// dns, refused, tls, and a timeout or reset before a connection was had),
+// the endpoint is marked down. An attempt that got a connection, or an
+// answer, proves it up and resets the count, whatever became of it: a 4xx
+// or 5xx, or a timeout or reset after the request was sent, is what one
+// path's handler did (a tenant's handler that hangs on a shared host, a
+// handler that panics on one payload), not what the host is. So a host
+// whose TLS answers but whose application hangs is never down: each attempt
+// to it is bounded by the attempt timeout. The failure of an attempt sent
+// before the endpoint was last reached is old news and not counted.
+//
+// While it is down, no attempt dials it except one probe at a time, a real
+// attempt of a real delivery, let through ProbeInterval after it went down
+// and then at intervals that double after each failed probe, up to
+// MaxProbeInterval; the first connection marks it up. Every other attempt
+// to it fails at once with kind [KindDown] and an error matching
+// [ErrEndpointDown], having sent nothing; [Sender.SendTest] is always sent,
+// so that a customer who fixed the endpoint sees it answer.
 //
 // Each Sender keeps its own view, in memory: several processes each learn
 // and probe on their own, so a down endpoint sees at most one probe at a
-// time from each.
+// time from each. An endpoint no attempt is made to is forgotten, after an
+// hour, or a day if it is down: it is likely gone (a connection changed or
+// deleted); if it is still dead when a delivery goes to it again, it is
+// marked down, and reported, again.
 type HealthOptions struct {
-	// DownAfter is how many failed attempts in a row, of the kinds that
-	// say the endpoint cannot be reached, mark it down. Zero means
-	// DefaultDownAfter.
+	// DownAfter is how many attempts in a row that got no connection mark
+	// the endpoint down. Zero means DefaultDownAfter.
 	DownAfter int
 
 	// ProbeInterval is how long after it went down an endpoint is first
@@ -73,7 +87,8 @@ type HealthOptions struct {
 	// Changes of one endpoint are reported in order, one at a time, from
 	// the goroutine of an attempt that caused one (the attempt waits for
 	// it: keep it quick); changes of different endpoints may be reported
-	// concurrently.
+	// concurrently. A panic in it is logged (SenderOptions.Logger), and
+	// the changes after it are still reported.
 	OnChange func(EndpointHealth)
 }
 
@@ -94,7 +109,8 @@ type EndpointHealth struct {
 	// fails without being down.
 	Changed time.Time
 
-	// Failures is how many attempts in a row failed without an answer.
+	// Failures is how many attempts in a row failed without a
+	// connection.
 	Failures int
 
 	// LastFailure is the last of them.
@@ -115,34 +131,49 @@ func (h EndpointHealth) String() string {
 }
 
 // health is a Sender's view of its endpoints: only those failing or down
-// are kept, so a Sender reaching thousands of healthy hosts keeps nothing.
+// are kept, and only while attempts are made to them, so a Sender reaching
+// thousands of healthy hosts keeps nothing.
 type health struct {
 	downAfter int
 	first     time.Duration // the first probe interval
 	limit     time.Duration // the longest
-	probeFor  time.Duration // how long a probe may be in flight: the attempt timeout
+	probeFor  time.Duration // how long a probe may be in flight: the attempt timeout and room
 	onChange  func(EndpointHealth)
 	now       func() time.Time
 	logger    *slog.Logger
 
 	mu        sync.RWMutex
 	endpoints map[string]*endpoint
+	leases    uint64    // the last probe lease handed out
+	swept     time.Time // when idle endpoints were last forgotten
 }
 
 // endpoint is the state of one failing or down endpoint, under health.mu.
 type endpoint struct {
 	failures   int
-	since      time.Time
+	since      time.Time // when the run of failures began
 	last       Attempt
 	down       bool
 	changed    time.Time
+	reached    time.Time     // when an attempt last got a connection or an answer
+	touched    time.Time     // when an attempt was last admitted or recorded
 	interval   time.Duration // the wait after the last probe, or after going down
 	nextProbe  time.Time
-	probeUntil time.Time // while a probe is in flight: when it has surely ended
+	lease      uint64    // the probe in flight's, or 0
+	leaseUntil time.Time // when the probe in flight has surely ended
 
 	changes   []EndpointHealth // to report, in order
 	reporting bool             // a goroutine is reporting them
 }
+
+// Endpoints no attempt was made to for so long are forgotten: a run of
+// failures an hour old says little, and a down endpoint nothing is sent to
+// for a day is likely gone (a connection changed or deleted).
+const (
+	forgetFailingAfter = time.Hour
+	forgetDownAfter    = 24 * time.Hour
+	sweepEvery         = time.Minute
+)
 
 func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.Time, logger *slog.Logger) (*health, error) {
 	switch {
@@ -166,71 +197,90 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 }
 
 // endpointKey returns the origin of u, the validated URL of a connection,
-// with its port always written: https://host:443 and https://host are one
-// endpoint.
+// in one spelling for one host and port: the port always written, a host
+// name in lower case without its final dot, an IP address in its canonical
+// form (an IPv4-mapped IPv6 address as the IPv4 address net dials).
 func endpointKey(u *url.URL) string {
 	port := u.Port()
 	if port == "" {
 		port = "443"
 	}
-	return u.Scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		host = ip.Unmap().String()
+	}
+	return u.Scheme + "://" + net.JoinHostPort(host, port)
 }
 
 // admit says whether an attempt to endpoint key may be sent now: when it
 // is up, yes; when it is down, only as its one probe, once the probe is
-// due. A refusal comes with the wait until a retry may be admitted and the
-// error of the attempt.
-func (h *health) admit(key string) (probe bool, wait time.Duration, err error) {
+// due, with a lease (non-zero) to give back to record. A refusal comes with
+// the error of the attempt and a wait after which a retry may be admitted,
+// spread over a probe interval so that the deliveries a queue holds back do
+// not all come back at one instant.
+func (h *health) admit(key string) (lease uint64, wait time.Duration, err error) {
 	h.mu.RLock()
 	_, tracked := h.endpoints[key]
 	h.mu.RUnlock()
 	if !tracked { // the common case: an endpoint that is not failing
-		return false, 0, nil
+		return 0, 0, nil
 	}
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.sweep(now)
 	e := h.endpoints[key]
+	if e == nil {
+		return 0, 0, nil
+	}
+	e.touched = now
 	switch {
-	case e == nil || !e.down:
-		return false, 0, nil
-	case now.Before(e.probeUntil): // a probe is in flight: it ends by then
-		wait = min(e.probeUntil.Sub(now), e.interval)
+	case !e.down:
+		return 0, 0, nil
+	case e.lease != 0 && now.Before(e.leaseUntil): // a probe is in flight: it ends by then
+		wait = min(e.leaseUntil.Sub(now), e.interval)
 	case now.Before(e.nextProbe):
 		wait = e.nextProbe.Sub(now)
 	default:
-		e.probeUntil = now.Add(h.probeFor)
-		return true, 0, nil
+		h.leases++
+		e.lease, e.leaseUntil = h.leases, now.Add(h.probeFor)
+		return e.lease, 0, nil
 	}
+	wait += rand.N(e.interval + 1)
 	wait = max(wait, time.Millisecond) // a queue that waits it never spins
-	return false, wait, fmt.Errorf("%w: %s has failed %d attempt(s) in a row since %s, the last: %s; nothing was sent",
+	return 0, wait, fmt.Errorf("%w: %s has failed %d attempt(s) in a row since %s, the last: %s; nothing was sent",
 		ErrEndpointDown, key, e.failures, e.since.UTC().Format(time.RFC3339), e.last.Kind)
 }
 
-// outcome sorts attempt kinds by what they say of an endpoint.
+// outcome sorts attempts by what they say of an endpoint.
 type outcome int
 
 const (
-	outcomeNeutral     outcome = iota // says nothing: not sent, canceled, an unknown failure
-	outcomeAnswered                   // any answer: the endpoint is up
-	outcomeUnreachable                // no answer: dns, refused, reset, tls, timeout
+	outcomeNeutral     outcome = iota // says nothing: not sent, or failed for a reason of its own
+	outcomeReached                    // a connection or an answer: the endpoint is up
+	outcomeUnreachable                // no connection: dns, refused, tls, or a timeout or reset before one
 )
 
-func outcomeOf(k FailureKind) outcome {
-	switch k {
-	case KindNone, KindStatus, KindRedirect:
-		return outcomeAnswered
-	case KindDNS, KindRefused, KindReset, KindTLS, KindTimeout:
+// outcomeOf sorts an attempt of kind k, which got a connection if
+// connected. A timeout or a reset after the connection is what one path's
+// handler did (a hang, a panic), not what the host is: it says the host is
+// up. Only failing to connect counts against it.
+func outcomeOf(k FailureKind, connected bool) outcome {
+	switch {
+	case connected, k == KindNone, k == KindStatus, k == KindRedirect:
+		return outcomeReached
+	case k == KindDNS, k == KindRefused, k == KindReset, k == KindTLS, k == KindTimeout:
 		return outcomeUnreachable
 	}
 	return outcomeNeutral
 }
 
-// record notes the attempt a to endpoint key, which was its probe if probe
-// is set, and reports a change of state through OnChange.
-func (h *health) record(key string, a *Attempt, probe bool) {
-	o := outcomeOf(a.Kind)
-	if o != outcomeUnreachable && !probe {
+// record notes attempt a to endpoint key, admitted at admitted (health's
+// clock), which got a connection if connected and was a probe if lease is
+// not zero; it reports a change of state through OnChange.
+func (h *health) record(key string, a *Attempt, connected bool, admitted time.Time, lease uint64) {
+	o := outcomeOf(a.Kind, connected)
+	if o != outcomeUnreachable && lease == 0 {
 		h.mu.RLock()
 		_, tracked := h.endpoints[key]
 		h.mu.RUnlock()
@@ -240,26 +290,36 @@ func (h *health) record(key string, a *Attempt, probe bool) {
 	}
 	now := h.now()
 	h.mu.Lock()
+	h.sweep(now)
 	e := h.endpoints[key]
 	if e == nil {
 		if o != outcomeUnreachable {
 			h.mu.Unlock()
 			return
 		}
-		e = &endpoint{since: now}
+		e = &endpoint{}
 		h.endpoints[key] = e
 	}
+	e.touched = now
+	probe := lease != 0 && lease == e.lease // a probe that outlived its lease is not this one
 	if probe {
-		e.probeUntil = time.Time{}
+		e.lease = 0
 	}
-	switch o {
-	case outcomeAnswered:
+	switch {
+	case o == outcomeReached:
+		e.reached = now
 		if e.down {
 			e.down, e.changed = false, now
 			h.queue(key, e)
 		}
 		e.failures, e.nextProbe = 0, time.Time{}
-	case outcomeUnreachable:
+	case o == outcomeUnreachable && admitted.Before(e.reached):
+		// Sent before the endpoint was last reached: its failure is old
+		// news, not a sign that the endpoint is down again.
+	case o == outcomeUnreachable:
+		if e.failures == 0 {
+			e.since = now
+		}
 		e.failures++
 		e.last = *a
 		switch {
@@ -272,12 +332,16 @@ func (h *health) record(key string, a *Attempt, probe bool) {
 			e.nextProbe = now.Add(e.interval)
 			h.queue(key, e)
 		}
+	case probe && a.Kind != KindCanceled:
+		// A probe that says nothing (not the caller's cancellation) waits
+		// as one that failed, so that such probes do not follow each other.
+		e.nextProbe = now.Add(e.interval)
 	}
 	report := len(e.changes) > 0 && !e.reporting
 	if report {
 		e.reporting = true
 	}
-	h.forgetIfWell(key, e)
+	h.forgetIfWell(key, e, now)
 	h.mu.Unlock()
 	if report {
 		h.report(key, e)
@@ -298,34 +362,64 @@ func (h *health) queue(key string, e *endpoint) {
 	}
 }
 
-// forgetIfWell drops e once it is well and nothing of it is left to
-// report. Under h.mu.
-func (h *health) forgetIfWell(key string, e *endpoint) {
-	if e.failures == 0 && !e.down && !e.reporting && h.endpoints[key] == e {
+// forgetIfWell drops e once it is well, nothing of it is left to report,
+// and no attempt admitted before it was last reached can still end: until
+// then its reached time sets such an attempt's failure aside. Under h.mu.
+func (h *health) forgetIfWell(key string, e *endpoint, now time.Time) {
+	if e.failures == 0 && !e.down && !e.reporting && len(e.changes) == 0 && now.Sub(e.reached) >= h.probeFor && h.endpoints[key] == e {
 		delete(h.endpoints, key)
 	}
 }
 
+// sweep forgets, at most once a sweepEvery, the endpoints no attempt was
+// made to for forgetFailingAfter (forgetDownAfter for one that is down),
+// with nothing to report. A forgotten endpoint's next delivery is sent as
+// to any other. Under h.mu, locked.
+func (h *health) sweep(now time.Time) {
+	if now.Sub(h.swept) < sweepEvery {
+		return
+	}
+	h.swept = now
+	for key, e := range h.endpoints {
+		idle := now.Sub(e.touched)
+		if !e.reporting && len(e.changes) == 0 && (idle >= forgetDownAfter || !e.down && idle >= forgetFailingAfter) {
+			delete(h.endpoints, key)
+			continue
+		}
+		h.forgetIfWell(key, e, now)
+	}
+}
+
 // report hands e's changes to OnChange, in order, until none is left. Only
-// one goroutine reports an endpoint's changes at a time.
+// one goroutine reports an endpoint's changes at a time; it stops reporting
+// under the lock under which it finds none left, so a change queued by
+// another goroutine is always reported.
 func (h *health) report(key string, e *endpoint) {
-	defer func() {
-		h.mu.Lock()
-		e.reporting = false // also if OnChange panicked
-		h.forgetIfWell(key, e)
-		h.mu.Unlock()
-	}()
 	for {
 		h.mu.Lock()
 		if len(e.changes) == 0 {
+			e.reporting = false
+			h.forgetIfWell(key, e, h.now())
 			h.mu.Unlock()
 			return
 		}
 		c := e.changes[0]
 		e.changes = e.changes[1:]
 		h.mu.Unlock()
-		h.onChange(c)
+		h.tell(c)
 	}
+}
+
+// tell calls OnChange with c, logging a panic: the changes queued behind it
+// are still reported.
+func (h *health) tell(c EndpointHealth) {
+	defer func() {
+		if v := recover(); v != nil {
+			h.logger.LogAttrs(context.Background(), slog.LevelError, "webhook: HealthOptions.OnChange panicked",
+				slog.String("endpoint", c.Endpoint), slog.Bool("down", c.Down), slog.Any("panic", v))
+		}
+	}()
+	h.onChange(c)
 }
 
 // state returns what is known of e. Under h.mu.
@@ -337,10 +431,13 @@ func (e *endpoint) state(key string) EndpointHealth {
 	return s
 }
 
-// snapshot returns the endpoints failing or down, sorted.
+// snapshot returns the endpoints failing or down, sorted, having forgotten
+// the idle ones.
 func (h *health) snapshot() []EndpointHealth {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.swept = time.Time{} // now, whenever the last sweep was
+	h.sweep(h.now())
 	out := make([]EndpointHealth, 0, len(h.endpoints))
 	for key, e := range h.endpoints {
 		if e.failures > 0 || e.down {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,57 +17,109 @@ import (
 	"time"
 
 	"github.com/signedhook/webhook"
+	"github.com/stretchr/testify/require"
 )
 
-// deadEndpointsBench is the benchmark's world: 200 connections, 198 of them
-// to a loopback TLS receiver that answers at once and 2 (1%) to receivers
-// that hang until the attempt times out; each of those counts the most
-// requests it held at once.
-type deadEndpointsBench struct {
-	conns  []webhook.Connection
-	dead   map[int]bool // indexes of the dead connections
-	pool   *x509.CertPool
-	peak   []*atomic.Int32
+// deadHost accepts TCP connections and never answers: a host whose process
+// hangs, so that every attempt to it times out in its TLS handshake, before
+// a connection is had. It counts the connections it holds at once.
+type deadHost struct {
+	ln     net.Listener
+	held   atomic.Int32
+	peak   atomic.Int32
 	closed chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newDeadHost(tb testing.TB) *deadHost {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := &deadHost{ln: ln, closed: make(chan struct{})}
+	h.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.wg.Go(func() { h.hold(c) })
+		}
+	})
+	tb.Cleanup(func() { close(h.closed); ln.Close(); h.wg.Wait() })
+	return h
+}
+
+// hold keeps c, reading what comes, until its client leaves or the test
+// ends.
+func (h *deadHost) hold(c net.Conn) {
+	defer c.Close()
+	n := h.held.Add(1)
+	defer h.held.Add(-1)
+	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+	}
+	gone := make(chan struct{})
+	go func() { io.Copy(io.Discard, c); close(gone) }()
+	select {
+	case <-gone:
+	case <-h.closed:
+	}
+}
+
+func (h *deadHost) url() string { return "https://" + h.ln.Addr().String() + "/hooks" }
+
+// attemptCounter is a RoundTripper that counts the attempts in flight to
+// each of hosts (host:port), and the most at once.
+type attemptCounter struct {
+	next  http.RoundTripper
+	hosts map[string]*[2]atomic.Int32 // in flight, peak
+}
+
+func (c *attemptCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if n := c.hosts[r.URL.Host]; n != nil {
+		now := n[0].Add(1)
+		defer n[0].Add(-1)
+		for p := n[1].Load(); now > p && !n[1].CompareAndSwap(p, now); p = n[1].Load() {
+		}
+	}
+	return c.next.RoundTrip(r)
+}
+
+func (c *attemptCounter) peak() int32 {
+	var most int32
+	for _, n := range c.hosts {
+		most = max(most, n[1].Load())
+	}
+	return most
+}
+
+// deadEndpointsBench is the benchmark's world: 200 connections, 198 of them
+// to a loopback TLS receiver that answers at once and 2 (1%) to hosts that
+// hang, each its own (see deadHost).
+type deadEndpointsBench struct {
+	conns []webhook.Connection
+	dead  map[int]bool // indexes of the dead connections
+	hosts []*deadHost
+	pool  *x509.CertPool
 }
 
 func newDeadEndpointsBench(b *testing.B, dead int) *deadEndpointsBench {
 	b.Helper()
-	w := &deadEndpointsBench{dead: map[int]bool{}, closed: make(chan struct{})}
-	newServer := func(h http.HandlerFunc) *httptest.Server {
-		srv := httptest.NewUnstartedServer(h)
-		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-		srv.StartTLS()
-		b.Cleanup(srv.Close)
-		if w.pool == nil {
-			w.pool = x509.NewCertPool()
-			w.pool.AddCert(srv.Certificate()) // httptest's servers share one certificate
-		}
-		return srv
-	}
-	healthy := newServer(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
-	var hanging []*httptest.Server
+	w := &deadEndpointsBench{dead: map[int]bool{}}
+	healthy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	healthy.Config.ErrorLog = log.New(io.Discard, "", 0)
+	healthy.StartTLS()
+	b.Cleanup(healthy.Close)
+	w.pool = x509.NewCertPool()
+	w.pool.AddCert(healthy.Certificate())
 	for range dead {
-		var inFlight, peak atomic.Int32
-		w.peak = append(w.peak, &peak)
-		hanging = append(hanging, newServer(func(_ http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body) // net/http notices the client leaving once the body is read
-			n := inFlight.Add(1)
-			defer inFlight.Add(-1)
-			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-			}
-			select {
-			case <-r.Context().Done():
-			case <-w.closed:
-			}
-			panic(http.ErrAbortHandler)
-		}))
+		w.hosts = append(w.hosts, newDeadHost(b))
 	}
-	b.Cleanup(func() { close(w.closed) }) // before the servers close: their handlers end
 	for i := range 200 {
 		url := healthy.URL + "/hooks/" + strconv.Itoa(i)
-		if i >= 200-dead { // spread: the dead ones are every 100th pick
-			url = hanging[i-(200-dead)].URL + "/hooks"
+		if i >= 200-dead { // the dead ones are every 100th pick
+			url = w.hosts[i-(200-dead)].url()
 			w.dead[i] = true
 		}
 		w.conns = append(w.conns, webhook.Connection{Name: strconv.Itoa(i), URL: url, Secret: testSecret})
@@ -76,13 +129,16 @@ func newDeadEndpointsBench(b *testing.B, dead int) *deadEndpointsBench {
 
 // BenchmarkDeadEndpoints measures healthy deliveries per second made by 32
 // workers, each sending to the next of the 200 connections in turn, 1% of
-// them to endpoints that hang until the 200 ms attempt timeout (up to 4
-// attempts, 10 ms apart): with endpoint health on, with it off, and with no
-// dead connection. A b.N is healthy deliveries; healthy/s is timed to the
+// them to hosts that hang (their TLS handshake never ends) until the 200 ms
+// attempt timeout (up to 4 attempts, 10 ms apart): with endpoint health on,
+// with it off, and with no dead connection. A b.N is healthy deliveries; healthy/s is timed to the
 // b.N-th of them (ns/op also waits for the dead deliveries in flight then).
 // With health on, the dead endpoints are marked down before the timer
-// starts, and probed every 250 ms to 1 s meanwhile; dead-peak reports the
-// most requests a dead endpoint held at once.
+// starts, and probed every 250 ms to 1 s meanwhile. dead-attempts-peak is
+// the most attempts in flight at once to a dead endpoint; dead-conns-peak
+// the most connections a dead host held at once, which counts the TLS
+// handshakes net/http goes on with after their attempt ended (a dial is not
+// the request's: it lasts up to TLSHandshakeTimeout, 10 s).
 //
 //	go test -run '^$' -bench DeadEndpoints -benchtime 20000x -count 6 . | benchstat -col /impl -
 func BenchmarkDeadEndpoints(b *testing.B) {
@@ -93,9 +149,13 @@ func BenchmarkDeadEndpoints(b *testing.B) {
 				dead = 0
 			}
 			w := newDeadEndpointsBench(b, dead)
+			counter := &attemptCounter{next: webhook.NewTransport(&webhook.TransportOptions{
+				TLSClientConfig: &tls.Config{RootCAs: w.pool}, AllowPrivateNetworks: true}), hosts: map[string]*[2]atomic.Int32{}}
+			for _, h := range w.hosts {
+				counter.hosts[h.ln.Addr().String()] = new([2]atomic.Int32)
+			}
 			opts := &webhook.SenderOptions{
-				Client: &http.Client{Transport: webhook.NewTransport(&webhook.TransportOptions{
-					TLSClientConfig: &tls.Config{RootCAs: w.pool}, AllowPrivateNetworks: true})},
+				Client:         &http.Client{Transport: counter},
 				AttemptTimeout: 200 * time.Millisecond,
 				Retry:          &webhook.RetryPolicy{MaxRetries: 3, Backoff: func(int, *http.Response) time.Duration { return 10 * time.Millisecond }},
 			}
@@ -151,16 +211,57 @@ func BenchmarkDeadEndpoints(b *testing.B) {
 			wg.Wait()
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/time.Duration(took.Load()).Seconds(), "healthy/s")
-			var peak int32
-			for _, p := range w.peak {
-				peak = max(peak, p.Load())
+			var conns int32
+			for _, h := range w.hosts {
+				conns = max(conns, h.peak.Load())
 			}
 			if dead > 0 {
-				b.ReportMetric(float64(peak), "dead-peak")
+				b.ReportMetric(float64(counter.peak()), "dead-attempts-peak")
+				b.ReportMetric(float64(conns), "dead-conns-peak")
 			}
-			if impl == "health" && peak > 1 {
-				b.Errorf("a dead endpoint held %d requests at once: one probe at a time", peak)
+			if impl == "health" && counter.peak() > 1 {
+				b.Errorf("%d attempts at once to a dead endpoint: one probe at a time", counter.peak())
 			}
+		})
+	}
+}
+
+// BenchmarkSendInMemoryHealth is BenchmarkSendInMemory's
+// impl=sender with endpoint health off and on, to an endpoint that answers:
+// what health costs a healthy delivery (the endpoint's key, a trace of the
+// attempt's connection, two looks at a lock), serial and from GOMAXPROCS
+// goroutines.
+func BenchmarkSendInMemoryHealth(b *testing.B) {
+	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody}, nil
+	})}
+	p := samplePayload()
+	for _, on := range []bool{false, true} {
+		o := &webhook.SenderOptions{Client: client}
+		if on {
+			o.Health = &webhook.HealthOptions{}
+		}
+		s, err := webhook.NewSender(o)
+		require.NoError(b, err)
+		name := "health=" + strconv.FormatBool(on)
+		b.Run(name+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Send(context.Background(), fakeConn, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.Send(context.Background(), fakeConn, p); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }

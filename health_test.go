@@ -3,8 +3,11 @@ package webhook_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -251,7 +254,8 @@ func TestHealth_AttemptTellsTheQueueWhenToTryAgain(t *testing.T) {
 		assert.ErrorIs(t, a.Err, webhook.ErrEndpointDown)
 		assert.Equal(t, 4, a.N, "the attempt it would have been")
 		assert.True(t, a.Retry)
-		assert.Equal(t, 6*time.Second, a.RetryIn, "until the probe is due")
+		assert.GreaterOrEqual(t, a.RetryIn, 6*time.Second, "not before the probe is due")
+		assert.LessOrEqual(t, a.RetryIn, 16*time.Second, "spread over one probe interval after it")
 		assert.Contains(t, a.Diagnosis(), "endpoint is down")
 		assert.EqualValues(t, 3, ep.requests.Load())
 	})
@@ -280,4 +284,456 @@ func TestHealth_Options(t *testing.T) {
 	s, err := webhook.NewSender(nil)
 	require.NoError(t, err)
 	assert.Nil(t, s.Health(), "off by default")
+}
+
+// TestAdvisory_HealthOneHangingPathTakesDownASharedOrigin pins that a
+// receiver controlling one path of a shared host (a multi-tenant webhook
+// platform, an integration hub) cannot take the whole origin down for every
+// other tenant: a timeout is what one path's handler does, not what the host
+// is. On a real TLS receiver, one tenant's path hangs past the attempt
+// timeout, 20 times, 4 at once, while another tenant's deliveries go on:
+// none of them may be refused with ErrEndpointDown. (In review, the first
+// version of endpoint health counted those timeouts against the host.)
+func TestAdvisory_HealthOneHangingPathTakesDownASharedOrigin(t *testing.T) {
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == "/evil" {
+			<-r.Context().Done() // this tenant's handler never answers
+			panic(http.ErrAbortHandler)
+		}
+		return false
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 100 * time.Millisecond,
+		Health: &webhook.HealthOptions{DownAfter: 3}})
+	var wg sync.WaitGroup
+	var timedOut atomic.Int32
+	for range 4 {
+		wg.Go(func() {
+			for range 5 {
+				res, _ := s.Send(context.Background(), rv.conn("/evil"), samplePayload())
+				if len(res.Attempts) == 1 && res.Attempts[0].Kind == webhook.KindTimeout {
+					timedOut.Add(1)
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var tried, refused int
+	for sending := true; sending; {
+		select {
+		case <-done:
+			sending = false
+		default:
+			tried++
+			if _, err := s.Send(context.Background(), rv.conn("/tenant-42"), samplePayload()); errors.Is(err, webhook.ErrEndpointDown) {
+				refused++
+			}
+		}
+	}
+	require.EqualValues(t, 20, timedOut.Load(), "the hanging path's deliveries all went and timed out")
+	assert.Zero(t, refused, "got %d of %d deliveries to a path that answers refused with ErrEndpointDown", refused, tried)
+	assert.Empty(t, s.Health(), "a host that answers TLS is up")
+}
+
+// TestAdvisory_HealthFailuresOfAttemptsSentBeforeItCameBackMarkItDownAgain
+// pins that an endpoint a probe just proved up is not marked down again by
+// attempts that were sent while it was dead and only now time out. With the
+// defaults (down after 5, first probe after 10 s, 30 s attempts), a host
+// that hangs gets 5 deliveries at 0 s and a burst of 5 more at 15 s; it is
+// down at 30 s, comes back at 35 s, and the probe at 40 s is answered: up.
+// At 45 s the burst sent at 15 s times out, and the endpoint is down again
+// though every attempt sent since it came back was answered: the service
+// hears down, up, down, and the next delivery is refused for 10 s more.
+func TestAdvisory_HealthFailuresOfAttemptsSentBeforeItCameBackMarkItDownAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		var back atomic.Bool
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if !back.Load() { // sent while the host is dead: no answer ever comes
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			}
+			return answer(http.StatusOK), nil
+		})
+		var ch changes
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client: &http.Client{Transport: rt},
+			Retry:  &webhook.RetryPolicy{},
+			Health: &webhook.HealthOptions{OnChange: ch.add}, // the defaults
+		})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		burst := func() {
+			for range 5 {
+				wg.Go(func() { s.Send(context.Background(), fakeConn, samplePayload()) })
+			}
+		}
+		burst()
+		time.Sleep(15 * time.Second)
+		burst()
+		time.Sleep(20 * time.Second) // 35 s: down since 30 s; the host comes back
+		back.Store(true)
+		time.Sleep(5 * time.Second) // 40 s: the probe is due
+		_, err = s.Send(context.Background(), fakeConn, samplePayload())
+		require.NoError(t, err, "the probe is answered")
+		time.Sleep(5*time.Second + time.Millisecond) // 45 s: the burst sent at 15 s times out
+		wg.Wait()
+		_, err = s.Send(context.Background(), fakeConn, samplePayload())
+		assert.NoError(t, err, "at %v, the endpoint answering since 35 s", time.Since(t0))
+		var seq []bool
+		for _, c := range ch.list() {
+			seq = append(seq, c.Down)
+		}
+		assert.Equal(t, []bool{true, false}, seq, "OnChange: down, then up, once")
+	})
+}
+
+// TestAdvisory_HealthSinceOfARunThatBeganWhileOnChangeRan pins Since, "when
+// its run of failures began": a failure recorded while OnChange is still
+// reporting that the endpoint came back starts a new run, whose Since is
+// that failure's time. The entry is kept while it is reported, with the
+// Since of the run before, and the next run inherits it: the service is
+// told that the endpoint has been failing since before it came back.
+func TestAdvisory_HealthSinceOfARunThatBeganWhileOnChangeRan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t0 := time.Now()
+		ep := &flakyEndpoint{}
+		var ch changes
+		inUp, release := make(chan struct{}), make(chan struct{})
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client:         &http.Client{Transport: ep},
+			Retry:          &webhook.RetryPolicy{},
+			AttemptTimeout: 5 * time.Second,
+			Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, OnChange: func(h webhook.EndpointHealth) {
+				ch.add(h)
+				if !h.Down {
+					close(inUp)
+					<-release // the service writes it down, slowly
+				}
+			}},
+		})
+		require.NoError(t, err)
+		send := func() error {
+			_, err := s.Send(context.Background(), fakeConn, samplePayload())
+			return err
+		}
+		for range 3 {
+			send()
+		}
+		time.Sleep(10 * time.Second)
+		ep.set(http.StatusOK, false)
+		done := make(chan error)
+		go func() { done <- send() }() // the probe: up, reported slowly
+		<-inUp
+		ep.set(0, false)
+		time.Sleep(10 * time.Second)
+		rerun := time.Now() // a new run of failures begins
+		require.ErrorIs(t, send(), syscall.ECONNREFUSED)
+		close(release)
+		require.NoError(t, <-done)
+		time.Sleep(time.Second)
+		send()
+		send()
+		got := ch.list()
+		require.Len(t, got, 3, "down, up, down")
+		require.True(t, got[2].Down)
+		assert.Equal(t, rerun.Sub(t0), got[2].Since.Sub(t0), "down again: Since, from t0; it was up from 10 s to 20 s")
+	})
+}
+
+// TestAdvisory_HealthEveryChangeIsReported pins OnChange's "once per
+// change": a change queued while another goroutine is reporting the
+// endpoint's changes must be reported, by that goroutine or by its own.
+// The reporting goroutine finds nothing left, unlocks, and only then, in a
+// deferred function that locks again, clears its reporting mark: a change
+// recorded in between is queued behind a reporter that has already left,
+// and is reported late (with the next change) or never (the entry of an
+// endpoint that is up is dropped with it). Here an endpoint flips between
+// refused and answered under 8 goroutines; the Sender logs each change as
+// it queues it, and OnChange must see as many.
+func TestAdvisory_HealthEveryChangeIsReported(t *testing.T) {
+	var flip atomic.Int64
+	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if flip.Add(1)%2 == 0 {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		return answer(http.StatusOK), nil
+	})
+	var logged atomic.Int64
+	var mu sync.Mutex
+	var reported, repeated int // changes reported; of them, the same state twice in a row
+	last := false
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client: &http.Client{Transport: rt},
+		Retry:  &webhook.RetryPolicy{},
+		Logger: slog.New(changeCounter{&logged}),
+		Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond,
+			OnChange: func(h webhook.EndpointHealth) {
+				mu.Lock()
+				defer mu.Unlock()
+				reported++
+				if h.Down == last {
+					repeated++
+				}
+				last = h.Down
+			}},
+	})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 5000 {
+				s.Send(context.Background(), fakeConn, samplePayload())
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.EqualValues(t, logged.Load(), reported, "changes logged, and reported through OnChange")
+	assert.Zero(t, repeated, "reports of the state already reported (a change between them was lost)")
+}
+
+// changeCounter is a slog.Handler counting the changes the Sender logs.
+type changeCounter struct{ n *atomic.Int64 }
+
+func (h changeCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h changeCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "webhook: endpoint down" || r.Message == "webhook: endpoint up" {
+		h.n.Add(1)
+	}
+	return nil
+}
+
+func (h changeCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h changeCounter) WithGroup(string) slog.Handler { return h }
+
+// TestAdvisory_HealthAPanickingOnChangeLosesTheChangesQueuedBehindIt pins
+// what a panic in OnChange costs: that report, not the ones queued behind
+// it. OnChange reporting that the endpoint went down panics (a nil map, a
+// closed channel in the service's code) while the probe has already found
+// it up and queued that change behind it; the reporter's deferred clean-up
+// clears its mark and drops the endpoint, which is well, with the up change
+// still queued: the service never hears that it came back, and shows it
+// down for good.
+func TestAdvisory_HealthAPanickingOnChangeLosesTheChangesQueuedBehindIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &flakyEndpoint{}
+		var ch changes
+		inDown, release := make(chan struct{}), make(chan struct{})
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client:         &http.Client{Transport: ep},
+			Retry:          &webhook.RetryPolicy{},
+			AttemptTimeout: 5 * time.Second,
+			Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: 10 * time.Second, OnChange: func(h webhook.EndpointHealth) {
+				ch.add(h)
+				if h.Down {
+					close(inDown)
+					<-release
+					panic("the service's bug")
+				}
+			}},
+		})
+		require.NoError(t, err)
+		panicked := make(chan any, 1)
+		go func() {
+			defer func() { panicked <- recover() }()
+			s.Send(context.Background(), fakeConn, samplePayload()) // refused: down, reported, panics
+		}()
+		<-inDown
+		time.Sleep(10 * time.Second)
+		ep.set(http.StatusOK, false)
+		_, err = s.Send(context.Background(), fakeConn, samplePayload()) // the probe: up
+		require.NoError(t, err)
+		close(release)
+		<-panicked
+		synctest.Wait()
+		got := ch.list()
+		require.NotEmpty(t, got)
+		assert.False(t, got[len(got)-1].Down, "the last change OnChange saw: the endpoint is up (got %d change(s))", len(got))
+		assert.Empty(t, s.Health())
+	})
+}
+
+// TestAdvisory_HealthALateProbeEndsTheLeaseOfTheNextOne pins "one probe in
+// flight" once a probe has outlived its lease. A probe whose attempt does
+// not return within the lease (the attempt timeout and a second: here a
+// client whose RoundTripper does not watch the request's context) is taken
+// for lost, and the next probe goes: so far as designed. But when the lost
+// probe's outcome does come, it is recorded as the probe's, clearing the
+// lease of the probe now in flight; the next probe goes when the doubled
+// interval has passed, while that one is still in flight: two probes at
+// once from one Sender, by the book.
+func TestAdvisory_HealthALateProbeEndsTheLeaseOfTheNextOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stuck := make(chan struct{})
+		var requests, inFlight, peak atomic.Int32
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			switch requests.Add(1) {
+			case 1: // refused: down
+			case 2: // the first probe, in a RoundTripper that ignores the context
+				<-stuck
+			default: // a host that hangs until the attempt times out
+				n := inFlight.Add(1)
+				defer inFlight.Add(-1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			}
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client: &http.Client{Transport: rt},
+			Retry:  &webhook.RetryPolicy{},
+			Health: &webhook.HealthOptions{DownAfter: 1}, // 30 s attempts, probes after 10 s, 20 s, ...
+		})
+		require.NoError(t, err)
+		send := func() { s.Send(context.Background(), fakeConn, samplePayload()) }
+		send() // 0 s: down
+		var wg sync.WaitGroup
+		time.Sleep(10 * time.Second)
+		wg.Go(send) // 10 s: the first probe, stuck
+		synctest.Wait()
+		// Deliveries keep coming, one a second, for two minutes: each is
+		// refused at once unless it is let through as a probe.
+		for range 120 {
+			time.Sleep(time.Second)
+			if requests.Load() == 3 && inFlight.Load() == 1 && stuck != nil {
+				close(stuck) // the second probe is in flight: the first one's outcome comes
+				stuck = nil
+			}
+			wg.Go(send)
+		}
+		wg.Wait()
+		require.Nil(t, stuck, "the second probe went")
+		assert.EqualValues(t, 1, peak.Load(), "probes in flight at once (the lost one aside)")
+	})
+}
+
+// TestAdvisory_HealthForgetsEndpointsNoLongerSentTo pins the bound on what
+// endpoint health keeps: it keeps every origin that failed without an
+// answer since, forever, however long ago, whether or not anything is sent
+// to it again. The origins are customers' input: a customer who changes a
+// connection's URL to a fresh host name that does not resolve, again and
+// again (or a service whose customers mistype, then fix, their URLs), grows
+// the Sender's memory and its Health() by one endpoint each, for the life
+// of the process; a dashboard or a metric of the endpoints failing or down
+// counts them all, a week later. Here 20,000 hosts fail once each and are
+// never sent to again; a day later all of them are still kept.
+func TestAdvisory_HealthForgetsEndpointsNoLongerSentTo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return nil, &net.DNSError{Err: "no such host", Name: r.URL.Hostname(), IsNotFound: true}
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client: &http.Client{Transport: rt},
+			Retry:  &webhook.RetryPolicy{},
+			Health: &webhook.HealthOptions{}, // the defaults: down after 5
+		})
+		require.NoError(t, err)
+		const hosts = 20000
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := fakeConn
+		for i := range hosts {
+			c.URL = "https://h" + strconv.Itoa(i) + ".customer.example/hooks"
+			_, err := s.Send(context.Background(), c, samplePayload())
+			require.Error(t, err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		time.Sleep(24 * time.Hour) // nothing is sent to any of them since
+		kept := len(s.Health())
+		assert.Zero(t, kept, "endpoints kept a day after their one failure, none down, nothing sent to them since (%d bytes of heap each)",
+			int64(after.HeapAlloc-before.HeapAlloc)/hosts)
+	})
+}
+
+// TestAdvisory_HealthSpellingsOfOneOriginShareItsFate pins "an endpoint is
+// the URL's origin" for the spellings that name one host and port: the
+// absolute form of a host name (a final dot: the same DNS name, the same
+// TLS name, as Go's client strips it), an IPv6 address written in full or
+// with another zero run, an IPv4 address written as an IPv4-mapped IPv6
+// one (which net dials as that IPv4 address). Each is another endpoint to
+// endpoint health: while the origin is down, the other spelling dials it.
+func TestAdvisory_HealthSpellingsOfOneOriginShareItsFate(t *testing.T) {
+	for _, tc := range []struct{ name, url, alias string }{
+		{"default port", "https://crm.example.com/hooks", "https://crm.example.com:443/other"}, // holds
+		{"case", "https://[2001:db8::1]/hooks", "https://[2001:DB8::1]/other"},                 // holds
+		{"final dot", "https://crm.example.com/hooks", "https://crm.example.com./other"},
+		{"IPv6 in full", "https://[2001:db8::1]/hooks", "https://[2001:db8:0:0:0:0:0:1]/other"},
+		{"IPv4-mapped", "https://203.0.113.7/hooks", "https://[::ffff:203.0.113.7]/other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ep := &flakyEndpoint{} // refuses every connection
+				var ch changes
+				s := healthSender(t, ep, &ch, nil)
+				c, alias := fakeConn, fakeConn
+				c.URL, alias.URL = tc.url, tc.alias
+				for range 3 {
+					s.Send(context.Background(), c, samplePayload())
+				}
+				require.Len(t, ch.list(), 1, "down")
+				_, err := s.Send(context.Background(), alias, samplePayload())
+				assert.ErrorIs(t, err, webhook.ErrEndpointDown, "%s while %s is down", tc.alias, tc.url)
+				assert.EqualValues(t, 3, ep.requests.Load(), "requests to the dead host")
+			})
+		})
+	}
+}
+
+// TestAdvisory_HealthSendTestOfAnEndpointThatIsDown pins the dashboard's
+// "Send Test" with endpoint health on. The customer whose endpoint is down
+// fixes it and presses Send Test: SendTest is documented as "one attempt
+// whose Diagnosis() says what to fix", and ExampleSender_SendTest reads
+// res.Attempts[0]. With the endpoint down it sends nothing and returns no
+// attempt at all (a dashboard written after the example panics with an
+// index out of range), tells the customer nothing of the fix, and the
+// endpoint stays down until a probe, up to MaxProbeInterval away.
+func TestAdvisory_HealthSendTestOfAnEndpointThatIsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &flakyEndpoint{}
+		var ch changes
+		s := healthSender(t, ep, &ch, nil)
+		for range 3 {
+			s.Send(context.Background(), fakeConn, samplePayload())
+		}
+		require.Len(t, ch.list(), 1, "down")
+		ep.set(http.StatusOK, false) // the customer fixes the endpoint, and presses Send Test
+		res, err := s.SendTest(context.Background(), fakeConn)
+		require.Len(t, res.Attempts, 1, "SendTest's one attempt (err: %v)", err)
+		assert.True(t, res.Attempts[0].OK(), res.Attempts[0].Diagnosis())
+		assert.Empty(t, s.Health(), "the endpoint answered: up")
+	})
+}
+
+// TestAdvisory_HealthOnePoisonDeliveryTakesDownTheOrigin is the same flaw
+// without a hostile receiver, on the wire: a receiver whose handler panics
+// on one payload (net/http aborts the connection: kind reset) and answers
+// every other. With the defaults (down after 5) and a policy of 5
+// attempts, that one delivery, retried, marks the origin down by itself:
+// every other delivery to the customer fails with ErrEndpointDown, sending
+// nothing, though the server is up and answers them.
+func TestAdvisory_HealthOnePoisonDeliveryTakesDownTheOrigin(t *testing.T) {
+	rv := newReceiver(t)
+	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == "/orders" {
+			var m map[string]string
+			m["bug"] = "in the receiver" // a nil map: the handler panics on this event kind
+		}
+		return false
+	}
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: shortPolicy(4), Health: &webhook.HealthOptions{}})
+	res, err := s.Send(context.Background(), rv.conn("/orders"), samplePayload())
+	require.Error(t, err)
+	require.Equal(t, webhook.KindReset, res.Attempts[0].Kind)
+	_, err = s.Send(context.Background(), rv.conn("/users"), samplePayload())
+	assert.NoError(t, err, "a delivery the receiver answers, right after (%d deliveries of the poison one's %d attempts reached it)",
+		len(rv.deliveries()), len(res.Attempts))
 }

@@ -73,9 +73,9 @@ type SenderOptions struct {
 	MaxConcurrency int
 
 	// Health, if not nil, turns endpoint health on: an endpoint whose
-	// attempts keep failing without an answer is marked down, and while it
-	// is down only one probe at a time is sent to it; other deliveries to
-	// it fail at once, sending nothing, with an error matching
+	// attempts keep failing to connect is marked down, and while it is
+	// down only one probe at a time is sent to it; other deliveries to it
+	// fail at once, sending nothing, with an error matching
 	// ErrEndpointDown. See HealthOptions. Nil means every attempt is sent,
 	// as the service's schedule says.
 	Health *HealthOptions
@@ -329,7 +329,8 @@ func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body [
 
 // SendTest is the dashboard's "Send Test": it makes one attempt, without
 // retries, to deliver a complete, valid [EventUserIdentified] payload with
-// obviously sample data (see [SamplePayload]), signed like any other delivery.
+// obviously sample data (see [SamplePayload]), signed like any other delivery;
+// with endpoint health on, also to an endpoint that is down.
 // The Result's single attempt says what happened; its [Attempt.Diagnosis]
 // says it in words a person can act on. The error is as for Send.
 func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
@@ -342,6 +343,7 @@ func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
 	}
 	d := s.newDelivery(c, EventUserIdentified, body, 1)
 	d.maxRetries = 0 // a test is never retried
+	d.bypass = true  // and is sent even to an endpoint that is down
 	return d.runForResult(ctx, 0)
 }
 
