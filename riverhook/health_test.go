@@ -1,8 +1,13 @@
 package riverhook_test
 
 import (
+	"context"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,56 +24,52 @@ import (
 )
 
 // TestWorker_DownEndpointsDeliveriesWaitAndGoOutOnceItIsUp pins endpoint
-// health on the durable path, on a real PostgreSQL: an endpoint that hangs
-// is marked down; the deliveries enqueued meanwhile wait (snoozed, one probe
-// at a time reaching it) without spending an attempt; once it answers, every
-// delivery queued for it is delivered, and the service heard of the
-// endpoint twice: down, then up.
+// health on the durable path, on a real PostgreSQL: a host that hangs (its
+// TLS handshake never ends) is marked down; the deliveries enqueued
+// meanwhile wait (snoozed, one probe at a time reaching it) without
+// spending an attempt; once it answers, every delivery queued for it is
+// delivered, and the service heard of the endpoint twice: down, then up.
 func TestWorker_DownEndpointsDeliveriesWaitAndGoOutOnceItIsUp(t *testing.T) {
 	pool, schema := testDB(t)
-	var dead atomic.Bool
-	dead.Store(true)
-	var inFlight, peakWhileDown atomic.Int32
-	var downSince atomic.Bool
-	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		if downSince.Load() {
-			for p := peakWhileDown.Load(); n > p && !peakWhileDown.CompareAndSwap(p, n); p = peakWhileDown.Load() {
-			}
-		}
-		if dead.Load() {
-			<-r.Context().Done() // a host that hangs until the attempt times out
-			panic(http.ErrAbortHandler)
-		}
-	})})
+	srv := webhooktest.NewServer(secret, nil)
 	defer srv.Close()
+	host := newSwitchHost(t, strings.TrimPrefix(srv.URL, "https://"))
+	counter := newAttemptCounter(srv.Client().Transport, host.ln.Addr().String())
+	var downSince atomic.Bool
+	var peakWhileDown atomic.Int32
 
 	var mu sync.Mutex
 	var changes []webhook.EndpointHealth
 	down, up := make(chan struct{}), make(chan struct{})
 	policy := fastPolicy(6)
-	sender := srv.Sender(&webhook.SenderOptions{Retry: policy, AttemptTimeout: 150 * time.Millisecond,
+	sender, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: counter}, Retry: policy, AttemptTimeout: 150 * time.Millisecond,
 		Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 200 * time.Millisecond, MaxProbeInterval: 200 * time.Millisecond,
 			OnChange: func(h webhook.EndpointHealth) {
 				mu.Lock()
 				defer mu.Unlock()
 				changes = append(changes, h)
 				if h.Down {
+					counter.resetPeak()
 					downSince.Store(true)
 					close(down)
 				} else {
+					peakWhileDown.Store(counter.peak())
 					close(up)
 				}
 			}}})
+	require.NoError(t, err)
 	client, final := workerClient(t, pool, schema, riverhook.NewWorker(sender,
-		newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve, nil))
+		newResolver(map[string]webhook.Connection{"crm": host.connection(srv.Connection())}).resolve, nil))
 	snoozed, cancel := client.Subscribe(river.EventKindJobSnoozed)
 	defer cancel()
 	start(t, client)
 
 	early := insert(t, client, "early", []string{"crm"}, policy)
-	<-down
+	select {
+	case <-down:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not reported down within 30 s")
+	}
 	var later []*rivertype.JobInsertResult
 	for i := range 5 {
 		later = append(later, insert(t, client, "later"+strconv.Itoa(i), []string{"crm"}, policy)...)
@@ -88,8 +89,12 @@ func TestWorker_DownEndpointsDeliveriesWaitAndGoOutOnceItIsUp(t *testing.T) {
 			t.Fatalf("%d of %d deliveries snoozed within 30 s", len(waiting), len(later))
 		}
 	}
-	dead.Store(false) // the endpoint answers again: the next probe finds it up
-	<-up
+	host.dead.Store(false) // the endpoint answers again: the next probe finds it up
+	select {
+	case <-up:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not reported up within 30 s of its coming back")
+	}
 
 	jobs := waitFinal(t, final, 1+len(later))
 	for _, r := range later {
@@ -117,4 +122,226 @@ func TestWorker_DownEndpointsDeliveriesWaitAndGoOutOnceItIsUp(t *testing.T) {
 	assert.True(t, changes[0].Down)
 	assert.False(t, changes[1].Down)
 	assert.LessOrEqual(t, peakWhileDown.Load(), int32(1), "while down, at most one probe in flight")
+	assert.NotEmpty(t, srv.Deliveries(), "the deliveries reached the receiver behind the host")
+}
+
+// switchHost is a host at one address that is dead or back. Dead, it
+// accepts TCP connections and holds them without a word, so that an
+// attempt times out in its TLS handshake, having no connection; back, it
+// forwards each new connection to target, a receiver that answers through
+// it, TLS included.
+type switchHost struct {
+	ln     net.Listener
+	target string
+	dead   atomic.Bool
+	closed chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newSwitchHost(tb testing.TB, target string) *switchHost {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := &switchHost{ln: ln, target: target, closed: make(chan struct{})}
+	h.dead.Store(true)
+	h.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.wg.Go(func() { h.serve(c) })
+		}
+	})
+	tb.Cleanup(func() { close(h.closed); ln.Close(); h.wg.Wait() })
+	return h
+}
+
+func (h *switchHost) serve(c net.Conn) {
+	var up net.Conn
+	if !h.dead.Load() {
+		var err error
+		if up, err = net.Dial("tcp", h.target); err != nil {
+			c.Close()
+			return
+		}
+	}
+	done := make(chan struct{}, 2)
+	copiers := 1
+	if up != nil {
+		copiers = 2
+		go func() { io.Copy(up, c); up.Close(); done <- struct{}{} }()
+		go func() { io.Copy(c, up); c.Close(); done <- struct{}{} }()
+	} else {
+		go func() { io.Copy(io.Discard, c); done <- struct{}{} }() // until the client leaves
+	}
+	ended := 0
+	select {
+	case <-done:
+		ended++
+	case <-h.closed:
+	}
+	c.Close()
+	if up != nil {
+		up.Close()
+	}
+	for ; ended < copiers; ended++ {
+		<-done
+	}
+}
+
+// connection returns conn, a connection to the receiver behind h, with the
+// URL of h.
+func (h *switchHost) connection(conn webhook.Connection) webhook.Connection {
+	u, _ := url.Parse(conn.URL)
+	u.Host = h.ln.Addr().String()
+	conn.URL = u.String()
+	return conn
+}
+
+// attemptCounter is a RoundTripper that counts the attempts in flight to
+// each of its hosts (host:port), and the most at once.
+type attemptCounter struct {
+	next  http.RoundTripper
+	hosts map[string]*[2]atomic.Int32 // in flight, peak; set before use
+}
+
+func newAttemptCounter(next http.RoundTripper, hostPorts ...string) *attemptCounter {
+	c := &attemptCounter{next: next, hosts: map[string]*[2]atomic.Int32{}}
+	for _, hp := range hostPorts {
+		c.hosts[hp] = new([2]atomic.Int32)
+	}
+	return c
+}
+
+func (c *attemptCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if n := c.hosts[r.URL.Host]; n != nil {
+		now := n[0].Add(1)
+		defer n[0].Add(-1)
+		for p := n[1].Load(); now > p && !n[1].CompareAndSwap(p, now); p = n[1].Load() {
+		}
+	}
+	return c.next.RoundTrip(r)
+}
+
+// resetPeak starts counting the peak again from the attempts in flight.
+func (c *attemptCounter) resetPeak() {
+	for _, n := range c.hosts {
+		n[1].Store(n[0].Load())
+	}
+}
+
+func (c *attemptCounter) peak() int32 {
+	var most int32
+	for _, n := range c.hosts {
+		most = max(most, n[1].Load())
+	}
+	return most
+}
+
+// runLog is a Resolver recording, in order, the connection of each run.
+type runLog struct {
+	*resolver
+	mu   sync.Mutex
+	runs []string
+}
+
+func (r *runLog) resolve(ctx context.Context, id string) (webhook.Connection, error) {
+	r.mu.Lock()
+	r.runs = append(r.runs, id)
+	r.mu.Unlock()
+	return r.resolver.resolve(ctx, id)
+}
+
+func (r *runLog) count(id string, from int) (n, total int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, run := range r.runs[min(from, len(r.runs)):] {
+		if run == id {
+			n++
+		}
+	}
+	return n, len(r.runs)
+}
+
+// TestAdvisory_HealthBacklogOfADownEndpointWakesAtOnce pins "dead endpoints
+// must not starve healthy ones" for a backlog. Every delivery queued for a
+// down endpoint is snoozed until its next probe: to one instant, the same
+// for all. At that instant the whole backlog becomes available at once,
+// ahead (by scheduled_at) of every delivery enqueued since, and the
+// workers run it through, each run sending nothing and snoozing again (to
+// the end of the probe's lease, then to the next probe: one instant each
+// time). A healthy delivery enqueued just after the probe is due waits
+// behind the whole backlog, at every probe, for as long as the endpoint is
+// down.
+func TestAdvisory_HealthBacklogOfADownEndpointWakesAtOnce(t *testing.T) {
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadURL := "https://" + l.Addr().String() + "/hooks" // a port that refuses
+	l.Close()
+
+	down := make(chan struct{}, 1)
+	sender := srv.Sender(&webhook.SenderOptions{AttemptTimeout: time.Second,
+		Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: 2 * time.Second, MaxProbeInterval: 2 * time.Second,
+			OnChange: func(h webhook.EndpointHealth) {
+				if h.Down {
+					down <- struct{}{}
+				}
+			}}})
+	runs := &runLog{resolver: newResolver(map[string]webhook.Connection{
+		"dead": {Name: "dead", URL: deadURL, Secret: secret},
+		"ok":   srv.Connection(),
+	})}
+	client, final := workerClient(t, pool, schema, riverhook.NewWorker(sender, runs.resolve, nil))
+	snoozed, stopSnoozed := client.Subscribe(river.EventKindJobSnoozed)
+	defer stopSnoozed()
+	start(t, client)
+
+	policy := fastPolicy(0)
+	insert(t, client, "first", []string{"dead"}, policy)
+	<-down
+	const backlog = 2000
+	var params []river.InsertManyParams
+	for i := range backlog {
+		p, err := riverhook.InsertParams("d"+strconv.Itoa(i), []string{"dead"}, payload("d"+strconv.Itoa(i)), &riverhook.InsertOptions{Retry: policy})
+		require.NoError(t, err)
+		params = append(params, p...)
+	}
+	_, err = client.InsertMany(context.Background(), params)
+	require.NoError(t, err)
+	waiting := map[int64]bool{} // each queued delivery ran once, and waits
+	timeout := time.After(30 * time.Second)
+	for len(waiting) < backlog {
+		select {
+		case ev := <-snoozed:
+			waiting[ev.Job.ID] = true
+		case <-timeout:
+			t.Fatalf("%d of %d queued deliveries ran once within 30 s", len(waiting), backlog)
+		}
+	}
+	h := sender.Health()
+	require.Len(t, h, 1)
+	require.True(t, h[0].Down)
+	// Every queued delivery waits for the probe. Just after it is due, a
+	// healthy delivery is enqueued (River's clock is the real one).
+	time.Sleep(time.Until(h[0].NextProbe) + 50*time.Millisecond)
+	_, from := runs.count("", 0)
+	enqueued := time.Now()
+	healthy := insert(t, client, "healthy", []string{"ok"}, policy)[0].Job.ID
+	for done := false; !done; {
+		select {
+		case ev := <-final:
+			done = ev.Job.ID == healthy
+		case <-time.After(60 * time.Second):
+			t.Fatal("the healthy delivery did not end within 60 s")
+		}
+	}
+	waited := time.Since(enqueued)
+	ahead, _ := runs.count("dead", from)
+	assert.Less(t, ahead, backlog/4, "runs of the down endpoint's deliveries, each sending nothing, before a healthy delivery enqueued after them (it waited %v)", waited)
 }
