@@ -1,0 +1,106 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+)
+
+// This file holds how a failed attempt is classified: its FailureKind, and
+// the printable, scrubbed error that names the endpoint by its origin alone.
+
+// classify returns the kind and error of an attempt with answer resp or
+// transport error err. The error's text names the endpoint by its origin
+// alone (redactURL), shows none of the connection's secret texts (scrub: a
+// status line's reason phrase, a Location header and a certificate's names
+// are the receiver's text, which may echo them) and is printable.
+func classify(ctx context.Context, resp *http.Response, err error, rawURL string, scrub func(string) string) (FailureKind, error) {
+	if err == nil {
+		code := resp.StatusCode
+		switch {
+		case code >= 200 && code < 300:
+			return KindNone, nil
+		case code >= 300 && code < 400:
+			msg := "webhook: receiver answered " + resp.Status + "; redirects are not followed"
+			if loc := resp.Header.Get("Location"); loc != "" {
+				msg += " (Location: " + redactURL(loc) + ")"
+			}
+			return KindRedirect, errors.New(printable(scrub(msg), 0))
+		}
+		return KindStatus, errors.New(printable(scrub("webhook: receiver answered "+resp.Status), 0))
+	}
+	cause := err
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		cause = ue.Err
+	}
+	kind := KindOther
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var recordErr tls.RecordHeaderError
+	var alertErr tls.AlertError
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalidCert x509.CertificateInvalidError
+	switch {
+	case errors.Is(err, ErrBlockedDestination):
+		kind = KindBlocked
+	case ctx.Err() != nil:
+		kind = KindCanceled
+	case errors.As(err, &dnsErr):
+		kind = KindDNS
+	case errors.As(err, &certErr), errors.As(err, &recordErr), errors.As(err, &alertErr),
+		errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidCert),
+		// net/http replaces the RecordHeaderError of a plain-HTTP answer by
+		// a string error.
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		kind = KindTLS
+	case isTimeout(err):
+		kind = KindTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		kind = KindRefused
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		// net/http's HTTP/2 stream error (RST_STREAM) is not exported.
+		strings.HasPrefix(cause.Error(), "stream error: "):
+		kind = KindReset
+	}
+	msg := "webhook: " + kindText[kind] + " " + redactURL(rawURL) + ": " + cause.Error()
+	return kind, &attemptError{msg: printable(scrub(msg), 0), cause: cause}
+}
+
+// attemptError is the error of an attempt that failed without an answer:
+// printable text, and the cause for errors.Is and errors.As.
+type attemptError struct {
+	msg   string
+	cause error
+}
+
+func (e *attemptError) Error() string { return e.msg }
+
+func (e *attemptError) Unwrap() error { return e.cause }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+var kindText = map[FailureKind]string{
+	KindBlocked:  "refused to connect to",
+	KindCanceled: "canceled request to",
+	KindDNS:      "cannot resolve host of",
+	KindTLS:      "TLS failed with",
+	KindTimeout:  "timed out waiting for",
+	KindRefused:  "connection refused by",
+	KindReset:    "connection reset by",
+	KindOther:    "request failed to",
+}
