@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/assert"
@@ -308,12 +309,7 @@ func TestRiver_LeaderWithoutTheWorkerDiscardsACrashedDelivery(t *testing.T) {
 	defer srv.Close()
 	ctx := context.Background()
 
-	// The delivery whose worker process died 5 minutes into its first
-	// attempt: running, as River's executor left it.
-	inserted := insert(t, newClient(t, pool, schema, nil, nil), "d1", []string{"crm"}, nil)
-	id := inserted[0].Job.ID
-	_, err := pool.Exec(ctx, "UPDATE "+schema+".river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '5 minutes', attempted_by = '{dead-worker}' WHERE id = $1", id)
-	require.NoError(t, err)
+	id := crashedDelivery(t, pool, schema)
 
 	w := newTestWorker(srv, nil, nil)
 	delivering := newClient(t, pool, schema, func() *river.Workers {
@@ -358,12 +354,8 @@ func TestWorker_LeaderWorkingOtherQueuesRescuesACrashedDelivery(t *testing.T) {
 	pool, schema := testDB(t)
 	srv := webhooktest.NewServer(secret, nil)
 	defer srv.Close()
-	ctx := context.Background()
 
-	inserted := insert(t, newClient(t, pool, schema, nil, nil), "d1", []string{"crm"}, nil)
-	id := inserted[0].Job.ID
-	_, err := pool.Exec(ctx, "UPDATE "+schema+".river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '5 minutes', attempted_by = '{dead-worker}' WHERE id = $1", id)
-	require.NoError(t, err)
+	id := crashedDelivery(t, pool, schema)
 
 	w := newTestWorker(srv, nil, nil)
 	delivering := newClient(t, pool, schema, func() *river.Workers {
@@ -394,4 +386,16 @@ func TestWorker_LeaderWorkingOtherQueuesRescuesACrashedDelivery(t *testing.T) {
 		log = append(log, brief(a))
 	}
 	assert.Equal(t, []string{"n=1 interrupted", "n=1 delivered"}, log)
+}
+
+// crashedDelivery inserts a delivery whose worker process died 5 minutes
+// into its first attempt: running, as River's executor left it. It
+// returns the job's id.
+func crashedDelivery(t *testing.T, pool *pgxpool.Pool, schema string) int64 {
+	t.Helper()
+	inserted := insert(t, newClient(t, pool, schema, nil, nil), "d1", []string{"crm"}, nil)
+	id := inserted[0].Job.ID
+	_, err := pool.Exec(context.Background(), "UPDATE "+schema+".river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '5 minutes', attempted_by = '{dead-worker}' WHERE id = $1", id)
+	require.NoError(t, err)
+	return id
 }
