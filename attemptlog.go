@@ -159,8 +159,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 // column: valid UTF-8 without any control or format character. Line breaks
 // and other white space become spaces; every other control or format
 // character (C0 and C1 controls, DEL, bidi overrides and isolates,
-// zero-width characters, NUL), every unassigned or private-use code point
-// and every byte that is not UTF-8 becomes U+FFFD; the ends are trimmed. It
+// zero-width characters, NUL), every character that shows nothing
+// (variation selectors, Hangul fillers, the combining grapheme joiner),
+// every unassigned or private-use code point and every byte that is not
+// UTF-8 becomes U+FFFD; the ends are trimmed. It
 // is empty when no body came.
 func (a Attempt) ResponseText() string { return printable(string(a.ResponseBody), 0) }
 
@@ -180,13 +182,21 @@ func printable(s string, maxRunes int) string {
 		switch {
 		case unicode.IsSpace(r):
 			b.WriteByte(' ')
-		case !unicode.IsPrint(r): // invalid bytes decode as U+FFFD, which is printable
+		case !unicode.IsPrint(r) || invisible(r): // invalid bytes decode as U+FFFD, which is printable
 			b.WriteRune(utf8.RuneError)
 		default:
 			b.WriteRune(r)
 		}
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// invisible reports whether r is a printable character that shows nothing
+// (a variation selector, a Hangul filler, a combining grapheme joiner):
+// text may hide in them, as in format characters.
+func invisible(r rune) bool {
+	return unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r) ||
+		r == '\u115F' || r == '\u1160' || r == '\u3164' || r == '\uFFA0'
 }
 
 // Diagnosis describes the attempt in one sentence a person can act on: what
@@ -210,7 +220,7 @@ func (a Attempt) diagnosis() string {
 	case KindReset:
 		return "failed: the server closed the connection before answering; check the server's logs"
 	case KindTLS:
-		return fmt.Sprintf("failed: the TLS handshake failed (%v); the endpoint needs a valid certificate for its host name", errors.Unwrap(a.Err))
+		return fmt.Sprintf("failed: the TLS handshake failed (%s); the endpoint needs a valid certificate for its host name", failureDetail(a.Err))
 	case KindTimeout:
 		return fmt.Sprintf("failed: no answer within %v; answer within 5 seconds and do heavy work in the background", took)
 	case KindRedirect:
@@ -228,6 +238,20 @@ func (a Attempt) diagnosis() string {
 		return "interrupted: the process making the attempt stopped before it ended (a crash or a kill); it was run again and cost no retry"
 	}
 	return fmt.Sprintf("failed: %v", a.Err)
+}
+
+// failureDetail returns the cause's text of err, an attempt's error: as
+// scrubbed as err's own text, never the raw cause, whose text came in part
+// from the receiver. An error read back from a stored log is its text.
+func failureDetail(err error) string {
+	var ae *attemptError
+	switch {
+	case errors.As(err, &ae):
+		return ae.detail
+	case err != nil:
+		return err.Error()
+	}
+	return "no detail"
 }
 
 // roundDuration keeps two or three significant digits: 3.2ms, 410µs, 1.25s.

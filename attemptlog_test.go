@@ -111,6 +111,7 @@ func TestAttempt_ResponseText(t *testing.T) {
 		{"NUL and DEL", "a\x00b\x7fc", "a\uFFFDb\uFFFDc"},
 		{"invalid UTF-8", "a\xffb\xc3", "a\uFFFDb\uFFFD"},
 		{"separators", "a\u2028b\u2029c", "a b c"},
+		{"invisible but printable", "pay\u034Fpal \u3164 \u115F\u1160\uFFA0 ok\uFE0F\U000E0100", "pay\uFFFDpal \uFFFD \uFFFD\uFFFD\uFFFD ok\uFFFD\uFFFD"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -73,15 +73,19 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		strings.HasPrefix(cause.Error(), "stream error: "):
 		kind = KindReset
 	}
-	msg := "webhook: " + kindText[kind] + " " + redactURL(rawURL) + ": " + cause.Error()
-	return kind, &attemptError{msg: printable(scrub(msg), 0), cause: cause}
+	detail := printable(scrub(cause.Error()), 0)
+	msg := "webhook: " + kindText[kind] + " " + redactURL(rawURL) + ": " + detail
+	return kind, &attemptError{msg: printable(scrub(msg), 0), detail: detail, cause: cause}
 }
 
 // attemptError is the error of an attempt that failed without an answer:
-// printable text, and the cause for errors.Is and errors.As.
+// printable text, and the cause for errors.Is and errors.As. detail is the
+// cause's text made as printable and as scrubbed as msg, for Diagnosis:
+// the cause's own text is the receiver's too (a certificate's names).
 type attemptError struct {
-	msg   string
-	cause error
+	msg    string
+	detail string
+	cause  error
 }
 
 func (e *attemptError) Error() string { return e.msg }

@@ -309,24 +309,24 @@ func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) 
 // readResponseBody returns the start of resp's body, drains a bounded rest
 // so the connection can be reused, and closes it. A read error (the attempt
 // timing out, say) shows as a shorter body: the status has already come.
-func readResponseBody(resp *http.Response) []byte {
+func readResponseBody(resp *http.Response) (excerpt []byte, cut bool) {
 	body := resp.Body
 	resp.Body = http.NoBody
 	defer body.Close()
 	if resp.ContentLength == 0 {
-		return nil // the common answer: nothing to read
+		return nil, false // the common answer: nothing to read
 	}
 	buf := bodyBuffers.Get().(*[maxLoggedBody]byte)
 	defer bodyBuffers.Put(buf)
 	n, _ := io.ReadFull(body, buf[:])
 	if n == len(buf) { // cut: drain a bounded rest, and end on a whole character
 		io.CopyN(io.Discard, body, maxDrainedBody)
-		n = len(cutAtRune(buf[:n]))
+		return bytes.Clone(cutAtRune(buf[:n])), true
 	}
 	if n == 0 {
-		return nil
+		return nil, false
 	}
-	return bytes.Clone(buf[:n])
+	return bytes.Clone(buf[:n]), false
 }
 
 var bodyBuffers = sync.Pool{New: func() any { return new([maxLoggedBody]byte) }}
@@ -398,13 +398,18 @@ func (d *delivery) result(r *Result) (*Result, error) {
 }
 
 // scrubBody returns b, an answer's excerpt, without the connection's
-// secret texts, which a receiver may echo (see Connection.secretTexts).
-func (d *delivery) scrubBody(b []byte) []byte {
+// secret texts, which a receiver may echo (see Connection.secretTexts), nor
+// the start of one where the excerpt was cut.
+func (d *delivery) scrubBody(b []byte, cut bool) []byte {
 	if len(b) < minScrubbed {
 		return b
 	}
 	text := string(b)
-	if clean := d.scrubText(text); clean != text {
+	clean := d.scrubText(text)
+	if cut {
+		clean = scrubCutTail(clean, d.secrets)
+	}
+	if clean != text {
 		return []byte(clean)
 	}
 	return b

@@ -4,11 +4,20 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +320,112 @@ func TestSend_EchoedSecretsAreScrubbed(t *testing.T) {
 				assert.Contains(t, a.ResponseText(), "Cannot POST …", "what is not secret stays")
 			}
 		})
+	}
+}
+
+// printedTexts is every text the library makes of a delivery for people.
+func printedTexts(t *testing.T, res *webhook.Result, err error) []string {
+	t.Helper()
+	var table strings.Builder
+	require.NoError(t, res.WriteTable(&table))
+	texts := []string{table.String()}
+	if err != nil {
+		texts = append(texts, err.Error())
+	}
+	for _, a := range res.Attempts {
+		texts = append(texts, a.String(), a.Diagnosis(), a.ResponseText(), string(a.ResponseBody))
+		if a.Err != nil {
+			texts = append(texts, a.Err.Error())
+		}
+	}
+	return texts
+}
+
+// A receiver echoes a connection's secret texts in other forms than the
+// connection has them: a route trimmed of its slashes or of its last one,
+// a run of the path's short segments (a Zapier URL's credential), query-
+// escaped in a login redirect, a hex token lowered, the Basic credentials
+// net/http makes of the URL's user information, and a token that the 4 KiB
+// cut of the excerpt splits.
+func TestSend_EchoedSecretsInOtherFormsAreScrubbed(t *testing.T) {
+	const (
+		short1 = "1234567"
+		short2 = "abc1de2"
+		hex    = "9F86D081884C7D65B2A1C3E4"
+		cutTok = "T0123456789abcdefghijKLMNOPQRSTUV"
+	)
+	zapier := "/hooks/catch/" + short1 + "/" + short2 + "/"
+	for name, tc := range map[string]struct {
+		path    string
+		echo    func(r *http.Request) string
+		secrets []string // none of which, nor their first 7 bytes, may show
+	}{
+		"route trimmed": {zapier, func(r *http.Request) string {
+			return "The route " + strings.Trim(r.URL.Path, "/") + " could not be found."
+		}, []string{short1, short2}},
+		"last slash dropped":   {zapier, func(r *http.Request) string { return "Cannot POST " + strings.TrimSuffix(r.URL.Path, "/") }, []string{short1, short2}},
+		"a run of segments":    {zapier, func(r *http.Request) string { return "no hook " + short1 + "/" + short2 }, []string{short1 + "/" + short2}},
+		"query-escaped":        {zapier, func(r *http.Request) string { return "log in: /login?next=" + url.QueryEscape(r.URL.Path) }, []string{short1, short2}},
+		"lowered":              {"/hooks/" + hex, func(r *http.Request) string { return "unknown hook " + strings.ToLower(r.URL.Path) }, []string{strings.ToLower(hex)}},
+		"basic credentials":    {"/hook", func(r *http.Request) string { return "bad credentials: " + r.Header.Get("Authorization") }, []string{"YWxpY2U6czNjcmV0UGFzc3dvcmQ"}},
+		"cut by the 4 KiB cut": {"/hooks/" + cutTok, func(r *http.Request) string { return strings.Repeat("x", 4096-40) + "no route " + r.URL.Path }, []string{cutTok}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rv := newReceiver(t)
+			rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
+				w.WriteHeader(http.StatusNotFound)
+				io.WriteString(w, tc.echo(r))
+				return true
+			}
+			conn := rv.conn(tc.path)
+			conn.URL = strings.Replace(conn.URL, "https://", "https://alice:s3cretPassword@", 1)
+			res, err := newTestSender(t, rv, &webhook.SenderOptions{Retry: shortPolicy(0)}).Send(context.Background(), conn, samplePayload())
+			require.Error(t, err)
+			require.Len(t, rv.deliveries(), 1, "the receiver saw it: %v", err)
+			for _, text := range printedTexts(t, res, err) {
+				for _, secret := range tc.secrets {
+					assert.NotContains(t, text, secret[:7])
+				}
+			}
+			assert.NotEmpty(t, res.Attempts[0].ResponseText(), "what is not secret stays")
+		})
+	}
+}
+
+// A certificate's names are the receiver's text, which may carry the
+// URL's path token; Diagnosis shows the TLS failure's cause as scrubbed as
+// the attempt's error.
+func TestAttempt_DiagnosisOfATLSFailureShowsNoSecret(t *testing.T) {
+	const token = "k9f86d081884c7d65b2a1"
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: []string{token + ".invalid"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}
+	defer tr.CloseIdleConnections()
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+	require.NoError(t, err)
+
+	conn := webhook.Connection{Name: "crm", URL: "https://localhost:" + srv.URL[strings.LastIndex(srv.URL, ":")+1:] + "/hooks/" + token, Secret: testSecret}
+	res, err := s.Send(context.Background(), conn, samplePayload())
+	require.Error(t, err)
+	require.Equal(t, webhook.KindTLS, res.Attempts[0].Kind, "%v", err)
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "certificate is valid for …", "the cause is shown, scrubbed")
+	for _, text := range printedTexts(t, res, err) {
+		assert.NotContains(t, text, token)
 	}
 }

@@ -94,6 +94,7 @@
 package webhook
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -383,14 +384,19 @@ func (c Connection) shownHeaderNames() []string {
 const minScrubbed = 8
 
 // secretTexts returns the texts of c that no text the library makes may
-// show, longest first: the secret, the URL's path, its segments, its query
-// and the values in it, as written and decoded, its user information, and
-// the values of custom headers and the words in them. A receiver may echo
-// any of them (a 404 page quoting the path, a 401 page the Authorization
+// show, longest first and in ASCII lower case (scrub matches them in any
+// case: a receiver may echo a hex token lowered): the secret, the URL's
+// path and every run of its segments, as written, decoded and
+// query-escaped (a 404 page quotes the route with or without its slashes,
+// a login redirect's next= escapes it), its query and the values in it, its
+// user information, the Basic credentials net/http makes of it, and the
+// values of custom headers and the words in them. A receiver may echo any
+// of them (a 404 page quoting the path, a 401 page the Authorization
 // header).
 func (c Connection) secretTexts() []string {
 	var texts []string
 	add := func(t string) {
+		t = asciiLower(t)
 		if len(t) >= minScrubbed && !slices.Contains(texts, t) {
 			texts = append(texts, t)
 		}
@@ -405,8 +411,15 @@ func (c Connection) secretTexts() []string {
 	if u, err := url.Parse(c.URL); err == nil {
 		for _, path := range []string{u.Path, u.EscapedPath()} {
 			add(path)
-			for segment := range strings.SplitSeq(path, "/") {
+			add(url.QueryEscape(path))
+			segments := strings.Split(strings.Trim(path, "/"), "/")
+			for i, segment := range segments {
 				add(segment)
+				for j := i + 2; j <= min(len(segments), i+maxScrubbedRun); j++ {
+					run := strings.Join(segments[i:j], "/")
+					add(run)
+					add(url.QueryEscape(run))
+				}
 			}
 		}
 		add(u.RawQuery)
@@ -418,20 +431,65 @@ func (c Connection) secretTexts() []string {
 		add(u.User.String())
 		if p, ok := u.User.Password(); ok {
 			add(p)
+			add(base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + p)))
 		}
 	}
 	slices.SortFunc(texts, func(a, b string) int { return len(b) - len(a) })
 	return texts
 }
 
-// scrub returns s with every one of texts replaced by "…".
+// maxScrubbedRun is the most segments of a URL's path scrub replaces as
+// one run, beside each segment and the whole path.
+const maxScrubbedRun = 8
+
+// scrub returns s with every one of texts, in lower case, replaced by "…"
+// wherever s has it in any ASCII case.
 func scrub(s string, texts []string) string {
+	folded := asciiLower(s)
 	for _, t := range texts {
-		if strings.Contains(s, t) {
-			s = strings.ReplaceAll(s, t, "…")
+		for {
+			i := strings.Index(folded, t)
+			if i < 0 {
+				break
+			}
+			s = s[:i] + "…" + s[i+len(t):]
+			folded = folded[:i] + "…" + folded[i+len(t):]
 		}
 	}
 	return s
+}
+
+// scrubCutTail returns s, an excerpt that a cut ended, less a tail that
+// begins one of texts: the cut may have split one, which scrub then
+// misses.
+func scrubCutTail(s string, texts []string) string {
+	folded := asciiLower(s)
+	end := len(s)
+	for _, t := range texts {
+		for k := min(len(t)-1, len(folded)); k > 0; k-- {
+			if strings.HasSuffix(folded, t[:k]) {
+				end = min(end, len(s)-k)
+				break
+			}
+		}
+	}
+	return s[:end]
+}
+
+// asciiLower returns s with ASCII letters in lower case, and every byte
+// where it was, so that an index in it is one in s.
+func asciiLower(s string) string {
+	i := strings.IndexFunc(s, func(r rune) bool { return 'A' <= r && r <= 'Z' })
+	if i < 0 {
+		return s
+	}
+	b := []byte(s)
+	for ; i < len(b); i++ {
+		if 'A' <= b[i] && b[i] <= 'Z' {
+			b[i] += 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // redactURL names the endpoint of raw by its origin, scheme, host and
