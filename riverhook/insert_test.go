@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
@@ -28,13 +30,7 @@ func TestInsertTx_NoConnectionsCommits(t *testing.T) {
 	pool, schema := testDB(t)
 	client := newClient(t, pool, schema, nil, nil)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, "CREATE TABLE "+schema+".users (id text PRIMARY KEY)")
-	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "INSERT INTO "+schema+".users VALUES ('usr_1')")
-	require.NoError(t, err)
+	tx := userChangeTx(t, pool, schema)
 	res, err := riverhook.InsertTx(ctx, client, tx, "evt_1", nil, payload("evt_1"), nil)
 	require.NoError(t, err, "a customer with no connections")
 	assert.Empty(t, res)
@@ -57,13 +53,7 @@ func TestInsertTx_RepeatedConnectionIDIsOneDelivery(t *testing.T) {
 	pool, schema := testDB(t)
 	client := newClient(t, pool, schema, nil, nil)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, "CREATE TABLE "+schema+".users (id text PRIMARY KEY)")
-	require.NoError(t, err)
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "INSERT INTO "+schema+".users VALUES ('usr_1')")
-	require.NoError(t, err)
+	tx := userChangeTx(t, pool, schema)
 
 	res, err := riverhook.InsertTx(ctx, client, tx, "evt_1", []string{"crm", "erp", "crm"}, payload("evt_1"), nil)
 	require.NoError(t, err, "one delivery to crm, the repeat skipped")
@@ -279,4 +269,20 @@ func TestArgs_DecodesJobsOfTheEarlierFormat(t *testing.T) {
 	var again riverhook.Args
 	require.NoError(t, json.Unmarshal(now, &again))
 	assert.Equal(t, want, again)
+}
+
+// userChangeTx begins the caller's transaction of the README's outbox: a
+// users table, and a user inserted in the transaction, which the test
+// commits or which is rolled back when it ends.
+func userChangeTx(t *testing.T, pool *pgxpool.Pool, schema string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, "CREATE TABLE "+schema+".users (id text PRIMARY KEY)")
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, "INSERT INTO "+schema+".users VALUES ('usr_1')")
+	require.NoError(t, err)
+	return tx
 }
