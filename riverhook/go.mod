@@ -2,14 +2,12 @@ module github.com/signedhook/webhook/riverhook
 
 go 1.26.0
 
-replace github.com/signedhook/webhook => ../
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/riverqueue/river/rivertype v0.51.1
-	github.com/signedhook/webhook v0.0.0
+	github.com/signedhook/webhook v0.0.0-20261122220533-ca542d96e356
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

@@ -2,13 +2,11 @@ module github.com/signedhook/webhook/examples/routers
 
 go 1.25.0
 
-replace github.com/signedhook/webhook => ../..
-
 require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/labstack/echo/v4 v4.16.0
-	github.com/signedhook/webhook v0.0.0
+	github.com/signedhook/webhook v0.0.0-20261122220533-ca542d96e356
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

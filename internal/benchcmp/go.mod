@@ -2,11 +2,9 @@ module github.com/signedhook/webhook/internal/benchcmp
 
 go 1.26.0
 
-replace github.com/signedhook/webhook => ../..
-
 require (
 	github.com/google/go-github/v75 v75.0.0
-	github.com/signedhook/webhook v0.0.0
+	github.com/signedhook/webhook v0.0.0-20261122220533-ca542d96e356
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	github.com/stripe/stripe-go/v85 v85.0.0
 	github.com/svix/svix-webhooks v1.44.0
