@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Makes every nested module require the root module at COMMIT (default HEAD),
+# a commit already on main or about to land with them, and updates their
+# go.sum. Run from the repository root after committing the root's change:
+#
+#	bash .ci/bump-root.sh            # the root as of HEAD
+#	bash .ci/bump-root.sh 1a2b3c4d   # as of another commit
+#
+# See CONTRIBUTING.md for when.
+set -euo pipefail
+commit=$(git rev-parse "${1:-HEAD}")
+work=$(mktemp -d)
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+ts=$(TZ=UTC git show -s --format=%cd --date=format-local:%Y%m%d%H%M%S "$commit")
+ver="v0.0.0-$ts-${commit:0:12}"
+d="$work/proxy/github.com/signedhook/webhook/@v"
+mkdir -p "$d"
+echo "$ver" >"$d/list"
+printf '{"Version":"%s","Time":"%s"}\n' "$ver" "$(TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ "$commit")" >"$d/$ver.info"
+git show "$commit:go.mod" >"$d/$ver.mod"
+exclude=()
+for nested in $(git ls-tree -r --name-only "$commit" | grep '/go.mod$' | xargs -r -n1 dirname); do
+	exclude+=(":(exclude)$nested")
+done
+git archive --format=zip --prefix="github.com/signedhook/webhook@$ver/" -o "$d/$ver.zip" "$commit" -- . "${exclude[@]}"
+for m in $(git ls-files '*/go.mod' | xargs -n1 dirname); do
+	(cd "$m" && GOWORK=off GOFLAGS=-mod=mod GONOSUMDB=github.com/signedhook \
+		GOPROXY="file://$work/proxy,file://$(go env GOMODCACHE)/cache/download,$(go env GOPROXY)" \
+		go get "github.com/signedhook/webhook@$ver" && GOWORK=off GOFLAGS=-mod=mod GONOSUMDB=github.com/signedhook \
+		GOPROXY="file://$work/proxy,file://$(go env GOMODCACHE)/cache/download,$(go env GOPROXY)" go mod tidy)
+	echo "$m: github.com/signedhook/webhook $ver"
+done
