@@ -14,15 +14,9 @@ import (
 // job kind's, and a service's other jobs would be killed after the
 // worker's bound. The worker's own Timeout bounds its jobs.
 func TestDocs_NoClientWideJobTimeout(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	require.NoError(t, err)
-	durable := string(readme)
-	start := strings.Index(durable, "## Durable deliveries")
-	require.GreaterOrEqual(t, start, 0)
-	durable = durable[start:]
-	durable = durable[:strings.Index(durable[3:], "\n## ")+3]
+	durable := mustRead(t, "README.md")
 	setting := regexp.MustCompile(`\bJobTimeout:`)
-	for name, text := range map[string]string{"README's durable section": durable, "example_test.go": mustRead(t, "example_test.go"),
+	for name, text := range map[string]string{"riverhook/README.md": durable, "example_test.go": mustRead(t, "example_test.go"),
 		"riverhook.go": mustRead(t, "riverhook.go"), "examples/durable/main.go": mustRead(t, "examples/durable/main.go")} {
 		assert.False(t, setting.MatchString(text), "%s sets the client-wide JobTimeout", name)
 		assert.True(t, strings.Contains(text, "RescueStuckJobsAfter"), "%s derives the rescue threshold", name)
@@ -36,15 +30,11 @@ func TestDocs_NoClientWideJobTimeout(t *testing.T) {
 // worker for, and "a crash loses no delivery" fails in a service whose
 // other River clients do other work.
 func TestDocs_EveryClientRegistersTheWorker(t *testing.T) {
-	readme := mustRead(t, "../README.md")
-	start := strings.Index(readme, "## Durable deliveries")
-	require.GreaterOrEqual(t, start, 0)
-	durable := readme[start:]
-	durable = durable[:strings.Index(durable[3:], "\n## ")+3]
+	durable := mustRead(t, "README.md")
 	// "every client", "each River client", "all clients" ... with "leader"
 	// or "rescu" nearby, in either order.
 	says := regexp.MustCompile(`(?is)\b(every|each|all)\b[^.:;]{0,80}\bclients?\b[^.]{0,200}\b(registers?|worker)\b[^.]{0,300}(leader|rescu)|\bregister[^.]{0,40}\bworker\b[^.]{0,80}\b(every|each|all)\b[^.]{0,40}\bclients?\b|\bleader[^.]{0,150}(discard|no worker|without the worker)`)
-	for name, text := range map[string]string{"README's durable section": durable, "riverhook.go": mustRead(t, "riverhook.go")} {
+	for name, text := range map[string]string{"riverhook/README.md": durable, "riverhook.go": mustRead(t, "riverhook.go")} {
 		assert.True(t, says.MatchString(text), "%s does not say that every client must register the Worker, or River's leader discards crashed deliveries", name)
 	}
 }

@@ -2,131 +2,40 @@
 // queue on PostgreSQL (github.com/riverqueue/river): a delivery is written
 // in the same transaction as the change that caused it (the outbox), survives
 // restarts and crashes, and is worked by as many processes as you run. It
-// integrates with River rather than being a queue of its own.
+// integrates with River rather than being a queue of its own. The module's
+// README.md walks through the set-up, crashes, the attempt log and River UI.
 //
-// Each delivery to a connection is one job ([Args], kind
-// "signedhook_delivery") holding the event, the delivery's id, the
-// connection's id and the body as exact bytes; never a URL, a header value
-// or a secret, which the [Worker] resolves when each attempt runs, so a
-// rotated secret or a changed URL applies to pending retries. Each run of
-// the job is one [webhook.Sender.Attempt]; the Sender's retry policy decides
-// whether and when the next attempt runs, and River schedules it.
+// A tour of the package:
 //
-// # Setting up
+//   - [Args] is one delivery to one connection (kind "signedhook_delivery"):
+//     the event, the delivery's id, the connection's id and the body as
+//     exact bytes; never a URL, a header value or a secret.
+//   - [InsertTx] and [InsertParams] enqueue a delivery in your transaction,
+//     one job per connection; a repeated insert is skipped.
+//   - [Worker], built by [NewWorker] from a [webhook.Sender] and a
+//     [Resolver], makes one [webhook.Sender.Attempt] per run of a job and
+//     hands the policy's wait to River. Register it with river.AddWorker.
+//   - [Worker.RescueStuckJobsAfter] gives River's RescueStuckJobsAfter, so a
+//     delivery cut by a crash runs again within about a minute and a half
+//     instead of River's hour. A crash costs no attempt of the policy's
+//     ([MaxInterruptedRuns] bounds the runs spent on them).
+//   - [DeliveryOf] and [ListDeliveries] read a delivery's attempt log, kept
+//     as the job's River output.
+//   - [DurableRetryPolicy] waits hours rather than seconds.
 //
-// Migrate River's schema once (rivermigrate, or the river CLI), register
-// the worker, and start a client:
-//
-//	worker := riverhook.NewWorker(sender, resolve, nil)
-//	workers := river.NewWorkers()
-//	river.AddWorker(workers, worker)
-//	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-//		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}},
-//		Workers:              workers,
-//		FetchCooldown:        10 * time.Millisecond, // the default 100 ms caps a client at MaxWorkers jobs per 100 ms
-//		RescueStuckJobsAfter: worker.RescueStuckJobsAfter(0), // 1 min; River's default is 1 h
-//	})
-//
-// Client settings that matter: RescueStuckJobsAfter, after which River's
-// rescuer (every 30 s, on the elected leader) runs again the job of a
-// process that died: [Worker.RescueStuckJobsAfter] derives the least safe
-// value from the Sender's attempt timeout, so a killed worker's deliveries
-// run again within about a minute and a half instead of River's hour.
-// FetchCooldown (above). MaxWorkers, the deliveries in flight per client.
-// Leave the client-wide JobTimeout alone: it is every job kind's, and the
-// Worker bounds its own jobs ([Worker.Timeout], which River prefers).
-//
-// Register the Worker in every River client you start on the database
-// (and schema), also in those that work other queues only, and give them
-// the same RescueStuckJobsAfter: River's rescuer runs on whichever client
-// is the elected leader, with that client's settings, and it discards a
-// stuck job of a kind its own client has no worker for, so a delivery cut
-// by a crash is lost whenever a client without the Worker leads. A client
-// that must not register it sets River's LeaderElectionDisabled. A queue
-// of the deliveries' own ([InsertOptions].InsertOpts' Queue), worked by the
-// clients you choose, keeps deliveries off the other clients' workers (as
-// their FetchOnlyKnownKinds does): a client working that queue without the
-// Worker fails each delivery it fetches, costing one of the job's runs. It
-// does not keep them from the leader's rescuer.
-//
-// # Enqueueing in your transaction
-//
-//	_, err := riverhook.InsertTx(ctx, client, tx, deliveryID, connectionIDs, payload, nil)
-//	... // commit: the deliveries exist exactly when your change does
-//
-// A customer with no connections inserts nothing and the transaction
-// commits. A rolled-back transaction leaves no job. A repeated insert of the
-// same delivery to the same connection is skipped (unique by both ids, with
-// River's unique options in [Args.InsertOpts], so a plain client.Insert of
-// Args is unique too, also against a job of the earlier riverhook), as long
-// as the earlier job is not cancelled or discarded: River's default unique
-// states leave those out. To resend a delivery that ended, retry its job
-// (client.JobRetry: its attempt numbers go on, so one that the policy gave
-// up on gets one more attempt), or insert it under a new delivery id.
-// Receivers must tolerate duplicates: a worker killed after the receiver
-// answered runs the attempt again.
-//
-// # Crashes
-//
-// The attempt number the Sender's policy sees counts the attempts that
-// reached an outcome: an attempt cut by a crash (a SIGKILL, a lost machine),
-// the last one included, costs neither the delivery nor one of the policy's
-// attempts. River counts every run, so [InsertParams] gives each job River
-// attempts for the policy's plus [MaxInterruptedRuns]: a job whose worker
-// dies every time still ends. A job ends completed when delivered, discarded
-// when the policy gave up (or River ran out of runs: [Delivery].Reason says
-// which), cancelled when its connection is gone, invalid or refused by the
-// private-network guard.
-//
-// # Dead endpoints
+// Register the Worker in every River client you start on the database, also
+// in those that work other queues only, with the same RescueStuckJobsAfter:
+// River's rescuer runs on whichever client is the elected leader, and it
+// discards a stuck job of a kind its own client has no worker for. A client
+// that must not register it sets River's LeaderElectionDisabled. Leave the
+// client-wide JobTimeout alone: the Worker bounds its own jobs
+// ([Worker.Timeout]).
 //
 // With the Sender's endpoint health on (webhook.SenderOptions.Health), a
-// delivery to an endpoint that is down is not sent: its job is snoozed until
-// the endpoint's next probe, costing no attempt, River's or the policy's,
-// and goes out once a probe finds the endpoint up. Each worker process
-// keeps its own view and probes on its own.
+// delivery to an endpoint that is down is snoozed until the endpoint's next
+// probe, costing no attempt.
 //
-// # The attempt log
-//
-// Each job holds its delivery's whole attempt log as its River output
-// (river.RecordOutput, in the job's metadata under "output"), written with
-// the outcome of each run, with no table of riverhook's own and no write of
-// its own: at most one entry per run River makes (MaxAttempts), each at
-// most 1 KiB of JSON, such as
-//
-//	{"attempts": [
-//	  {"n": 1, "run": 1, "kind": "status", "start": "2026-11-22T09:00:00.125Z", "status": 503,
-//	   "took": "3.214ms", "timestamp": 1795338000125, "retry_in": "1s",
-//	   "error": "webhook: receiver answered 503 Service Unavailable", "response": "{\"error\":\"busy\"}"},
-//	  {"n": 2, "run": 2, "kind": "interrupted"},
-//	  {"n": 2, "run": 3, "kind": "delivered", "start": "2026-11-22T09:01:31.410Z", "status": 200,
-//	   "took": "1.207ms", "timestamp": 1795338091410}]}
-//
-// n is the policy's attempt number, run River's; kind is "delivered", a
-// [webhook.FailureKind], or "interrupted" for an attempt cut by a crash,
-// added when River runs the rescued job again ([WorkerOptions.OnAttempt]
-// sees it then); retry_in is present when a retry follows (0s included);
-// response is the printable start of the answer's body. [ListDeliveries]
-// returns a connection's recent deliveries with their logs, and
-// [DeliveryOf] reads one job. The log, the job's errors ("riverhook: attempt
-// 1: 503 Service Unavailable; retry in 1s") and its tags ([ConnectionTag],
-// [EventTag]) read as a delivery in River's web UI (riverui), where the
-// tags filter the job list.
-//
-// No job row holds a URL's path or query, a header value or a secret: the
-// errors name an endpoint by its origin alone, and a connection by its id
-// (the [Resolver]'s own error text goes to the Worker's Logger).
-//
-// # Upgrading from the earlier riverhook
-//
-// The deliveries the earlier riverhook queued run after an upgrade, numbered
-// on: their failed attempts, read from the job's errors, count for the
-// policy, which goes on with its next attempt and wait, and start the job's
-// attempt log. A new insert of the same delivery is skipped against them,
-// and [ListDeliveries] lists them. They keep the MaxAttempts they were
-// inserted with, the policy's attempts alone, with no runs for
-// interrupted ones: each of their runs cut by a crash, or whose Resolver
-// fails, leaves River one attempt fewer to make.
+// No job row holds a URL's path or query, a header value or a secret.
 package riverhook
 
 import (
