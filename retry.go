@@ -85,7 +85,8 @@ func WithJitter(b BackoffFunc, fraction float64) BackoffFunc {
 }
 
 // WithRetryAfter returns a BackoffFunc that waits what a response's
-// Retry-After header asks (seconds or an HTTP date), at most limit, and
+// Retry-After header asks (seconds of any size, or an HTTP date), at most
+// limit, and
 // falls back to b when there is no usable header. Either way the [Sender]
 // does not start a retry that its context's deadline cannot cover.
 func WithRetryAfter(b BackoffFunc, limit time.Duration) BackoffFunc {
@@ -99,11 +100,28 @@ func WithRetryAfter(b BackoffFunc, limit time.Duration) BackoffFunc {
 	}
 }
 
+// isDigits reports whether v is one or more ASCII digits, as Retry-After's
+// delay-seconds is (no sign, no space).
+func isDigits(v string) bool {
+	for i := range len(v) {
+		if v[i] < '0' || v[i] > '9' {
+			return false
+		}
+	}
+	return v != ""
+}
+
 func retryAfter(v string, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+	if isDigits(v) {
+		// delay-seconds of any size: a wait past what a Duration holds is
+		// the longest one, which the limit then caps.
+		secs, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || secs > uint64(math.MaxInt64/time.Second) {
+			return math.MaxInt64, true
+		}
 		return time.Duration(secs) * time.Second, true
 	}
 	if at, err := http.ParseTime(v); err == nil {

@@ -163,6 +163,10 @@ func TestWithRetryAfter(t *testing.T) {
 	}{
 		{"seconds", "3", 3 * time.Second},
 		{"capped", "120", 10 * time.Second},
+		{"2^32 seconds capped", "4294967296", 10 * time.Second},
+		{"past time.Duration capped", "9223372037", 10 * time.Second},
+		{"past uint64 capped", "99999999999999999999999999", 10 * time.Second},
+		{"a sign is not a number", "+5", time.Second},
 		{"zero", "0", 0},
 		{"HTTP date", "Sat, 01 Jan 2000 00:00:05 GMT", 5 * time.Second}, // synctest starts at 2000-01-01 00:00 UTC
 		{"garbage falls back", "soon", time.Second},
