@@ -86,9 +86,8 @@ func WithJitter(b BackoffFunc, fraction float64) BackoffFunc {
 
 // WithRetryAfter returns a BackoffFunc that waits what a response's
 // Retry-After header asks (seconds of any size, or an HTTP date), at most
-// limit, and
-// falls back to b when there is no usable header. Either way the [Sender]
-// does not start a retry that its context's deadline cannot cover.
+// limit, and falls back to b when there is no usable header. Either way the
+// [Sender] does not start a retry that its context's deadline cannot cover.
 func WithRetryAfter(b BackoffFunc, limit time.Duration) BackoffFunc {
 	return func(retry int, resp *http.Response) time.Duration {
 		if resp != nil {
