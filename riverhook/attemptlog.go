@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -156,10 +155,6 @@ func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 	return log.Attempts, nil
 }
 
-// rescuedError is the error River's rescuer adds to a job whose run it
-// found stuck (internal/maintenance/job_rescuer.go).
-const rescuedError = "Stuck job rescued by JobRescuer"
-
 // interrupted returns the entries of the runs of job after the log's last
 // one, up to run last, that were cut: no attempt in the log, and no error
 // in the job's errors but the rescuer's. Such a run's process died, or
@@ -290,21 +285,19 @@ const maxListed = 10_000
 // an error later than the stamp is a cancel of the run's own (riverhook's:
 // the connection is gone, invalid or blocked), or an ErrorHandler's.
 func cancelReason(job *rivertype.JobRow) string {
-	var meta struct {
-		CancelAttemptedAt time.Time `json:"cancel_attempted_at"`
-	}
-	json.Unmarshal(job.Metadata, &meta) //nolint:errcheck // River wrote it; unreadable means no stamp
+	stamp := cancelAttemptedAt(job)
 	var last *rivertype.AttemptError
 	if n := len(job.Errors); n > 0 {
 		last = &job.Errors[n-1]
 	}
 	switch {
-	case !meta.CancelAttemptedAt.IsZero() && (last == nil || !last.At.After(meta.CancelAttemptedAt)):
+	case !stamp.IsZero() && (last == nil || !last.At.After(stamp)):
 		return "riverhook: cancelled in River (client.JobCancel, or River UI's Cancel)"
 	case last == nil:
 		return "riverhook: cancelled"
-	case strings.HasPrefix(last.Error, "JobCancelError: "):
-		return strings.TrimPrefix(last.Error, "JobCancelError: ")
+	}
+	if text, ok := cancelledText(last.Error); ok {
+		return text
 	}
 	return fmt.Sprintf("riverhook: cancelled by the client's ErrorHandler after run %d: %s", last.Attempt, last.Error)
 }

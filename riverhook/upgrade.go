@@ -29,7 +29,7 @@ type legacyOutcome struct {
 
 // legacyFailed matches the error of a failed attempt of the earlier
 // riverhook, also as River keeps a cancel's: its kind, status and error.
-var legacyFailed = regexp.MustCompile(`(?s)^(?:JobCancelError: )?riverhook: attempt \d+ failed \(([^,()]*), status (\d+)\): (.*)$`)
+var legacyFailed = regexp.MustCompile(`(?s)^(?:` + regexp.QuoteMeta(cancelPrefix) + `)?riverhook: attempt \d+ failed \(([^,()]*), status (\d+)\): (.*)$`)
 
 // legacyLog returns the attempt log of a job the earlier riverhook ran,
 // whose output out is: one entry for each failed attempt in the job's

@@ -109,9 +109,9 @@ type Worker struct {
 	now       func() time.Time // when a retry is stored; tests move it
 
 	mu       sync.Mutex
-	inFlight map[string]int                    // connection id -> deliveries in flight
-	retries  map[*river.Job[Args]]pendingRetry // runs whose NextRetry River is about to ask
-	swept    time.Time                         // the last sweep of retries
+	inFlight map[string]int            // connection id -> deliveries in flight
+	retries  map[retryKey]pendingRetry // runs whose NextRetry River is about to ask
+	swept    time.Time                 // the last sweep of retries
 }
 
 // pendingRetry is what a failed run asks River's NextRetry for.
@@ -153,7 +153,7 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *W
 		logger:    opts.Logger,
 		now:       time.Now,
 		inFlight:  map[string]int{},
-		retries:   map[*river.Job[Args]]pendingRetry{},
+		retries:   map[retryKey]pendingRetry{},
 	}
 	if w.snooze <= 0 {
 		w.snooze = time.Second
@@ -168,71 +168,88 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *W
 // log. It blocks for the attempt, at most [Worker.Timeout]. See [Worker] for
 // what it returns.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
-	args := job.Args
-	if !w.acquire(args.ConnectionID) {
+	if !w.acquire(job.Args.ConnectionID) {
 		return river.JobSnooze(w.snooze)
 	}
-	defer w.release(args.ConnectionID)
+	defer w.release(job.Args.ConnectionID)
 
-	// OnAttempt gets a copy, the caller's to keep: the Worker writes
-	// River's job below (MaxAttempts, when the policy gives up).
-	hooked := job
-	if w.onAttempt != nil {
-		row := *job.JobRow
-		hooked = &river.Job[Args]{JobRow: &row, Args: job.Args}
-	}
-
-	var entries, cut []logEntry
-	n := job.Attempt
-	if !w.noLog {
-		var err error
-		if entries, err = readLog(job.JobRow); err != nil {
-			w.logger.WarnContext(ctx, "riverhook: the job's attempt log is unreadable; starting a new one",
-				slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
-		}
-		cut = interrupted(job.JobRow, entries, job.Attempt-1)
-		entries = append(entries, cut...)
-		for _, e := range cut {
-			w.notify(ctx, hooked, e.attempt())
-		}
-		n = attemptsMade(entries) + 1
-	}
-
+	r := w.load(ctx, job)
 	conn, err := w.resolveConnection(ctx, job)
-	switch {
-	case errors.Is(err, ErrConnectionGone):
-		w.record(ctx, job, entries)
-		return river.JobCancel(err)
-	case err != nil:
-		w.record(ctx, job, entries)
+	if err != nil {
+		w.record(ctx, job, r.entries)
+		if errors.Is(err, ErrConnectionGone) {
+			return river.JobCancel(err)
+		}
 		if !stopping(ctx) {
 			w.storeRetry(job, pendingRetry{client: true})
 		}
 		return err
 	}
+	a := w.sender.Attempt(ctx, conn, job.Args.Event, job.Args.Body, r.n)
+	return w.outcome(ctx, r, a)
+}
 
-	a := w.sender.Attempt(ctx, conn, args.Event, args.Body, n)
+// run is one run of a job: its attempt log as loaded, and the number of
+// the attempt it makes.
+type run struct {
+	job     *river.Job[Args]
+	hooked  *river.Job[Args] // what OnAttempt gets: a copy, the caller's to keep
+	entries []logEntry
+	cut     int // the interrupted attempts this run added to the log
+	n       int // the policy's number of this run's attempt
+}
+
+// load reads job's attempt log, adds the attempts that crashed runs cut
+// (telling OnAttempt of them), and numbers this run's attempt.
+func (w *Worker) load(ctx context.Context, job *river.Job[Args]) *run {
+	r := &run{job: job, hooked: job, n: job.Attempt}
+	if w.onAttempt != nil {
+		// OnAttempt gets a copy, the caller's to keep: the Worker writes
+		// River's job (MaxAttempts, when the policy gives up).
+		row := *job.JobRow
+		r.hooked = &river.Job[Args]{JobRow: &row, Args: job.Args}
+	}
+	if w.noLog {
+		return r
+	}
+	entries, err := readLog(job.JobRow)
+	if err != nil {
+		w.logger.WarnContext(ctx, "riverhook: the job's attempt log is unreadable; starting a new one",
+			slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+	}
+	cut := interrupted(job.JobRow, entries, job.Attempt-1)
+	r.entries, r.cut = append(entries, cut...), len(cut)
+	for _, e := range cut {
+		w.notify(ctx, r.hooked, e.attempt())
+	}
+	r.n = attemptsMade(r.entries) + 1
+	return r
+}
+
+// outcome logs attempt a of run r and maps it to what Work returns River.
+func (w *Worker) outcome(ctx context.Context, r *run, a webhook.Attempt) error {
+	job := r.job
 	if a.Kind == webhook.KindDown {
 		// The endpoint is down (the Sender's endpoint health): wait for
 		// its next probe. A snooze costs no attempt, River's or the
 		// policy's, and the log has nothing new but interrupted runs.
-		if len(cut) > 0 {
-			w.record(ctx, job, entries)
+		if r.cut > 0 {
+			w.record(ctx, job, r.entries)
 		}
 		return river.JobSnooze(a.RetryIn)
 	}
 	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
 		// The client stopping (River puts the job back and does not count
 		// the run), the job cancelled from River, or its timeout.
-		w.record(ctx, job, entries)
+		w.record(ctx, job, r.entries)
 		if !stopping(ctx) {
 			w.storeRetry(job, pendingRetry{client: true})
 		}
-		return fmt.Errorf("riverhook: attempt %d not made: %w", n, context.Cause(ctx))
+		return fmt.Errorf("riverhook: attempt %d not made: %w", r.n, context.Cause(ctx))
 	}
-	entries = append(entries, newLogEntry(a, job.Attempt))
-	w.record(ctx, job, entries)
-	w.notify(ctx, hooked, a)
+	r.entries = append(r.entries, newLogEntry(a, job.Attempt))
+	w.record(ctx, job, r.entries)
+	w.notify(ctx, r.hooked, a)
 
 	switch {
 	case a.OK():
@@ -242,12 +259,11 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	case !a.Retry:
 		// River discards a job that fails on its last run; this is the
 		// last one, whatever runs River kept for interrupted attempts.
-		// River decides on the row it handed to Work.
-		job.MaxAttempts = job.Attempt
+		discardAfterThisRun(job)
 		return &attemptError{a: a, next: "the policy gives up"}
 	case job.Attempt >= job.MaxAttempts:
 		return &attemptError{a: a, next: fmt.Sprintf("no run left for its retry: River's %d runs are spent, %d of them without an attempt",
-			job.MaxAttempts, job.Attempt-attemptsMade(entries))}
+			job.MaxAttempts, job.Attempt-attemptsMade(r.entries))}
 	}
 	w.storeRetry(job, pendingRetry{wait: a.RetryIn})
 	return &attemptError{a: a, next: "retry in " + a.RetryIn.String()}
@@ -390,14 +406,6 @@ func (w *Worker) notify(ctx context.Context, job *river.Job[Args], a webhook.Att
 		w.logger.ErrorContext(ctx, "riverhook: OnAttempt failed; the delivery goes on", slog.Int64("job_id", job.ID),
 			slog.String("connection_id", job.Args.ConnectionID), slog.String("error", err.Error()))
 	}
-}
-
-// stopping reports whether ctx was cancelled by the client stopping (Stop's
-// SoftStopTimeout, StopAndCancel): River then puts back the job of a run
-// whose error wraps the context's, uncounted, without asking NextRetry. A
-// job cancelled in River (JobCancel) is no such stop; its timeout neither.
-func stopping(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely)
 }
 
 // storeRetry keeps what NextRetry returns for the failed run of job, which
