@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -191,7 +192,7 @@ func interrupted(job *rivertype.JobRow, entries []logEntry, last int) []logEntry
 func attemptsMade(entries []logEntry) int {
 	n := 0
 	for _, e := range entries {
-		if e.Kind != string(webhook.KindInterrupted) {
+		if e.Kind != string(webhook.KindInterrupted) && e.Kind != string(webhook.KindDown) {
 			n++
 		}
 	}
@@ -263,7 +264,9 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 		d.Reason = cancelReason(job)
 	case rivertype.JobStateDiscarded:
 		made := attemptsMade(entries)
-		if n := len(entries); n > 0 && entries[n-1].Run == job.Attempt && entries[n-1].Kind != string(webhook.KindInterrupted) &&
+		if n := len(entries); n > 0 && entries[n-1].Kind == string(webhook.KindDown) {
+			d.Reason = "riverhook: " + strings.TrimPrefix(entries[n-1].Error, "riverhook: ")
+		} else if n := len(entries); n > 0 && entries[n-1].Run == job.Attempt && entries[n-1].Kind != string(webhook.KindInterrupted) &&
 			entries[n-1].RetryIn == "" {
 			d.Reason = fmt.Sprintf("riverhook: the policy gave up after attempt %d", made)
 		} else {

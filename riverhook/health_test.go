@@ -266,17 +266,12 @@ func (r *runLog) count(id string, from int) (n, total int) {
 	return n, len(r.runs)
 }
 
-// TestAdvisory_HealthBacklogOfADownEndpointWakesAtOnce pins "dead endpoints
-// must not starve healthy ones" for a backlog. Every delivery queued for a
-// down endpoint is snoozed until its next probe: to one instant, the same
-// for all. At that instant the whole backlog becomes available at once,
-// ahead (by scheduled_at) of every delivery enqueued since, and the
-// workers run it through, each run sending nothing and snoozing again (to
-// the end of the probe's lease, then to the next probe: one instant each
-// time). A healthy delivery enqueued just after the probe is due waits
-// behind the whole backlog, at every probe, for as long as the endpoint is
-// down.
-func TestAdvisory_HealthBacklogOfADownEndpointWakesAtOnce(t *testing.T) {
+// A backlog waiting for a down endpoint never delays a healthy delivery:
+// the waiting jobs wake spread out (one per SnoozeFor over the bound, after
+// the endpoint's next probe), not all at the probe's instant ahead of the
+// deliveries enqueued since, so a healthy delivery enqueued just after a
+// probe was due runs after few of them.
+func TestWorker_BacklogOfADownEndpointDoesNotDelayHealthyDeliveries(t *testing.T) {
 	pool, schema := testDB(t)
 	srv := webhooktest.NewServer(secret, nil)
 	defer srv.Close()
@@ -344,4 +339,49 @@ func TestAdvisory_HealthBacklogOfADownEndpointWakesAtOnce(t *testing.T) {
 	waited := time.Since(enqueued)
 	ahead, _ := runs.count("dead", from)
 	assert.Less(t, ahead, backlog/4, "runs of the down endpoint's deliveries, each sending nothing, before a healthy delivery enqueued after them (it waited %v)", waited)
+}
+
+// A delivery waits for a down endpoint at most WorkerOptions.MaxWait, from
+// when it was inserted: then its job is discarded, its log and Reason say
+// why, and OnAttempt hears of it; before, it is snoozed, costing nothing.
+func TestWorker_GivesUpWaitingForADownEndpointAfterMaxWait(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadURL := "https://" + l.Addr().String() + "/hooks" // a port that refuses
+	l.Close()
+	sender := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}})
+	rec := &attemptRecorder{}
+	w := riverhook.NewWorker(sender, newResolver(map[string]webhook.Connection{"crm": {Name: "crm", URL: deadURL, Secret: secret}}).resolve,
+		&riverhook.WorkerOptions{OnAttempt: rec.onAttempt, MaxWait: 24 * time.Hour})
+	tw, tx, schema := testWorker(t, w)
+	ctx := context.Background()
+	policy := fastPolicy(3)
+
+	res, err := tw.WorkJob(ctx, t, tx, insertTx(t, tx, schema, firstParams(t, "d1", policy)))
+	require.Error(t, err)
+	require.Equal(t, rivertype.JobStateAvailable, res.Job.State, "refused, and retried")
+	require.True(t, sender.Health()[0].Down)
+
+	waiting := insertTx(t, tx, schema, firstParams(t, "d2", policy))
+	res, err = tw.WorkJob(ctx, t, tx, waiting)
+	require.NoError(t, err)
+	assert.Equal(t, river.EventKindJobSnoozed, res.EventKind, "within MaxWait: snoozed")
+	assert.Len(t, rec.attempts(), 1, "a snooze is no attempt")
+
+	riverhook.SetClock(w, func() time.Time { return time.Now().Add(25 * time.Hour) })
+	res, err = tw.WorkJob(ctx, t, tx, res.Job)
+	require.Error(t, err)
+	assert.Equal(t, rivertype.JobStateDiscarded, res.Job.State, "past MaxWait: discarded")
+	d, err := riverhook.DeliveryOf(res.Job)
+	require.NoError(t, err)
+	assert.Contains(t, d.Reason, "gave up after waiting 25h0m0s for the endpoint (WorkerOptions.MaxWait)")
+	require.Len(t, d.Attempts, 1)
+	assert.Equal(t, webhook.KindDown, d.Attempts[0].Kind)
+	told := rec.attempts()
+	require.Len(t, told, 2)
+	assert.ErrorIs(t, told[1].Err, webhook.ErrEndpointDown)
+	assert.Contains(t, told[1].Err.Error(), "gave up after waiting")
 }

@@ -44,9 +44,21 @@ type WorkerOptions struct {
 	// attempt) for SnoozeFor. Zero means no bound.
 	MaxInFlightPerConnection int
 
-	// SnoozeFor is how long a job over MaxInFlightPerConnection waits
-	// before it is tried again. Zero means one second.
+	// SnoozeFor is how long one attempt to a connection is taken to last
+	// before one has ended: a job over MaxInFlightPerConnection is snoozed
+	// to a slot of its own, the slots spaced by the connection's attempt
+	// time over the bound (its average, once attempts have ended), so that
+	// a backlog wakes at the rate the connection takes deliveries. Jobs
+	// waiting for a down endpoint wake at most once per SnoozeFor over the
+	// bound (one bound's worth per SnoozeFor), however many they are. Zero
+	// means one second.
 	SnoozeFor time.Duration
+
+	// MaxWait is how long a delivery may wait for an endpoint that is down
+	// (the Sender's endpoint health), counted from when it was inserted:
+	// past it, its job is discarded with a reason that says so, and
+	// OnAttempt is told. Zero means [DefaultMaxWait], three days.
+	MaxWait time.Duration
 
 	// OnAttempt, if not nil, is called with each entry of a job's attempt
 	// log as it is added: after each attempt made, and, when a job whose
@@ -84,8 +96,11 @@ type WorkerOptions struct {
 //     private-network guard refuses: the job is cancelled;
 //   - an endpoint that is down, with the Sender's endpoint health on
 //     (webhook.SenderOptions.Health): nothing is sent, and the job is
-//     snoozed until the endpoint's next probe, costing no attempt; once a
-//     probe finds it up, the job's attempt goes out;
+//     snoozed, costing no attempt, at least until the endpoint's next probe
+//     and after the jobs already waiting for it (see
+//     [WorkerOptions.SnoozeFor]); once a probe finds it up, the job's
+//     attempt goes out. A delivery that has waited [WorkerOptions.MaxWait]
+//     is discarded, its log and [Delivery].Reason saying so;
 //   - the client stopping during the attempt: River puts the job back
 //     without counting the run;
 //   - the process dying during the attempt: once River's rescuer finds the
@@ -108,10 +123,13 @@ type Worker struct {
 	noLog     bool             // benchmarks only: no attempt log (export_test.go)
 	now       func() time.Time // when a retry is stored; tests move it
 
-	mu       sync.Mutex
-	inFlight map[string]int            // connection id -> deliveries in flight
-	retries  map[retryKey]pendingRetry // runs whose NextRetry River is about to ask
-	swept    time.Time                 // the last sweep of retries
+	mu          sync.Mutex
+	inFlight    map[string]int    // connection id -> deliveries in flight
+	pacers      map[string]*pacer // connection id -> the slots of its waiting jobs
+	maxWait     time.Duration
+	pacersSwept time.Time
+	retries     map[retryKey]pendingRetry // runs whose NextRetry River is about to ask
+	swept       time.Time                 // the last sweep of retries
 }
 
 // pendingRetry is what a failed run asks River's NextRetry for.
@@ -153,10 +171,15 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *W
 		logger:    opts.Logger,
 		now:       time.Now,
 		inFlight:  map[string]int{},
+		pacers:    map[string]*pacer{},
+		maxWait:   opts.MaxWait,
 		retries:   map[retryKey]pendingRetry{},
 	}
 	if w.snooze <= 0 {
 		w.snooze = time.Second
+	}
+	if w.maxWait <= 0 {
+		w.maxWait = DefaultMaxWait
 	}
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
@@ -168,8 +191,8 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *W
 // log. It blocks for the attempt, at most [Worker.Timeout]. See [Worker] for
 // what it returns.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
-	if !w.acquire(job.Args.ConnectionID) {
-		return river.JobSnooze(w.snooze)
+	if wait, ok := w.acquire(job); !ok {
+		return river.JobSnooze(wait)
 	}
 	defer w.release(job.Args.ConnectionID)
 
@@ -230,14 +253,9 @@ func (w *Worker) load(ctx context.Context, job *river.Job[Args]) *run {
 func (w *Worker) outcome(ctx context.Context, r *run, a webhook.Attempt) error {
 	job := r.job
 	if a.Kind == webhook.KindDown {
-		// The endpoint is down (the Sender's endpoint health): wait for
-		// its next probe. A snooze costs no attempt, River's or the
-		// policy's, and the log has nothing new but interrupted runs.
-		if r.cut > 0 {
-			w.record(ctx, job, r.entries)
-		}
-		return river.JobSnooze(a.RetryIn)
+		return w.waitForEndpoint(ctx, r, a)
 	}
+	w.observe(job.Args.ConnectionID, a.Duration)
 	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
 		// The client stopping (River puts the job back and does not count
 		// the run), the job cancelled from River, or its timeout.
@@ -429,24 +447,6 @@ func (w *Worker) storeRetry(job *river.Job[Args], p pendingRetry) {
 		w.swept = now
 	}
 	w.retries[job] = p
-}
-
-func (w *Worker) acquire(connectionID string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.maxPerCon > 0 && w.inFlight[connectionID] >= w.maxPerCon {
-		return false
-	}
-	w.inFlight[connectionID]++
-	return true
-}
-
-func (w *Worker) release(connectionID string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.inFlight[connectionID]--; w.inFlight[connectionID] == 0 {
-		delete(w.inFlight, connectionID)
-	}
 }
 
 // attemptError is the error a run returns to River for a failed attempt:

@@ -1,0 +1,189 @@
+package riverhook
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/signedhook/webhook"
+)
+
+// This file paces the jobs that must wait for their connection: over
+// MaxInFlightPerConnection, or to an endpoint that is down. Each such job
+// is snoozed to a slot of its own, handed out at the rate the connection
+// can take, rather than for a fixed time: a backlog of n jobs then costs
+// River about one run per delivery made (and one to learn it must wait),
+// not n runs every snooze, and healthy connections keep River's capacity.
+
+// schedulerInterval is River's JobSchedulerIntervalDefault: a job snoozed
+// for longer is made available by River's scheduler, which runs this often,
+// so it wakes up to this much late; a shorter snooze wakes on time.
+const schedulerInterval = 5 * time.Second
+
+// pacer hands out one connection's slots. Under Worker.mu.
+type pacer struct {
+	busyNext time.Time           // the last slot handed to a job over the bound
+	downNext time.Time           // the last slot handed to a job waiting for a down endpoint
+	took     time.Duration       // a moving average of its attempts' durations; 0 before the first
+	slots    map[int64]time.Time // job id -> its slot, while it lies beyond schedulerInterval
+	used     time.Time           // when a job last asked for a slot
+}
+
+// observe adds an attempt's duration to the moving average (1/8 weight).
+func (p *pacer) observe(d time.Duration) {
+	if p.took == 0 {
+		p.took = d
+		return
+	}
+	p.took += (d - p.took) / 8
+}
+
+// busySlot returns how long a job over the bound snoozes: to the next free
+// slot, spaced by spacing (one attempt's time over the bound, the time in
+// which one place in flight frees). A slot beyond River's scheduler
+// interval is kept, and the job woken that much early, so that the
+// scheduler's lateness never bunches the jobs of several slots together:
+// woken early, the job snoozes again exactly to its slot, which River then
+// keeps to the millisecond.
+func (p *pacer) busySlot(id int64, now time.Time, spacing time.Duration) time.Duration {
+	if slot, ok := p.slots[id]; ok {
+		delete(p.slots, id)
+		if slot.After(now) { // woken early on purpose: the rest of the wait
+			return slot.Sub(now)
+		}
+	}
+	slot := later(now, p.busyNext).Add(spacing)
+	p.busyNext = slot
+	wait := slot.Sub(now)
+	if wait > schedulerInterval {
+		if p.slots == nil {
+			p.slots = map[int64]time.Time{}
+		}
+		p.slots[id] = slot
+		wait -= schedulerInterval
+	}
+	return wait
+}
+
+// downSlot returns how long a job waiting for a down endpoint snoozes: at
+// least until the endpoint may be tried (wait, from endpoint health), and
+// after the jobs already waiting, spaced by spacing, so that the waiting
+// jobs together wake at most once a spacing however many they are.
+func (p *pacer) downSlot(now time.Time, wait, spacing time.Duration) time.Duration {
+	slot := later(now.Add(wait), p.downNext.Add(spacing))
+	p.downNext = slot
+	return slot.Sub(now)
+}
+
+// idle reports whether p holds nothing worth keeping at now.
+func (p *pacer) idle(now time.Time) bool {
+	return len(p.slots) == 0 && !p.busyNext.After(now) && !p.downNext.After(now)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// DefaultMaxWait is how long a delivery waits for a down endpoint by
+// default: three days, the horizon of Stripe's retries, which customers of
+// webhooks know. Past it the data is stale for most receivers, and a
+// service that disables an endpoint after days of failures (Svix does after
+// five) has stopped sending to it anyway.
+const DefaultMaxWait = 72 * time.Hour
+
+// acquire takes a place in flight for job's connection, or returns how long
+// job snoozes for one: to its slot (see pacer.busySlot).
+func (w *Worker) acquire(job *river.Job[Args]) (time.Duration, bool) {
+	id := job.Args.ConnectionID
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.maxPerCon <= 0 || w.inFlight[id] < w.maxPerCon {
+		w.inFlight[id]++
+		if p := w.pacers[id]; p != nil {
+			delete(p.slots, job.ID)
+		}
+		return 0, true
+	}
+	p := w.pacer(id)
+	took := p.took
+	if took == 0 {
+		took = w.snooze
+	}
+	return p.busySlot(job.ID, w.now(), took/time.Duration(w.maxPerCon)), false
+}
+
+func (w *Worker) release(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight[id]--; w.inFlight[id] == 0 {
+		delete(w.inFlight, id)
+	}
+}
+
+// pacer returns id's pacer, made when needed. A pacer is forgotten once it
+// holds nothing and its connection has no attempt in flight. Under w.mu.
+func (w *Worker) pacer(id string) *pacer {
+	p := w.pacers[id]
+	if p == nil {
+		p = &pacer{}
+		w.pacers[id] = p
+	}
+	p.used = w.now()
+	return p
+}
+
+// observe notes how long an attempt to connection id took, for its slots.
+func (w *Worker) observe(id string, d time.Duration) {
+	if w.maxPerCon <= 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pacer(id).observe(d)
+	w.sweepPacers()
+}
+
+// sweepPacers forgets, at most once a minute, the pacers unused for ten
+// minutes that hold nothing. Under w.mu.
+func (w *Worker) sweepPacers() {
+	now := w.now()
+	if now.Sub(w.pacersSwept) < time.Minute {
+		return
+	}
+	w.pacersSwept = now
+	for id, p := range w.pacers {
+		if now.Sub(p.used) >= 10*time.Minute && p.idle(now) && w.inFlight[id] == 0 {
+			delete(w.pacers, id)
+		}
+	}
+}
+
+// waitForEndpoint snoozes the job of run r, whose attempt a was not sent
+// because its endpoint is down, after the other jobs waiting for it (see
+// pacer.downSlot); or, once the delivery has waited MaxWait, discards it
+// with a log entry and a reason that say so, telling OnAttempt. A snooze
+// costs no attempt, River's or the policy's.
+func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt) error {
+	job := r.job
+	now := w.now()
+	if waited := now.Sub(job.CreatedAt); waited >= w.maxWait {
+		a.Err = fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait): %w", readable(waited.Round(time.Minute)), a.Err)
+		r.entries = append(r.entries, newLogEntry(a, job.Attempt))
+		w.record(ctx, job, r.entries)
+		w.notify(ctx, r.hooked, a)
+		discardAfterThisRun(job)
+		return &attemptError{a: a, next: "gave up waiting for the endpoint"}
+	}
+	if r.cut > 0 {
+		w.record(ctx, job, r.entries) // the log has nothing new but interrupted runs
+	}
+	w.mu.Lock()
+	wait := w.pacer(job.Args.ConnectionID).downSlot(now, a.RetryIn, w.snooze/time.Duration(max(w.maxPerCon, 1)))
+	w.mu.Unlock()
+	return river.JobSnooze(wait)
+}
