@@ -24,11 +24,12 @@ const schedulerInterval = 5 * time.Second
 
 // pacer hands out one connection's slots. Under Worker.mu.
 type pacer struct {
-	busyNext time.Time           // the last slot handed to a job over the bound
-	downNext time.Time           // the last slot handed to a job waiting for a down endpoint
-	took     time.Duration       // a moving average of its attempts' durations; 0 before the first
-	slots    map[int64]time.Time // job id -> its slot, while it lies beyond schedulerInterval
-	used     time.Time           // when a job last asked for a slot
+	busyNext  time.Time           // the last slot handed to a job over the bound
+	frontNext time.Time           // the last slot handed to one whose slot had passed
+	downNext  time.Time           // the last slot handed to a job waiting for a down endpoint
+	took      time.Duration       // a moving average of its attempts' durations; 0 before the first
+	slots     map[int64]time.Time // job id -> its slot, until it has a place in flight
+	used      time.Time           // when a job last asked for a slot
 }
 
 // observe adds an attempt's duration to the moving average (1/8 weight).
@@ -40,32 +41,40 @@ func (p *pacer) observe(d time.Duration) {
 	p.took += (d - p.took) / 8
 }
 
-// busySlot returns how long a job over the bound snoozes: to the next free
-// slot, spaced by spacing (one attempt's time over the bound, the time in
-// which one place in flight frees). A slot beyond River's scheduler
-// interval is kept, and the job woken that much early, so that the
+// busySlot returns how long job id, over the bound, snoozes: to a slot of
+// its own, the slots spaced by spacing (one attempt's time over the bound:
+// the time in which one place in flight frees). A slot beyond River's
+// scheduler interval wakes the job that much early, so that the
 // scheduler's lateness never bunches the jobs of several slots together:
-// woken early, the job snoozes again exactly to its slot, which River then
-// keeps to the millisecond.
+// woken early, the job snoozes again exactly to its slot, which River keeps
+// to the millisecond. A job that comes at or after its slot and still finds
+// no place (the connection slowed) waits at the front, among the jobs whose
+// slot has passed, not behind the whole backlog.
 func (p *pacer) busySlot(id int64, now time.Time, spacing time.Duration) time.Duration {
-	if slot, ok := p.slots[id]; ok {
-		delete(p.slots, id)
-		if slot.After(now) { // woken early on purpose: the rest of the wait
-			return slot.Sub(now)
-		}
+	if p.slots == nil {
+		p.slots = map[int64]time.Time{}
 	}
-	slot := later(now, p.busyNext).Add(spacing)
-	p.busyNext = slot
+	slot, ok := p.slots[id]
+	switch {
+	case ok && slot.After(now): // woken early on purpose: the rest of the wait
+		return slot.Sub(now)
+	case ok: // its slot came, and went to another: the front
+		slot = later(now, p.frontNext).Add(spacing)
+		p.frontNext = slot
+	default:
+		slot = later(now, p.busyNext).Add(spacing)
+		p.busyNext = slot
+	}
+	p.slots[id] = slot
 	wait := slot.Sub(now)
 	if wait > schedulerInterval {
-		if p.slots == nil {
-			p.slots = map[int64]time.Time{}
-		}
-		p.slots[id] = slot
 		wait -= schedulerInterval
 	}
 	return wait
 }
+
+// forget drops job id's slot: it has its place in flight.
+func (p *pacer) forget(id int64) { delete(p.slots, id) }
 
 // downSlot returns how long a job waiting for a down endpoint snoozes: at
 // least until the endpoint may be tried (wait, from endpoint health), and
@@ -79,7 +88,7 @@ func (p *pacer) downSlot(now time.Time, wait, spacing time.Duration) time.Durati
 
 // idle reports whether p holds nothing worth keeping at now.
 func (p *pacer) idle(now time.Time) bool {
-	return len(p.slots) == 0 && !p.busyNext.After(now) && !p.downNext.After(now)
+	return len(p.slots) == 0 && !p.busyNext.After(now) && !p.frontNext.After(now) && !p.downNext.After(now)
 }
 
 func later(a, b time.Time) time.Time {
@@ -105,7 +114,7 @@ func (w *Worker) acquire(job *river.Job[Args]) (time.Duration, bool) {
 	if w.maxPerCon <= 0 || w.inFlight[id] < w.maxPerCon {
 		w.inFlight[id]++
 		if p := w.pacers[id]; p != nil {
-			delete(p.slots, job.ID)
+			p.forget(job.ID)
 		}
 		return 0, true
 	}
@@ -114,7 +123,10 @@ func (w *Worker) acquire(job *river.Job[Args]) (time.Duration, bool) {
 	if took == 0 {
 		took = w.snooze
 	}
-	return p.busySlot(job.ID, w.now(), took/time.Duration(w.maxPerCon)), false
+	// A little under the measured rate, so that a freed place seldom
+	// waits for the next slot's job.
+	spacing := took * 7 / 8 / time.Duration(w.maxPerCon)
+	return p.busySlot(job.ID, w.now(), spacing), false
 }
 
 func (w *Worker) release(id string) {
@@ -157,6 +169,11 @@ func (w *Worker) sweepPacers() {
 	}
 	w.pacersSwept = now
 	for id, p := range w.pacers {
+		for job, slot := range p.slots {
+			if now.Sub(slot) >= 10*time.Minute { // a job that never came back: deleted, or worked elsewhere
+				delete(p.slots, job)
+			}
+		}
 		if now.Sub(p.used) >= 10*time.Minute && p.idle(now) && w.inFlight[id] == 0 {
 			delete(w.pacers, id)
 		}

@@ -44,6 +44,13 @@ func TestPacer(t *testing.T) {
 			s = append(s, step{6 * time.Second, 48, 0, spacing})
 			return s
 		}()},
+		{"a job whose slot passed waits at the front, not behind the backlog", []step{
+			{0, 1, 0, 125 * time.Millisecond},
+			{0, 2, 0, 250 * time.Millisecond},
+			{0, 3, 0, 375 * time.Millisecond},
+			{125 * time.Millisecond, 1, 0, 125 * time.Millisecond}, // no place at its slot: next at the front
+			{125 * time.Millisecond, 4, 0, 375 * time.Millisecond}, // a new job: after the backlog
+		}},
 		{"jobs waiting for a down endpoint wake one per spacing", []step{
 			{0, 1, 10 * time.Second, 10*time.Second + 0},
 			{0, 2, 10 * time.Second, 10*time.Second + spacing},
