@@ -35,6 +35,11 @@ const (
 	KindCanceled FailureKind = "canceled" // the caller's context was done
 	KindOther    FailureKind = "other"    // any other failure
 
+	// KindUnreachable is an attempt whose egress proxy answered that it
+	// could not reach the endpoint (502, 503 or 504 to CONNECT): like a
+	// refused connection, it counts against the endpoint's health.
+	KindUnreachable FailureKind = "unreachable"
+
 	// KindDown is an attempt that was not sent because its endpoint is
 	// down (SenderOptions.Health): its error matches ErrEndpointDown.
 	// Sender.Attempt returns one, with the wait until the endpoint may be
@@ -232,7 +237,12 @@ func (a Attempt) diagnosis() string {
 		return fmt.Sprintf("failed: the endpoint answered %d in %v; any 2xx status means success", a.StatusCode, took)
 	case KindCanceled:
 		return "not completed: the request was canceled"
+	case KindUnreachable:
+		return fmt.Sprintf("failed: %v; the egress proxy could not reach the endpoint: check that it is up", a.Err)
 	case KindDown:
+		if errors.Is(a.Err, ErrEndpointNotAnswering) {
+			return "not sent: the URL connects but does not answer, its last attempts timed out; it is probed, and deliveries go again once it answers"
+		}
 		return "not sent: the endpoint is down, its last attempts could not connect; it is probed, and deliveries go again once it answers"
 	case KindInterrupted:
 		return "interrupted: the process making the attempt stopped before it ended (a crash or a kill); it was run again and cost no retry"

@@ -53,6 +53,8 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 	switch {
 	case errors.Is(err, ErrBlockedDestination):
 		kind = KindBlocked
+	case errors.As(err, new(*proxyUnreachableError)):
+		kind = KindUnreachable
 	case ctx.Err() != nil:
 		kind = KindCanceled
 	case errors.As(err, &dnsErr):
@@ -99,12 +101,13 @@ func isTimeout(err error) bool {
 }
 
 var kindText = map[FailureKind]string{
-	KindBlocked:  "refused to connect to",
-	KindCanceled: "canceled request to",
-	KindDNS:      "cannot resolve host of",
-	KindTLS:      "TLS failed with",
-	KindTimeout:  "timed out waiting for",
-	KindRefused:  "connection refused by",
-	KindReset:    "connection reset by",
-	KindOther:    "request failed to",
+	KindBlocked:     "refused to connect to",
+	KindCanceled:    "canceled request to",
+	KindDNS:         "cannot resolve host of",
+	KindTLS:         "TLS failed with",
+	KindTimeout:     "timed out waiting for",
+	KindRefused:     "connection refused by",
+	KindReset:       "connection reset by",
+	KindOther:       "request failed to",
+	KindUnreachable: "the egress proxy could not reach",
 }

@@ -53,8 +53,7 @@ type delivery struct {
 	err        error                 // set when nothing could be sent, or by cancellation
 	errKind    FailureKind           // why nothing could be sent: KindInvalid, KindCanceled or KindDown
 	endpoint   string                // the URL's origin, with endpoint health on
-	lease      uint64                // the probe lease of the attempt in flight, if it is one
-	admitted   time.Time             // when the attempt in flight was admitted, on health's clock
+	ticket     ticket                // endpoint health's admission of the attempt in flight
 	trace      *connTrace            // whether the attempt in flight got a connection
 	bypass     bool                  // SendTest: sent whatever the endpoint's health
 	downWait   time.Duration         // with KindDown: until the endpoint may be tried again
@@ -94,7 +93,7 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 func (d *delivery) release() {
 	d.conn, d.event, d.body, d.attempts, d.err, d.queued, d.one = Connection{}, "", nil, nil, nil, false, [1]Attempt{}
 	d.ctx, d.req, d.cancel = nil, retryablehttp.Request{}, nil
-	d.endpoint, d.lease, d.admitted, d.trace, d.bypass, d.downWait, d.secrets = "", 0, time.Time{}, nil, false, 0, nil
+	d.endpoint, d.ticket, d.trace, d.bypass, d.downWait, d.secrets = "", ticket{}, nil, false, 0, nil
 	d.s.deliveries.Put(d)
 }
 
@@ -158,16 +157,16 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 // delivery: nothing is sent, and the error matches ErrEndpointDown. A Send
 // Test is always sent: a customer who fixed the endpoint sees it answer.
 func (d *delivery) admit() bool {
-	d.admitted = d.s.health.now()
 	if d.bypass {
+		d.ticket = ticket{origin: d.endpoint, url: d.conn.URL, admitted: d.s.health.now()}
 		return true
 	}
-	lease, wait, err := d.s.health.admit(d.endpoint)
+	t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL)
 	if err != nil {
 		d.err, d.errKind, d.downWait = err, KindDown, wait
 		return false
 	}
-	d.lease = lease
+	d.ticket = t
 	return true
 }
 
@@ -269,8 +268,8 @@ func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error)
 	a.Duration = d.s.now().Sub(d.start)
 	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL, d.scrubText)
 	if d.s.health != nil {
-		d.s.health.record(d.endpoint, &a, d.trace != nil && d.trace.connected.Load(), d.admitted, d.lease)
-		d.lease = 0
+		d.s.health.record(d.ticket, &a, d.trace != nil && d.trace.connected.Load(), d.body)
+		d.ticket = ticket{}
 	}
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)

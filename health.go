@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -24,12 +25,21 @@ const (
 	DefaultDownAfter        = 5
 	DefaultProbeInterval    = 10 * time.Second
 	DefaultMaxProbeInterval = 5 * time.Minute
+	DefaultMaxUnanswered    = 4
 )
 
 // ErrEndpointDown is matched by the error of a delivery, or of an attempt,
 // that a [Sender] with endpoint health did not send because its endpoint is
 // down. Nothing was sent: the caller decides what to do with it.
 var ErrEndpointDown = errors.New("webhook: endpoint down")
+
+// ErrEndpointNotAnswering is matched, with [ErrEndpointDown], by the error
+// of an attempt that a [Sender] with endpoint health did not send because
+// its URL does not answer: attempts connect and then time out with no
+// answer (the URL is isolated, probed one attempt at a time), or
+// [HealthOptions].MaxUnanswered attempts are in flight to it and none has
+// answered for a while. Nothing was sent.
+var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 
 // HealthOptions turns endpoint health on in a [Sender]
 // (SenderOptions.Health). A nil *HealthOptions there leaves it off: every
@@ -80,6 +90,16 @@ type HealthOptions struct {
 	// DefaultMaxProbeInterval.
 	MaxProbeInterval time.Duration
 
+	// MaxUnanswered bounds the attempts in flight to one URL that has given
+	// no answer for a while (half the attempt timeout, at most 5 seconds,
+	// the time the spec gives a receiver to answer): past it, the next
+	// attempts to that URL are refused at once ([ErrEndpointNotAnswering])
+	// until one answers, so that an endpoint that accepts requests and
+	// never answers cannot hold every caller before it is known. A URL
+	// answering, however slowly and however many attempts are in flight,
+	// is never held back. Zero means DefaultMaxUnanswered.
+	MaxUnanswered int
+
 	// OnChange, if not nil, is called when an endpoint goes down and when
 	// it comes back up, once per change, with its state then: to show it
 	// in a dashboard, tell the customer, or disable a connection that has
@@ -118,6 +138,12 @@ type EndpointHealth struct {
 
 	// NextProbe is, while it is down, when the next probe may go.
 	NextProbe time.Time
+
+	// PerURL reports whether this is one URL of Endpoint, not the whole
+	// origin: a URL whose attempts connect and then get no answer, isolated
+	// alone so that the origin's other paths are unaffected. Its path is
+	// not shown (Endpoint ends in "/…"): it may be a credential.
+	PerURL bool
 }
 
 // String describes h on one line for people.
@@ -126,47 +152,62 @@ func (h EndpointHealth) String() string {
 	if h.Down {
 		state = "down"
 	}
+	if h.PerURL {
+		state = "not answering"
+		if h.Down {
+			state = "isolated, not answering"
+		}
+	}
 	return fmt.Sprintf("%s %s since %s: %d failed attempt(s) in a row, the last %s",
 		h.Endpoint, state, h.Since.UTC().Format(time.RFC3339), h.Failures, h.LastFailure.Kind)
 }
 
-// health is a Sender's view of its endpoints: only those failing or down
-// are kept, and only while attempts are made to them, so a Sender reaching
-// thousands of healthy hosts keeps nothing.
+// health is a Sender's view of its endpoints: the origins failing or down,
+// and the URLs with attempts in flight or failing. Only those are kept, and
+// only while attempts are made to them, so a Sender reaching thousands of
+// healthy hosts keeps little.
 type health struct {
-	downAfter int
-	first     time.Duration // the first probe interval
-	limit     time.Duration // the longest
-	probeFor  time.Duration // how long a probe may be in flight: the attempt timeout and room
-	onChange  func(EndpointHealth)
-	now       func() time.Time
-	logger    *slog.Logger
+	policy        healthPolicy
+	maxUnanswered int
+	quiet         time.Duration // no answer for so long makes a URL's attempts in flight count
+	onChange      func(EndpointHealth)
+	now           func() time.Time
+	logger        *slog.Logger
+	seed          maphash.Seed
 
-	mu        sync.RWMutex
-	endpoints map[string]*endpoint
-	leases    uint64    // the last probe lease handed out
-	swept     time.Time // when idle endpoints were last forgotten
+	mu        sync.Mutex
+	endpoints map[string]*endpoint // by origin
+	urls      map[string]*urlEntry // by whole URL, never shown
+	leases    uint64               // the last probe lease handed out
+	swept     time.Time            // when idle entries were last forgotten
 }
 
-// endpoint is the state of one failing or down endpoint, under health.mu.
+// endpoint is an origin's or a URL's health with its reporting, under
+// health.mu.
 type endpoint struct {
-	failures   int
-	since      time.Time // when the run of failures began
-	last       Attempt
-	down       bool
-	changed    time.Time
-	reached    time.Time     // when an attempt last got a connection or an answer
-	touched    time.Time     // when an attempt was last admitted or recorded
-	interval   time.Duration // the wait after the last probe, or after going down
-	nextProbe  time.Time
-	lease      uint64    // the probe in flight's, or 0
-	leaseUntil time.Time // when the probe in flight has surely ended
-
-	changes   []EndpointHealth // to report, in order
-	reporting bool             // a goroutine is reporting them
+	endpointState
+	shown     string    // how it is reported: the origin, or for a URL the origin and "/…"
+	perURL    bool      // a URL's
+	touched   time.Time // when an attempt was last admitted or recorded
+	changes   []EndpointHealth
+	reporting bool // a goroutine is reporting them
 }
 
-// Endpoints no attempt was made to for so long are forgotten: a run of
+// urlEntry is one URL's attempts in flight and its health.
+type urlEntry struct {
+	stall
+	endpoint
+}
+
+// ticket is what admit hands an attempt it lets through, for record.
+type ticket struct {
+	origin, url string
+	admitted    time.Time // on health's clock
+	lease       uint64    // the origin's probe lease, or 0
+	urlLease    uint64    // the URL's probe lease, or 0
+}
+
+// Entries no attempt was made to for so long are forgotten: a run of
 // failures an hour old says little, and a down endpoint nothing is sent to
 // for a day is likely gone (a connection changed or deleted).
 const (
@@ -175,24 +216,34 @@ const (
 	sweepEvery         = time.Minute
 )
 
-func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.Time, logger *slog.Logger) (*health, error) {
+// newHealth returns the health of a Sender whose probes are in flight for
+// at most probeFor (its attempt timeout and room to record the outcome).
+func newHealth(o *HealthOptions, probeFor time.Duration, now func() time.Time, logger *slog.Logger) (*health, error) {
 	switch {
 	case o.DownAfter < 0:
 		return nil, fmt.Errorf("webhook: HealthOptions.DownAfter must not be negative, got %d", o.DownAfter)
 	case o.ProbeInterval < 0 || o.MaxProbeInterval < 0:
 		return nil, fmt.Errorf("webhook: HealthOptions probe intervals must not be negative, got %v and %v", o.ProbeInterval, o.MaxProbeInterval)
+	case o.MaxUnanswered < 0:
+		return nil, fmt.Errorf("webhook: HealthOptions.MaxUnanswered must not be negative, got %d", o.MaxUnanswered)
 	}
 	h := &health{
-		downAfter: cmp.Or(o.DownAfter, DefaultDownAfter),
-		first:     cmp.Or(o.ProbeInterval, DefaultProbeInterval),
-		limit:     cmp.Or(o.MaxProbeInterval, DefaultMaxProbeInterval),
-		probeFor:  attemptTimeout,
-		onChange:  o.OnChange,
-		now:       now,
-		logger:    logger,
-		endpoints: map[string]*endpoint{},
+		policy: healthPolicy{
+			downAfter: cmp.Or(o.DownAfter, DefaultDownAfter),
+			first:     cmp.Or(o.ProbeInterval, DefaultProbeInterval),
+			limit:     cmp.Or(o.MaxProbeInterval, DefaultMaxProbeInterval),
+			probeFor:  probeFor,
+		},
+		maxUnanswered: cmp.Or(o.MaxUnanswered, DefaultMaxUnanswered),
+		quiet:         min(probeFor/2, 5*time.Second),
+		onChange:      o.OnChange,
+		now:           now,
+		logger:        logger,
+		seed:          maphash.MakeSeed(),
+		endpoints:     map[string]*endpoint{},
+		urls:          map[string]*urlEntry{},
 	}
-	h.limit = max(h.limit, h.first)
+	h.policy.limit = max(h.policy.limit, h.policy.first)
 	return h, nil
 }
 
@@ -212,181 +263,173 @@ func endpointKey(u *url.URL) string {
 	return u.Scheme + "://" + net.JoinHostPort(host, port)
 }
 
-// admit says whether an attempt to endpoint key may be sent now: when it
-// is up, yes; when it is down, only as its one probe, once the probe is
-// due, with a lease (non-zero) to give back to record. A refusal comes with
-// the error of the attempt and a wait after which a retry may be admitted,
-// spread over a probe interval so that the deliveries a queue holds back do
-// not all come back at one instant.
-func (h *health) admit(key string) (lease uint64, wait time.Duration, err error) {
-	h.mu.RLock()
-	_, tracked := h.endpoints[key]
-	h.mu.RUnlock()
-	if !tracked { // the common case: an endpoint that is not failing
-		return 0, 0, nil
-	}
+// admit says whether an attempt to origin's URL rawURL may be sent now,
+// and returns the ticket to give back to record. A refusal comes with the
+// error of the attempt and a wait after which a retry may be admitted,
+// spread so that the deliveries a queue holds back do not all come back at
+// one instant.
+func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 	now := h.now()
+	t := ticket{origin: origin, url: rawURL, admitted: now}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sweep(now)
-	e := h.endpoints[key]
-	if e == nil {
-		return 0, 0, nil
-	}
-	e.touched = now
-	switch {
-	case !e.down:
-		return 0, 0, nil
-	case e.lease != 0 && now.Before(e.leaseUntil): // a probe is in flight: it ends by then
-		wait = min(e.leaseUntil.Sub(now), e.interval)
-	case now.Before(e.nextProbe):
-		wait = e.nextProbe.Sub(now)
-	default:
-		h.leases++
-		e.lease, e.leaseUntil = h.leases, now.Add(h.probeFor)
-		return e.lease, 0, nil
-	}
-	wait += rand.N(e.interval + 1)
-	wait = max(wait, time.Millisecond) // a queue that waits it never spins
-	return 0, wait, fmt.Errorf("%w: %s has failed %d attempt(s) in a row since %s, the last: %s; nothing was sent",
-		ErrEndpointDown, key, e.failures, e.since.UTC().Format(time.RFC3339), e.last.Kind)
-}
-
-// outcome sorts attempts by what they say of an endpoint.
-type outcome int
-
-const (
-	outcomeNeutral     outcome = iota // says nothing: not sent, or failed for a reason of its own
-	outcomeReached                    // a connection or an answer: the endpoint is up
-	outcomeUnreachable                // no connection: dns, refused, tls, or a timeout or reset before one
-)
-
-// outcomeOf sorts an attempt of kind k, which got a connection if
-// connected. A timeout or a reset after the connection is what one path's
-// handler did (a hang, a panic), not what the host is: it says the host is
-// up. Only failing to connect counts against it.
-func outcomeOf(k FailureKind, connected bool) outcome {
-	switch {
-	case connected, k == KindNone, k == KindStatus, k == KindRedirect:
-		return outcomeReached
-	case k == KindDNS, k == KindRefused, k == KindReset, k == KindTLS, k == KindTimeout:
-		return outcomeUnreachable
-	}
-	return outcomeNeutral
-}
-
-// record notes attempt a to endpoint key, admitted at admitted (health's
-// clock), which got a connection if connected and was a probe if lease is
-// not zero; it reports a change of state through OnChange.
-func (h *health) record(key string, a *Attempt, connected bool, admitted time.Time, lease uint64) {
-	o := outcomeOf(a.Kind, connected)
-	if o != outcomeUnreachable && lease == 0 {
-		h.mu.RLock()
-		_, tracked := h.endpoints[key]
-		h.mu.RUnlock()
-		if !tracked {
-			return
+	if e := h.endpoints[origin]; e != nil {
+		e.touched = now
+		ad, ok := e.admit(now)
+		if !ok {
+			return t, spread(ad.wait, e.interval), fmt.Errorf("%w: %s has failed %d attempt(s) in a row since %s, the last: %s; nothing was sent",
+				ErrEndpointDown, origin, e.failures, e.since.UTC().Format(time.RFC3339), e.last.Kind)
+		}
+		if ad.probe {
+			t.lease = h.grant(&e.endpointState, now)
 		}
 	}
-	now := h.now()
-	h.mu.Lock()
-	h.sweep(now)
-	e := h.endpoints[key]
-	if e == nil {
-		if o != outcomeUnreachable {
-			h.mu.Unlock()
-			return
-		}
-		e = &endpoint{}
-		h.endpoints[key] = e
+	u := h.urls[rawURL]
+	if u == nil {
+		u = &urlEntry{endpoint: endpoint{shown: origin + "/…", perURL: true}}
+		h.urls[rawURL] = u
 	}
-	e.touched = now
-	probe := lease != 0 && lease == e.lease // a probe that outlived its lease is not this one
-	if probe {
+	u.touched = now
+	ad, ok := u.admit(now)
+	switch {
+	case !ok:
+		h.release(origin, t.lease)
+		return t, spread(ad.wait, u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; nothing was sent",
+			ErrEndpointNotAnswering, u.shown, u.failures, u.since.UTC().Format(time.RFC3339))
+	case ad.probe:
+		t.urlLease = h.grant(&u.endpointState, now)
+	case !u.admitStall(h.maxUnanswered, h.quiet, now):
+		h.release(origin, t.lease)
+		return t, spread(h.quiet, h.quiet), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
+			ErrEndpointNotAnswering, u.shown, u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
+	}
+	u.begin(now)
+	return t, 0, nil
+}
+
+// grant hands e's probe a new lease. Under h.mu.
+func (h *health) grant(e *endpointState, now time.Time) uint64 {
+	h.leases++
+	e.grant(&h.policy, h.leases, now)
+	return h.leases
+}
+
+// release gives back origin's probe lease, for an attempt admitted by the
+// origin but refused by its URL. Under h.mu.
+func (h *health) release(origin string, lease uint64) {
+	if e := h.endpoints[origin]; e != nil && lease != 0 && e.lease == lease {
 		e.lease = 0
 	}
-	switch {
-	case o == outcomeReached:
-		e.reached = now
-		if e.down {
-			e.down, e.changed = false, now
-			h.queue(key, e)
-		}
-		e.failures, e.nextProbe = 0, time.Time{}
-	case o == outcomeUnreachable && admitted.Before(e.reached):
-		// Sent before the endpoint was last reached: its failure is old
-		// news, not a sign that the endpoint is down again.
-	case o == outcomeUnreachable:
-		if e.failures == 0 {
-			e.since = now
-		}
-		e.failures++
-		e.last = *a
-		switch {
-		case e.down && probe: // a failed probe: wait longer
-			e.interval = min(2*e.interval, h.limit)
-			e.nextProbe = now.Add(e.interval)
-		case !e.down && e.failures >= h.downAfter:
-			e.down, e.changed = true, now
-			e.interval = h.first
-			e.nextProbe = now.Add(e.interval)
-			h.queue(key, e)
-		}
-	case probe && a.Kind != KindCanceled:
-		// A probe that says nothing (not the caller's cancellation) waits
-		// as one that failed, so that such probes do not follow each other.
-		e.nextProbe = now.Add(e.interval)
+}
+
+// spread returns wait plus a random share of interval, at least a
+// millisecond, so that a queue that waits it never spins.
+func spread(wait, interval time.Duration) time.Duration {
+	return max(wait+rand.N(interval+1), time.Millisecond)
+}
+
+// record notes attempt a, admitted with t, which got a connection if
+// connected and whose delivery's body is body; it reports the changes of
+// state through OnChange.
+func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
+	now := h.now()
+	var bodyHash uint64
+	uo := urlOutcome(a.Kind, connected)
+	if uo == outcomeFailed {
+		bodyHash = maphash.Bytes(h.seed, body) | 1 // never 0, which counts no delivery
 	}
-	report := len(e.changes) > 0 && !e.reporting
-	if report {
-		e.reporting = true
+	h.mu.Lock()
+	h.sweep(now)
+	var reports []*endpoint
+	if u := h.urls[t.url]; u != nil {
+		u.touched = now
+		u.end(a.StatusCode != 0, now)
+		if uo != outcomeNeutral || t.urlLease != 0 {
+			if changed, at := u.record(&h.policy, uo, a, t.admitted, t.urlLease, bodyHash, now); changed {
+				reports = h.queue(&u.endpoint, at, reports)
+			}
+		}
+		if u.inFlight == 0 && u.well(&h.policy, now) && !u.reporting && len(u.changes) == 0 {
+			delete(h.urls, t.url)
+		}
 	}
-	h.forgetIfWell(key, e, now)
+	o := originOutcome(a.Kind, connected)
+	e := h.endpoints[t.origin]
+	if e == nil && o == outcomeFailed {
+		e = &endpoint{shown: t.origin}
+		h.endpoints[t.origin] = e
+	}
+	if e != nil {
+		e.touched = now
+		if changed, at := e.record(&h.policy, o, a, t.admitted, t.lease, 0, now); changed {
+			reports = h.queue(e, at, reports)
+		}
+		h.forgetIfWell(t.origin, e, now)
+	}
 	h.mu.Unlock()
-	if report {
-		h.report(key, e)
+	for _, e := range reports {
+		h.report(e)
 	}
 }
 
-// queue logs e's new state and adds it to the changes to report.
-func (h *health) queue(key string, e *endpoint) {
-	st := e.state(key)
+// queue logs e's new state, at, and adds it to the changes to report; it
+// returns reports with e added when the caller is to report them. Under
+// h.mu.
+func (h *health) queue(e *endpoint, at endpointState, reports []*endpoint) []*endpoint {
+	st := e.stateOf(&at)
 	level, msg := slog.LevelInfo, "webhook: endpoint up"
-	if st.Down {
+	switch {
+	case st.Down && st.PerURL:
+		level, msg = slog.LevelWarn, "webhook: endpoint isolated: a URL that connects and does not answer"
+	case st.Down:
 		level, msg = slog.LevelWarn, "webhook: endpoint down"
 	}
-	h.logger.LogAttrs(context.Background(), level, msg, slog.String("endpoint", key),
+	h.logger.LogAttrs(context.Background(), level, msg, slog.String("endpoint", st.Endpoint),
 		slog.Time("since", st.Since), slog.Int("failures", st.Failures), slog.String("last_kind", string(st.LastFailure.Kind)))
-	if h.onChange != nil {
-		e.changes = append(e.changes, st)
+	if h.onChange == nil {
+		return reports
+	}
+	e.changes = append(e.changes, st)
+	if e.reporting {
+		return reports
+	}
+	e.reporting = true
+	return append(reports, e)
+}
+
+// forgetIfWell drops origin e once it is well and nothing of it is left to
+// report. Under h.mu.
+func (h *health) forgetIfWell(origin string, e *endpoint, now time.Time) {
+	if e.well(&h.policy, now) && !e.reporting && len(e.changes) == 0 && h.endpoints[origin] == e {
+		delete(h.endpoints, origin)
 	}
 }
 
-// forgetIfWell drops e once it is well, nothing of it is left to report,
-// and no attempt admitted before it was last reached can still end: until
-// then its reached time sets such an attempt's failure aside. Under h.mu.
-func (h *health) forgetIfWell(key string, e *endpoint, now time.Time) {
-	if e.failures == 0 && !e.down && !e.reporting && len(e.changes) == 0 && now.Sub(e.reached) >= h.probeFor && h.endpoints[key] == e {
-		delete(h.endpoints, key)
-	}
-}
-
-// sweep forgets, at most once a sweepEvery, the endpoints no attempt was
-// made to for forgetFailingAfter (forgetDownAfter for one that is down),
-// with nothing to report. A forgotten endpoint's next delivery is sent as
-// to any other. Under h.mu, locked.
+// sweep forgets, at most once a sweepEvery, the entries no attempt was made
+// to for forgetFailingAfter (forgetDownAfter for one that is down), with
+// nothing to report and, for a URL, nothing in flight. A forgotten
+// endpoint's next delivery is sent as to any other. Under h.mu, locked.
 func (h *health) sweep(now time.Time) {
 	if now.Sub(h.swept) < sweepEvery {
 		return
 	}
 	h.swept = now
+	idle := func(e *endpoint) bool {
+		d := now.Sub(e.touched)
+		return !e.reporting && len(e.changes) == 0 && (d >= forgetDownAfter || !e.down && d >= forgetFailingAfter)
+	}
 	for key, e := range h.endpoints {
-		idle := now.Sub(e.touched)
-		if !e.reporting && len(e.changes) == 0 && (idle >= forgetDownAfter || !e.down && idle >= forgetFailingAfter) {
+		if idle(e) {
 			delete(h.endpoints, key)
 			continue
 		}
 		h.forgetIfWell(key, e, now)
+	}
+	for key, u := range h.urls {
+		if u.inFlight == 0 && (idle(&u.endpoint) || u.well(&h.policy, now) && !u.reporting && len(u.changes) == 0) {
+			delete(h.urls, key)
+		}
 	}
 }
 
@@ -394,12 +437,14 @@ func (h *health) sweep(now time.Time) {
 // one goroutine reports an endpoint's changes at a time; it stops reporting
 // under the lock under which it finds none left, so a change queued by
 // another goroutine is always reported.
-func (h *health) report(key string, e *endpoint) {
+func (h *health) report(e *endpoint) {
 	for {
 		h.mu.Lock()
 		if len(e.changes) == 0 {
 			e.reporting = false
-			h.forgetIfWell(key, e, h.now())
+			if !e.perURL {
+				h.forgetIfWell(e.shown, e, h.now())
+			}
 			h.mu.Unlock()
 			return
 		}
@@ -423,27 +468,44 @@ func (h *health) tell(c EndpointHealth) {
 }
 
 // state returns what is known of e. Under h.mu.
-func (e *endpoint) state(key string) EndpointHealth {
-	s := EndpointHealth{Endpoint: key, Down: e.down, Since: e.since, Changed: e.changed, Failures: e.failures, LastFailure: e.last}
-	if e.down {
-		s.NextProbe = e.nextProbe
+func (e *endpoint) state() EndpointHealth { return e.stateOf(&e.endpointState) }
+
+// stateOf returns e as reported in state st.
+func (e *endpoint) stateOf(st *endpointState) EndpointHealth {
+	s := EndpointHealth{Endpoint: e.shown, Down: st.down, Since: st.since, Changed: st.changed, Failures: st.failures, LastFailure: st.last, PerURL: e.perURL}
+	if st.down {
+		s.NextProbe = st.nextProbe
 	}
 	return s
 }
 
-// snapshot returns the endpoints failing or down, sorted, having forgotten
-// the idle ones.
+// snapshot returns the endpoints and URLs failing or down, sorted, having
+// forgotten the idle ones.
 func (h *health) snapshot() []EndpointHealth {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.swept = time.Time{} // now, whenever the last sweep was
+	h.swept = time.Time{} // now, whatever the last sweep was
 	h.sweep(h.now())
 	out := make([]EndpointHealth, 0, len(h.endpoints))
-	for key, e := range h.endpoints {
+	for _, e := range h.endpoints {
 		if e.failures > 0 || e.down {
-			out = append(out, e.state(key))
+			out = append(out, e.state())
 		}
 	}
-	slices.SortFunc(out, func(a, b EndpointHealth) int { return strings.Compare(a.Endpoint, b.Endpoint) })
+	for _, u := range h.urls {
+		if u.failures > 0 || u.down {
+			out = append(out, u.state())
+		}
+	}
+	slices.SortFunc(out, func(a, b EndpointHealth) int {
+		return cmp.Or(strings.Compare(a.Endpoint, b.Endpoint), cmp.Compare(boolInt(a.PerURL), boolInt(b.PerURL)))
+	})
 	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -152,6 +152,7 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	d.t = t
+	t.OnProxyConnectResponse = proxyConnectResponse
 	if opts.Proxy != nil {
 		proxying.Store(true)
 		p := &proxyRouter{proxy: opts.Proxy, guard: d.guard}
@@ -342,4 +343,24 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		resp.Body = http.NoBody
 	}
 	return resp, err
+}
+
+// proxyUnreachableError is a proxy's answer to CONNECT that it could not
+// reach the destination: the endpoint, not the proxy, gave no connection.
+type proxyUnreachableError struct{ status string }
+
+func (e *proxyUnreachableError) Error() string {
+	return "the egress proxy answered CONNECT with " + e.status
+}
+
+// proxyConnectResponse turns a proxy's 502, 503 or 504 to CONNECT into a
+// proxyUnreachableError, which classify reports as KindUnreachable and
+// endpoint health counts as no connection. Other answers are net/http's to
+// handle.
+func proxyConnectResponse(_ context.Context, _ *url.URL, _ *http.Request, resp *http.Response) error {
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return &proxyUnreachableError{status: printable(resp.Status, 0)}
+	}
+	return nil
 }

@@ -203,12 +203,32 @@ func (c Connection) validate() (*url.URL, error) {
 	return u, nil
 }
 
+// unbracketedColons reports whether raw's authority (less any user
+// information) has a host of several colons outside brackets: an IPv6
+// address written without them.
+func unbracketedColons(raw string) bool {
+	_, rest, ok := strings.Cut(raw, "//")
+	if !ok {
+		return false
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	return strings.Count(rest, ":") > 1 && !strings.HasPrefix(rest, "[")
+}
+
 func validateURL(raw string) (*url.URL, error) {
 	if raw == "" {
 		return nil, connError("URL", "must not be empty")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
+		if unbracketedColons(raw) { // which Go 1.26's url.Parse refuses itself
+			return nil, connError("URL", "an IPv6 address must be in brackets, as in https://[2001:db8::1]/")
+		}
 		return nil, connError("URL", "is not a URL")
 	}
 	switch {

@@ -1,0 +1,197 @@
+package webhook
+
+import (
+	"time"
+)
+
+// This file holds endpoint health's core: what an attempt's outcome does to
+// an endpoint's state at a given time, with no lock, no clock and no
+// reporting (health.go is the shell around it). One core serves both
+// scopes: an origin, marked down by attempts that got no connection, and
+// one URL, isolated by attempts that connected and got no answer.
+
+// outcome sorts attempts by what they say of an endpoint.
+type outcome int
+
+const (
+	outcomeNeutral outcome = iota // says nothing: not sent, or failed for a reason of its own
+	outcomeReached                // the endpoint answered, or (for an origin) connected
+	outcomeFailed                 // the failure this scope counts: no connection, or no answer
+)
+
+// originOutcome sorts an attempt of kind k, which got a connection if
+// connected, for its origin. A timeout or a reset after the connection is
+// what one path's handler did (a hang, a panic), not what the host is: it
+// says the host is up. Only failing to connect counts against it: a proxy
+// that could not reach the destination included.
+func originOutcome(k FailureKind, connected bool) outcome {
+	switch {
+	case connected, k == KindNone, k == KindStatus, k == KindRedirect:
+		return outcomeReached
+	case k == KindDNS, k == KindRefused, k == KindReset, k == KindTLS, k == KindTimeout, k == KindUnreachable:
+		return outcomeFailed
+	}
+	return outcomeNeutral
+}
+
+// urlOutcome sorts an attempt for its URL: any answer is progress; a
+// connection that then timed out with no answer is the failure a URL
+// counts (an application hung behind its load balancer, one tenant's path
+// on a shared host).
+func urlOutcome(k FailureKind, connected bool) outcome {
+	switch {
+	case k == KindNone, k == KindStatus, k == KindRedirect:
+		return outcomeReached
+	case connected && k == KindTimeout:
+		return outcomeFailed
+	}
+	return outcomeNeutral
+}
+
+// healthPolicy is what decides an endpoint's transitions.
+type healthPolicy struct {
+	downAfter int           // failures in a row that take it down
+	first     time.Duration // the first probe interval
+	limit     time.Duration // the longest
+	probeFor  time.Duration // how long a probe may be in flight
+}
+
+// endpointState is one endpoint's health, in either scope.
+type endpointState struct {
+	failures   int
+	since      time.Time // when the run of failures began
+	last       Attempt
+	down       bool
+	changed    time.Time
+	reached    time.Time     // when an attempt last reached it
+	interval   time.Duration // the wait after the last probe, or after going down
+	nextProbe  time.Time
+	lease      uint64    // the probe in flight's, or 0
+	leaseUntil time.Time // when the probe in flight has surely ended
+	bodies     []uint64  // a URL's: the deliveries (body hashes) counted in the run of failures
+}
+
+// admission is the core's answer to an attempt that asks to be sent.
+type admission struct {
+	probe bool          // let through as the endpoint's probe: take a lease
+	wait  time.Duration // refused: the least wait before it may be tried again
+}
+
+// admit says whether an attempt may be sent to e at now: when it is up,
+// yes; when down, only as its one probe, once due. A refusal has the least
+// wait before a retry may be admitted.
+func (e *endpointState) admit(now time.Time) (admission, bool) {
+	switch {
+	case !e.down:
+		return admission{}, true
+	case e.lease != 0 && now.Before(e.leaseUntil): // a probe is in flight: it ends by then
+		return admission{wait: min(e.leaseUntil.Sub(now), e.interval)}, false
+	case now.Before(e.nextProbe):
+		return admission{wait: e.nextProbe.Sub(now)}, false
+	}
+	return admission{probe: true}, true
+}
+
+// grant records that the probe admitted at now holds lease.
+func (e *endpointState) grant(p *healthPolicy, lease uint64, now time.Time) {
+	e.lease, e.leaseUntil = lease, now.Add(p.probeFor)
+}
+
+// record applies an attempt's outcome o at now: a, admitted at admitted,
+// holding lease (0 unless it was a probe), whose delivery's body hashes to
+// body (0: not counted per delivery). It reports whether e went down or
+// came back up, and then e's state as it changed: coming back up, the run
+// of failures it ends, before it is cleared.
+func (e *endpointState) record(p *healthPolicy, o outcome, a *Attempt, admitted time.Time, lease uint64, body uint64, now time.Time) (changed bool, at endpointState) {
+	probe := lease != 0 && lease == e.lease // a probe that outlived its lease is not this one
+	if probe {
+		e.lease = 0
+	}
+	switch {
+	case o == outcomeReached:
+		e.reached = now
+		if e.down {
+			e.down, e.changed = false, now
+			changed, at = true, *e
+		}
+		e.failures, e.nextProbe, e.bodies = 0, time.Time{}, e.bodies[:0]
+	case o == outcomeFailed && admitted.Before(e.reached):
+		// Sent before the endpoint was last reached: its failure is old
+		// news, not a sign that the endpoint is down again.
+	case o == outcomeFailed:
+		if body != 0 && !e.down && !probe && countedBody(e.bodies, body) {
+			// One delivery failing again (a poison payload that hangs
+			// its handler) counts once: it says nothing of the others.
+			e.last = *a
+			return false, at
+		}
+		if e.failures == 0 {
+			e.since = now
+		}
+		e.failures++
+		e.last = *a
+		if body != 0 && len(e.bodies) < p.downAfter {
+			e.bodies = append(e.bodies, body)
+		}
+		switch {
+		case e.down && probe: // a failed probe: wait longer
+			e.interval = min(2*e.interval, p.limit)
+			e.nextProbe = now.Add(e.interval)
+		case !e.down && e.failures >= p.downAfter:
+			e.down, e.changed = true, now
+			e.interval = p.first
+			e.nextProbe = now.Add(e.interval)
+			changed, at = true, *e
+		}
+	case probe && a.Kind != KindCanceled:
+		// A probe that says nothing (not the caller's cancellation) waits
+		// as one that failed, so that such probes do not follow each other.
+		e.nextProbe = now.Add(e.interval)
+	}
+	return changed, at
+}
+
+func countedBody(bodies []uint64, body uint64) bool {
+	for _, b := range bodies {
+		if b == body {
+			return true
+		}
+	}
+	return false
+}
+
+// well reports whether e has nothing left to remember at now: no run of
+// failures, not down, and no attempt admitted before it was last reached
+// can still end (until then, its reached time sets such a failure aside).
+func (e *endpointState) well(p *healthPolicy, now time.Time) bool {
+	return e.failures == 0 && !e.down && now.Sub(e.reached) >= p.probeFor
+}
+
+// stall is a URL's attempts in flight, for the bound on an endpoint that
+// is not answering.
+type stall struct {
+	inFlight int
+	progress time.Time // the last answer, or when attempts began to be in flight
+}
+
+// admitStall says whether one more attempt may be in flight to a URL at
+// now: yes unless maxUnanswered are in flight and it has given no answer
+// for quiet. A refusal waits quiet.
+func (s *stall) admitStall(maxUnanswered int, quiet time.Duration, now time.Time) bool {
+	return s.inFlight < maxUnanswered || now.Sub(s.progress) < quiet
+}
+
+// begin and end count an attempt in flight; end notes an answer.
+func (s *stall) begin(now time.Time) {
+	if s.inFlight == 0 {
+		s.progress = now
+	}
+	s.inFlight++
+}
+
+func (s *stall) end(answered bool, now time.Time) {
+	s.inFlight--
+	if answered {
+		s.progress = now
+	}
+}
