@@ -216,9 +216,9 @@ const (
 	sweepEvery         = time.Minute
 )
 
-// newHealth returns the health of a Sender whose probes are in flight for
-// at most probeFor (its attempt timeout and room to record the outcome).
-func newHealth(o *HealthOptions, probeFor time.Duration, now func() time.Time, logger *slog.Logger) (*health, error) {
+// newHealth returns the health of a Sender whose attempts take at most
+// attemptTimeout.
+func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.Time, logger *slog.Logger) (*health, error) {
 	switch {
 	case o.DownAfter < 0:
 		return nil, fmt.Errorf("webhook: HealthOptions.DownAfter must not be negative, got %d", o.DownAfter)
@@ -232,10 +232,12 @@ func newHealth(o *HealthOptions, probeFor time.Duration, now func() time.Time, l
 			downAfter: cmp.Or(o.DownAfter, DefaultDownAfter),
 			first:     cmp.Or(o.ProbeInterval, DefaultProbeInterval),
 			limit:     cmp.Or(o.MaxProbeInterval, DefaultMaxProbeInterval),
-			probeFor:  probeFor,
+			// A probe is in flight for at most an attempt; the second is
+			// room for its outcome to be recorded.
+			probeFor: attemptTimeout + time.Second,
 		},
 		maxUnanswered: cmp.Or(o.MaxUnanswered, DefaultMaxUnanswered),
-		quiet:         min(probeFor/2, 5*time.Second),
+		quiet:         min(attemptTimeout/2, 5*time.Second),
 		onChange:      o.OnChange,
 		now:           now,
 		logger:        logger,

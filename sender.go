@@ -164,9 +164,7 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	}
 	s.timeout = timeout
 	if opts.Health != nil {
-		// A probe is in flight for at most an attempt; the second is room
-		// for its outcome to be recorded.
-		h, err := newHealth(opts.Health, timeout+time.Second, time.Now, s.logger)
+		h, err := newHealth(opts.Health, timeout, time.Now, s.logger)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,219 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+)
+
+// hungPath is an in-memory endpoint whose URLs with path hung connect and
+// never answer (an application hung behind its load balancer, one tenant's
+// path on a shared host); every other path answers 200. It counts the
+// attempts in flight to the hung path, and the most at once.
+type hungPath struct {
+	hung           string
+	answer         atomic.Bool // the hung path answers again
+	inFlight, peak atomic.Int32
+	requests       atomic.Int32
+}
+
+func (h *hungPath) RoundTrip(r *http.Request) (*http.Response, error) {
+	if trace := httptrace.ContextClientTrace(r.Context()); trace != nil && trace.GotConn != nil {
+		trace.GotConn(httptrace.GotConnInfo{}) // connected, as net/http says
+	}
+	if r.URL.Path != h.hung || h.answer.Load() {
+		return answer(http.StatusOK), nil
+	}
+	h.requests.Add(1)
+	n := h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
+	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+	}
+	<-r.Context().Done()
+	return nil, r.Context().Err()
+}
+
+func hungSender(t *testing.T, ep http.RoundTripper, ch *changes) *webhook.Sender {
+	t.Helper()
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client: &http.Client{Transport: ep}, Retry: &webhook.RetryPolicy{}, AttemptTimeout: 2 * time.Second,
+		Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, MaxProbeInterval: 40 * time.Second, OnChange: ch.add},
+	})
+	require.NoError(t, err)
+	return s
+}
+
+// payloadFor is a payload of its own for delivery n: a URL is isolated by
+// the hangs of several deliveries, not one.
+func payloadFor(n int) webhook.Payload {
+	p := samplePayload()
+	p.User.ID = "usr_" + strconv.Itoa(n)
+	return p
+}
+
+func hungConn(path string) webhook.Connection {
+	return webhook.Connection{Name: "tenant", URL: "https://hooks.example.com" + path, Secret: testSecret}
+}
+
+func TestHealth_AURLThatConnectsAndNeverAnswersIsIsolatedAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &hungPath{hung: "/t/1"}
+		var ch changes
+		s := hungSender(t, ep, &ch)
+		t0 := time.Now()
+		for n := range 3 {
+			res, err := s.Send(context.Background(), hungConn("/t/1"), payloadFor(n))
+			require.Error(t, err)
+			require.Len(t, res.Attempts, 1, "delivery %d: %v", n, err)
+			require.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind)
+		}
+		got := ch.list()
+		require.Len(t, got, 1, "isolated, and reported once")
+		assert.True(t, got[0].Down)
+		assert.True(t, got[0].PerURL)
+		assert.Equal(t, "https://hooks.example.com:443/…", got[0].Endpoint, "the path is never shown")
+
+		// Isolated: refused at once, nothing sent; the origin's other paths go.
+		res, err := s.Send(context.Background(), hungConn("/t/1"), payloadFor(9))
+		require.ErrorIs(t, err, webhook.ErrEndpointNotAnswering)
+		require.ErrorIs(t, err, webhook.ErrEndpointDown)
+		assert.Empty(t, res.Attempts)
+		assert.NotContains(t, err.Error(), "/t/1")
+		assert.EqualValues(t, 3, ep.requests.Load())
+		_, err = s.Send(context.Background(), hungConn("/t/2"), payloadFor(10))
+		require.NoError(t, err, "another tenant of the same host")
+		a := s.Attempt(context.Background(), hungConn("/t/1"), webhook.EventUserIdentified, []byte(`{}`), 1)
+		assert.Equal(t, webhook.KindDown, a.Kind)
+		assert.True(t, a.Retry && a.RetryIn >= 10*time.Second-time.Since(t0), "a queue waits for the probe: %v", a.RetryIn)
+
+		// One probe at a time; once it answers, the URL is back.
+		time.Sleep(10 * time.Second)
+		var wg sync.WaitGroup
+		var refused atomic.Int32
+		for n := range 5 {
+			wg.Go(func() {
+				if _, err := s.Send(context.Background(), hungConn("/t/1"), payloadFor(20+n)); errors.Is(err, webhook.ErrEndpointNotAnswering) {
+					refused.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		assert.EqualValues(t, 4, refused.Load(), "one probe, the rest refused")
+		assert.EqualValues(t, 1, ep.peak.Load(), "never two attempts at once to an isolated URL")
+		ep.answer.Store(true)
+		time.Sleep(20 * time.Second)
+		_, err = s.Send(context.Background(), hungConn("/t/1"), payloadFor(30))
+		require.NoError(t, err)
+		got = ch.list()
+		require.Len(t, got, 2)
+		assert.False(t, got[1].Down, "back up")
+		assert.Empty(t, s.Health())
+	})
+}
+
+// One poison delivery (its payload hangs the handler) never takes its URL
+// down, however often it is retried, while the URL's other deliveries
+// answer.
+func TestHealth_OnePoisonDeliveryNeverIsolatesItsURL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		poison := payloadFor(666)
+		ep := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			body := make([]byte, r.ContentLength)
+			r.Body.Read(body)
+			if p, _ := webhook.ParsePayload(body); p.User.ID == poison.User.ID {
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			}
+			return answer(http.StatusOK), nil
+		})
+		var ch changes
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, AttemptTimeout: 2 * time.Second,
+			Health: &webhook.HealthOptions{DownAfter: 2, OnChange: ch.add}}) // the spec's 4 attempts, 1 s, 2 s, 4 s apart
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			res, err := s.Send(context.Background(), hungConn("/p"), poison)
+			assert.Error(t, err)
+			assert.Len(t, res.Attempts, 4, "every attempt of the poison delivery went")
+		}()
+		for n := range 20 {
+			time.Sleep(500 * time.Millisecond)
+			_, err := s.Send(context.Background(), hungConn("/p"), payloadFor(n))
+			require.NoError(t, err, "delivery %d", n)
+		}
+		<-done
+		assert.Empty(t, ch.list(), "the URL was never isolated")
+	})
+}
+
+// A fast endpoint at high concurrency is never throttled: 64 deliveries at
+// once, each answered after 20 ms, on a fresh Sender.
+func TestHealth_AFastEndpointAtHighConcurrencyIsNeverThrottled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			time.Sleep(20 * time.Millisecond)
+			return answer(http.StatusOK), nil
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, AttemptTimeout: 200 * time.Millisecond,
+			Health: &webhook.HealthOptions{}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		for round := range 10 {
+			for n := range 64 {
+				wg.Go(func() {
+					if _, err := s.Send(context.Background(), hungConn("/fast"), payloadFor(round*64+n)); err != nil {
+						failed.Add(1)
+					}
+				})
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		wg.Wait()
+		assert.Zero(t, failed.Load())
+	})
+}
+
+// Before a URL that connects and never answers is known, at most
+// MaxUnanswered attempts wait on it once it has been silent for half the
+// attempt timeout: it cannot take every caller. Every refusal says why.
+func TestHealth_AttemptsInFlightToASilentURLAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &hungPath{hung: "/slow"}
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, Retry: &webhook.RetryPolicy{},
+			AttemptTimeout: 2 * time.Second, Health: &webhook.HealthOptions{DownAfter: 100, MaxUnanswered: 3}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var refused atomic.Int32
+		for n := range 32 { // 32 callers, one new delivery every 100 ms
+			wg.Go(func() {
+				time.Sleep(time.Duration(n) * 100 * time.Millisecond)
+				_, err := s.Send(context.Background(), hungConn("/slow"), payloadFor(n))
+				if errors.Is(err, webhook.ErrEndpointNotAnswering) {
+					refused.Add(1)
+					assert.Contains(t, err.Error(), "no answer for")
+				}
+			})
+		}
+		wg.Wait()
+		// Silent after 1 s: by then 10 attempts are in flight; past it, 3.
+		assert.LessOrEqual(t, ep.peak.Load(), int32(11))
+		assert.Greater(t, refused.Load(), int32(15), "most callers were turned away at once")
+		assert.EqualValues(t, 32, ep.requests.Load()+refused.Load(), "each delivery went, or was refused saying why")
+	})
+}
