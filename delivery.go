@@ -211,15 +211,15 @@ func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
 // attempt. Bounding the request itself, rather than wrapping the client's
 // RoundTripper, costs one request copy and no wrapped body.
 func (d *delivery) bound(r *http.Request) *http.Request {
-	ctx := d.ctx
-	if d.s.routed && proxying.Load() {
-		ctx = withRoute(ctx) // lets NewTransport's dialer tell a proxy's connection from a direct one
-	}
+	deadline := time.Now().Add(d.s.timeout)
+	// Lets NewTransport's dialer bound the dial and TLS handshake by the
+	// attempt, and tell a proxy's connection from a direct one.
+	ctx := withAttempt(d.ctx, deadline)
 	if d.s.health != nil {
 		d.trace = newConnTrace()
 		ctx = httptrace.WithClientTrace(ctx, &d.trace.trace)
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.s.timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	d.cancel = cancel
 	return r.WithContext(ctx)
 }
@@ -269,10 +269,18 @@ func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error)
 	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL, d.scrubText)
 	if d.s.health != nil {
 		d.s.health.record(d.ticket, &a, d.trace != nil && d.trace.connected.Load(), d.body)
-		d.ticket = ticket{}
+		d.ticket = ticket{origin: d.ticket.origin, url: d.ticket.url} // its leases are spent
 	}
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
+	}
+	if a.Retry && !d.queued && d.s.health != nil && !d.bypass {
+		// The endpoint went down meanwhile: the delivery ends now, not
+		// after waiting for a retry that would not be sent.
+		if wait, err := d.s.health.down(d.ticket); err != nil {
+			a.Retry, a.RetryIn = false, 0
+			d.err, d.errKind, d.downWait = err, KindDown, wait
+		}
 	}
 	if a.Retry {
 		// go-retryablehttp waits for the retry on the request's context:

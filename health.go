@@ -169,7 +169,8 @@ func (h EndpointHealth) String() string {
 type health struct {
 	policy        healthPolicy
 	maxUnanswered int
-	quiet         time.Duration // no answer for so long makes a URL's attempts in flight count
+	quietMax      time.Duration // the longest silence before a URL's attempts in flight are bounded
+	typical       time.Duration // a moving average of answered attempts' durations, under mu
 	onChange      func(EndpointHealth)
 	now           func() time.Time
 	logger        *slog.Logger
@@ -237,7 +238,7 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 			probeFor: attemptTimeout + time.Second,
 		},
 		maxUnanswered: cmp.Or(o.MaxUnanswered, DefaultMaxUnanswered),
-		quiet:         min(attemptTimeout/2, 5*time.Second),
+		quietMax:      min(attemptTimeout/2, 5*time.Second),
 		onChange:      o.OnChange,
 		now:           now,
 		logger:        logger,
@@ -301,13 +302,43 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 			ErrEndpointNotAnswering, u.shown, u.failures, u.since.UTC().Format(time.RFC3339))
 	case ad.probe:
 		t.urlLease = h.grant(&u.endpointState, now)
-	case !u.admitStall(h.maxUnanswered, h.quiet, now):
+	case !u.admitStall(h.maxUnanswered, h.quiet(), now):
 		h.release(origin, t.lease)
-		return t, spread(h.quiet, h.quiet), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
+		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
 			ErrEndpointNotAnswering, u.shown, u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
 	}
 	u.begin(now)
 	return t, 0, nil
+}
+
+// Silence before a URL's attempts in flight are bounded: eight times what
+// an answer typically takes at this Sender, at least minQuiet, at most half
+// the attempt timeout (and 5 s, the time the spec gives a receiver).
+const minQuiet = 50 * time.Millisecond
+
+// quiet returns how long a URL may be silent, with MaxUnanswered attempts
+// in flight, before more are refused. Under h.mu.
+func (h *health) quiet() time.Duration {
+	return min(max(8*h.typical, minQuiet), h.quietMax)
+}
+
+// down returns, for a delivery about to wait for its retry, the error of
+// its endpoint (origin or URL) having gone down meanwhile, with how long
+// until it may be tried: such a delivery ends now rather than after its
+// wait. Nil when it may be retried.
+func (h *health) down(t ticket) (time.Duration, error) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.endpoints[t.origin]; e != nil && e.down {
+		return spread(e.nextProbe.Sub(now), e.interval), fmt.Errorf("%w: %s has failed %d attempt(s) in a row since %s, the last: %s; no retry was sent",
+			ErrEndpointDown, t.origin, e.failures, e.since.UTC().Format(time.RFC3339), e.last.Kind)
+	}
+	if u := h.urls[t.url]; u != nil && u.down {
+		return spread(u.nextProbe.Sub(now), u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; no retry was sent",
+			ErrEndpointNotAnswering, u.shown, u.failures, u.since.UTC().Format(time.RFC3339))
+	}
+	return 0, nil
 }
 
 // grant hands e's probe a new lease. Under h.mu.
@@ -343,6 +374,13 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 	}
 	h.mu.Lock()
 	h.sweep(now)
+	if a.StatusCode != 0 {
+		if h.typical == 0 {
+			h.typical = a.Duration
+		} else {
+			h.typical += (a.Duration - h.typical) / 16
+		}
+	}
 	var reports []*endpoint
 	if u := h.urls[t.url]; u != nil {
 		u.touched = now

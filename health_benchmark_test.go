@@ -74,10 +74,15 @@ func (h *deadHost) url() string { return "https://" + h.ln.Addr().String() + "/h
 type attemptCounter struct {
 	next  http.RoundTripper
 	hosts map[string]*[2]atomic.Int32 // in flight, peak
+	key   func(*http.Request) string  // nil: the host
 }
 
 func (c *attemptCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if n := c.hosts[r.URL.Host]; n != nil {
+	k := r.URL.Host
+	if c.key != nil {
+		k = c.key(r)
+	}
+	if n := c.hosts[k]; n != nil {
 		now := n[0].Add(1)
 		defer n[0].Add(-1)
 		for p := n[1].Load(); now > p && !n[1].CompareAndSwap(p, now); p = n[1].Load() {

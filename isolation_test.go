@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptrace"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -216,4 +217,28 @@ func TestHealth_AttemptsInFlightToASilentURLAreBounded(t *testing.T) {
 		assert.Greater(t, refused.Load(), int32(15), "most callers were turned away at once")
 		assert.EqualValues(t, 32, ep.requests.Load()+refused.Load(), "each delivery went, or was refused saying why")
 	})
+}
+
+// Nothing outlives its attempt: the dial and TLS handshake of an attempt
+// that timed out end with it (net/http would go on with the handshake up to
+// TLSHandshakeTimeout, 10 s), so a host that hangs in its handshake holds
+// no connection once the attempts are over, and never more than one at a
+// time from attempts made one after another.
+func TestSend_NoHandshakeOutlivesItsAttempt(t *testing.T) {
+	host := newDeadHost(t)
+	s, err := webhook.NewSender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 100 * time.Millisecond,
+		AllowPrivateNetworks: true})
+	require.NoError(t, err)
+	conn := webhook.Connection{Name: "dead", URL: host.url(), Secret: testSecret}
+	for range 5 {
+		res, err := s.Send(context.Background(), conn, samplePayload())
+		require.Error(t, err)
+		require.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind)
+	}
+	for deadline := time.Now().Add(3 * time.Second); host.held.Load() > 0; {
+		require.True(t, time.Now().Before(deadline), "%d connections still held 3 s after their attempts ended", host.held.Load())
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+	assert.LessOrEqual(t, host.peak.Load(), int32(2), "attempts made one after another")
 }

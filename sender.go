@@ -94,7 +94,6 @@ type Sender struct {
 	maxConc   int
 	maxBody   int64
 	timeout   time.Duration // per attempt
-	routed    bool          // attempts carry a route: the transport may have a proxy
 	health    *health       // nil unless SenderOptions.Health
 
 	deliveries sync.Pool // of *delivery
@@ -158,9 +157,6 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	rt := client.Transport
 	if rt == nil {
 		rt = http.DefaultTransport
-	}
-	if t, ok := rt.(*http.Transport); !ok || t.Proxy != nil {
-		s.routed = true // NewTransport's, maybe wrapped, may route through a proxy
 	}
 	s.timeout = timeout
 	if opts.Health != nil {

@@ -154,7 +154,6 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 	d.t = t
 	t.OnProxyConnectResponse = proxyConnectResponse
 	if opts.Proxy != nil {
-		proxying.Store(true)
 		p := &proxyRouter{proxy: opts.Proxy, guard: d.guard}
 		t.Proxy = p.proxyFor
 	}
@@ -172,6 +171,8 @@ type dialer struct {
 }
 
 func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ctx, cancel := boundToAttempt(ctx)
+	defer cancel()
 	if d.guard && !routedToProxy(ctx, addr) {
 		return d.guarded.DialContext(ctx, network, addr)
 	}
@@ -189,6 +190,8 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := boundToAttempt(ctx)
+	defer cancel()
 	dial := d.t.DialContext // the guard's, unless the caller wrapped or replaced it
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext // as net/http dials then
@@ -261,35 +264,67 @@ func (s portSessions) Put(name string, cs *tls.ClientSessionState) {
 	s.cache.Put(net.JoinHostPort(name, s.port), cs)
 }
 
-// route is carried by the context of a Sender's attempt to the dial of its
-// connection: proxyRouter notes in it the address of the proxy it chose for
-// the request, which the dial may then reach unguarded. A direct request's
-// route stays empty, so its dial is guarded even when its address is a
-// proxy's.
-type route struct{ proxy atomic.Pointer[string] }
+// attempt is carried by the context of a Sender's attempt to the dial of
+// its connection (net/http dials with the request's context values, not
+// its deadline or cancellation). proxyRouter notes in it the address of the
+// proxy it chose for the request, which the dial may then reach unguarded:
+// a direct request's stays empty, so its dial is guarded even when its
+// address is a proxy's. Its deadline, the attempt's, bounds the dial and
+// the TLS handshake, which net/http would otherwise go on with after the
+// attempt ended (up to TLSHandshakeTimeout): a host that hangs sees no
+// more connections than attempts in flight.
+type attempt struct {
+	proxy    atomic.Pointer[string]
+	deadline time.Time
+}
 
-type routeKey struct{}
+// attemptContext is a context carrying an attempt: one allocation for both
+// the value and its context.
+type attemptContext struct {
+	context.Context
+	a attempt
+}
 
-// proxying is set once NewTransport has made a transport with a Proxy:
-// until then no attempt needs a route, whatever its client's transport. An
-// attempt without a route that reaches such a transport is only refused
-// its proxy.
-var proxying atomic.Bool
+type attemptKey struct{}
 
-// withRoute returns ctx carrying a new, empty route.
-func withRoute(ctx context.Context) context.Context {
-	return context.WithValue(ctx, routeKey{}, new(route))
+func (c *attemptContext) Value(key any) any {
+	if key == (attemptKey{}) {
+		return &c.a
+	}
+	return c.Context.Value(key)
+}
+
+// withAttempt returns ctx carrying a new attempt that ends by deadline.
+func withAttempt(ctx context.Context, deadline time.Time) context.Context {
+	c := &attemptContext{Context: ctx}
+	c.a.deadline = deadline
+	return c
+}
+
+// attemptOf returns the attempt ctx carries, or nil.
+func attemptOf(ctx context.Context) *attempt {
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	return a
+}
+
+// boundToAttempt returns ctx with the deadline of the attempt it carries,
+// if any.
+func boundToAttempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a := attemptOf(ctx); a != nil && !a.deadline.IsZero() {
+		return context.WithDeadline(ctx, a.deadline)
+	}
+	return ctx, func() {}
 }
 
 // routedToProxy reports whether the request whose dial has ctx (net/http
 // dials with the request's context values) was routed through the proxy at
 // addr.
 func routedToProxy(ctx context.Context, addr string) bool {
-	r, ok := ctx.Value(routeKey{}).(*route)
-	if !ok {
+	a := attemptOf(ctx)
+	if a == nil {
 		return false
 	}
-	p := r.proxy.Load()
+	p := a.proxy.Load()
 	return p != nil && *p == addr
 }
 
@@ -308,9 +343,9 @@ func (p *proxyRouter) proxyFor(r *http.Request) (*url.URL, error) {
 	}
 	u, err := p.proxy(r)
 	if u != nil && err == nil {
-		if rt, ok := r.Context().Value(routeKey{}).(*route); ok {
+		if a := attemptOf(r.Context()); a != nil {
 			addr := proxyAddr(u)
-			rt.proxy.Store(&addr)
+			a.proxy.Store(&addr)
 		}
 	}
 	return u, err
