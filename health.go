@@ -307,7 +307,7 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
 			ErrEndpointNotAnswering, u.shown, u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
 	}
-	u.begin(now)
+	u.begin(u.failures > 0, now)
 	return t, 0, nil
 }
 

@@ -181,9 +181,11 @@ func (s *stall) admitStall(maxUnanswered int, quiet time.Duration, now time.Time
 	return s.inFlight < maxUnanswered || now.Sub(s.progress) < quiet
 }
 
-// begin and end count an attempt in flight; end notes an answer.
-func (s *stall) begin(now time.Time) {
-	if s.inFlight == 0 {
+// begin and end count an attempt in flight; end notes an answer. A URL
+// whose last attempts got no answer (silent) stays silent from then: its
+// next attempts are bounded at once, not after another quiet.
+func (s *stall) begin(silent bool, now time.Time) {
+	if s.inFlight == 0 && !silent {
 		s.progress = now
 	}
 	s.inFlight++

@@ -127,14 +127,14 @@ func TestStall(t *testing.T) {
 		if !s.admitStall(4, quiet, at(0)) {
 			t.Fatal("a burst to a fresh URL is held back")
 		}
-		s.begin(at(0))
+		s.begin(false, at(0))
 	}
 	for i := range 64 { // answers come every few ms: never held back
 		s.end(true, at(20+i))
 		if !s.admitStall(4, quiet, at(20+i)) {
 			t.Fatalf("held back while it answers, at %d ms", 20+i)
 		}
-		s.begin(at(20 + i))
+		s.begin(false, at(20+i))
 	}
 	// Silence: 64 in flight, no answer for quiet.
 	if s.admitStall(4, quiet, at(83+249)) != true {
@@ -149,12 +149,24 @@ func TestStall(t *testing.T) {
 	if !s.admitStall(4, quiet, at(600)) {
 		t.Fatal("3 in flight, under the bound: held back")
 	}
-	s.begin(at(600))
+	s.begin(false, at(600))
 	if s.admitStall(4, quiet, at(600)) {
 		t.Fatal("4 in flight to a silent URL: not held back")
 	}
 	s.end(true, at(700)) // an answer: progress
 	if !s.admitStall(4, quiet, at(700)) {
 		t.Fatal("held back right after an answer")
+	}
+
+	// A URL whose attempts ended with no answer stays silent: bounded at
+	// once when attempts start again.
+	var q stall
+	q.begin(false, at(0))
+	q.end(false, at(500))
+	for range 4 {
+		q.begin(true, at(1000))
+	}
+	if q.admitStall(4, quiet, at(1000)) {
+		t.Fatal("a URL that timed out got a fresh quiet")
 	}
 }

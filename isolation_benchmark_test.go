@@ -39,7 +39,13 @@ import (
 func BenchmarkIsolation(b *testing.B) {
 	for _, mode := range []string{"none", "handshake", "origin", "path"} {
 		b.Run("dead="+mode, func(b *testing.B) {
-			hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+			stop := make(chan struct{})
+			hang := func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-r.Context().Done():
+				case <-stop:
+				}
+			}
 			healthy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if strings.HasPrefix(r.URL.Path, "/dead/") {
 					hang(w, r)
@@ -76,6 +82,7 @@ func BenchmarkIsolation(b *testing.B) {
 				}
 				counter.hosts[strings.TrimPrefix(conns[i].URL, "https://")] = new([2]atomic.Int32)
 			}
+			defer close(stop) // first: the hung handlers return, and the servers close
 			counter.next = webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
 			counter.key = func(r *http.Request) string { return r.URL.Host + r.URL.Path }
 			s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: counter},
@@ -84,7 +91,10 @@ func BenchmarkIsolation(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.CloseIdleConnections()
-			p := samplePayload()
+			var payloads [1000]webhook.Payload // deliveries of different users, as in life
+			for i := range payloads {
+				payloads[i] = payloadFor(i)
+			}
 			var next, healthyDone atomic.Int64
 			var took atomic.Int64
 			var wg sync.WaitGroup
@@ -93,8 +103,9 @@ func BenchmarkIsolation(b *testing.B) {
 			for range 32 {
 				wg.Go(func() {
 					for healthyDone.Load() < int64(b.N) {
-						i := int(next.Add(1)) % len(conns)
-						_, err := s.Send(context.Background(), conns[i], p)
+						n := int(next.Add(1))
+						i := n % len(conns)
+						_, err := s.Send(context.Background(), conns[i], payloads[n%len(payloads)])
 						switch {
 						case !dead[i] && err == nil:
 							if healthyDone.Add(1) == int64(b.N) {
