@@ -277,7 +277,9 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sweep(now)
+	originFailing := false
 	if e := h.endpoints[origin]; e != nil {
+		originFailing = e.failures > 0
 		e.touched = now
 		ad, ok := e.admit(now)
 		if !ok {
@@ -307,7 +309,7 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
 			ErrEndpointNotAnswering, u.shown, u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
 	}
-	u.begin(u.failures > 0, now)
+	u.begin(u.failures > 0 || originFailing, now)
 	return t, 0, nil
 }
 
