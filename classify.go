@@ -35,7 +35,11 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 			}
 			return KindRedirect, errors.New(printable(scrub(msg), 0))
 		}
-		return KindStatus, errors.New(printable(scrub("webhook: receiver answered "+resp.Status), 0))
+		msg := printable(scrub("webhook: receiver answered "+resp.Status), 0)
+		if code == http.StatusGone {
+			return KindStatus, &goneError{msg}
+		}
+		return KindStatus, errors.New(msg)
 	}
 	cause := err
 	var ue *url.Error
@@ -111,3 +115,17 @@ var kindText = map[FailureKind]string{
 	KindOther:       "request failed to",
 	KindUnreachable: "the egress proxy could not reach",
 }
+
+// ErrEndpointGone is matched by the error of an attempt answered 410 Gone:
+// the receiver says the endpoint is gone for good, as Standard Webhooks
+// has it. The Sender does not retry it, whatever the policy; the service
+// decides what to do with the connection (disable it, tell the customer):
+// the library keeps no state of its own.
+var ErrEndpointGone = errors.New("webhook: endpoint gone")
+
+// goneError is a 410 answer's error: its text as any status's, matching
+// ErrEndpointGone.
+type goneError struct{ msg string }
+
+func (e *goneError) Error() string        { return e.msg }
+func (e *goneError) Is(target error) bool { return target == ErrEndpointGone }

@@ -299,7 +299,7 @@ func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error)
 // decide applies the policy to the failed attempt a.
 func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) (bool, time.Duration) {
 	p := &d.s.policy
-	if a.Kind == KindCanceled || a.Kind == KindBlocked || a.N > d.maxRetries {
+	if a.Kind == KindCanceled || a.Kind == KindBlocked || a.N > d.maxRetries || a.StatusCode == http.StatusGone {
 		return false, 0
 	}
 	if p.ShouldRetry != nil && !p.ShouldRetry(resp, a.Err) {

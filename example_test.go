@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 func ExampleSign() {
@@ -398,4 +399,41 @@ func ExampleHealthOptions() {
 	// attempts: 1, endpoint down: false
 	// attempts: 0, endpoint down: true
 	// 1 true
+}
+
+// A URL that accepts the request and never answers (an application hung
+// behind its load balancer, one tenant's path on a shared host) is isolated
+// alone: after DownAfter deliveries timed out, the next ones to it are
+// refused at once, while the other paths of the same host go on.
+func ExampleHealthOptions_notAnswering() {
+	srv := webhooktest.NewServer("whsec_example", &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/tenant-7") {
+			<-r.Context().Done() // hangs until the sender gives up
+		}
+	})})
+	defer srv.Close()
+	s := srv.Sender(&webhook.SenderOptions{
+		AttemptTimeout: 100 * time.Millisecond, // the spec's is 30 s
+		Retry:          &webhook.RetryPolicy{}, // one attempt per delivery, for the example
+		Health: &webhook.HealthOptions{DownAfter: 2, OnChange: func(h webhook.EndpointHealth) {
+			fmt.Printf("%s: down %v, one URL: %v\n", h.Endpoint[:len("https://127.0.0.1")], h.Down, h.PerURL)
+		}},
+	})
+	hung, other := srv.Connection(), srv.Connection()
+	hung.URL += "/tenant-7"
+	other.URL += "/tenant-8"
+	for i := range 3 {
+		p := webhook.SamplePayload(time.Now())
+		p.User.ID = fmt.Sprintf("usr_%d", i) // deliveries of different users
+		_, err := s.Send(context.Background(), hung, p)
+		fmt.Printf("tenant-7: not answering: %v, refused at once: %v\n", err != nil, errors.Is(err, webhook.ErrEndpointNotAnswering))
+	}
+	_, err := s.Send(context.Background(), other, webhook.SamplePayload(time.Now()))
+	fmt.Println("tenant-8 delivered:", err == nil)
+	// Output:
+	// tenant-7: not answering: true, refused at once: false
+	// https://127.0.0.1: down true, one URL: true
+	// tenant-7: not answering: true, refused at once: false
+	// tenant-7: not answering: true, refused at once: true
+	// tenant-8 delivered: true
 }

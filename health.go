@@ -46,36 +46,40 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // attempt dials, as the service's schedule says. A zero field selects the
 // documented default.
 //
-// An endpoint is a URL's origin, its scheme, host and port (in one
-// spelling: a host name in lower case without its final dot, an IP address
-// in its canonical form, port 443 written or not): connections to one host
-// and port share its fate, since what is dead (a name that no longer
-// resolves, a port that refuses, a host that hangs) is the host, not a
-// path. After DownAfter attempts in a row that got no connection (kinds
-// dns, refused, tls, and a timeout or reset before a connection was had),
-// the endpoint is marked down. An attempt that got a connection, or an
-// answer, proves it up and resets the count, whatever became of it: a 4xx
-// or 5xx, or a timeout or reset after the request was sent, is what one
-// path's handler did (a tenant's handler that hangs on a shared host, a
-// handler that panics on one payload), not what the host is. So a host
-// whose TLS answers but whose application hangs is never down: each attempt
-// to it is bounded by the attempt timeout. The failure of an attempt sent
-// before the endpoint was last reached is old news and not counted.
+// Health watches two scopes. An origin (scheme, host and port, in one
+// spelling: see [EndpointHealth]) is what fails to connect: a name that no
+// longer resolves, a port that refuses, a host that hangs in its TLS
+// handshake, a proxy that cannot reach it. One URL is what connects and
+// then never answers: an application hung behind its load balancer, one
+// tenant's path on a shared host. Each is marked down after DownAfter
+// failures of its own in a row: attempts with no connection for an origin
+// (kinds dns, refused, tls, unreachable, and a timeout or reset before a
+// connection), attempts that connected and timed out with no answer for a
+// URL. A URL's failures count once per delivery, so one payload that hangs
+// its handler, retried again and again, never takes its URL down. Any
+// answer, a 4xx or 5xx included, proves both up and resets the counts. The
+// failure of an attempt sent before the endpoint was last reached is old
+// news and not counted.
 //
-// While it is down, no attempt dials it except one probe at a time, a real
-// attempt of a real delivery, let through ProbeInterval after it went down
-// and then at intervals that double after each failed probe, up to
-// MaxProbeInterval; the first connection marks it up. Every other attempt
-// to it fails at once with kind [KindDown] and an error matching
-// [ErrEndpointDown], having sent nothing; [Sender.SendTest] is always sent,
-// so that a customer who fixed the endpoint sees it answer.
+// While an origin or URL is down, no attempt is sent to it but one probe
+// at a time: a real attempt of a real delivery, let through ProbeInterval
+// after it went down, then at intervals that double after each failed
+// probe, up to MaxProbeInterval. Every other attempt fails at once with
+// kind [KindDown], having sent nothing, with an error matching
+// [ErrEndpointDown] ([ErrEndpointNotAnswering] too for a URL). A delivery
+// whose endpoint goes down during its attempt ends then, rather than
+// waiting for a retry that would be refused. [Sender.SendTest] is always
+// sent, so that a customer who fixed the endpoint sees it answer.
 //
-// Each Sender keeps its own view, in memory: several processes each learn
-// and probe on their own, so a down endpoint sees at most one probe at a
-// time from each. An endpoint no attempt is made to is forgotten, after an
-// hour, or a day if it is down: it is likely gone (a connection changed or
-// deleted); if it is still dead when a delivery goes to it again, it is
-// marked down, and reported, again.
+// Before a URL is known not to answer, MaxUnanswered bounds the attempts
+// waiting on it once it has been silent for a while: it cannot hold every
+// caller. A URL that answers, however slowly and at whatever concurrency,
+// is never held back.
+//
+// Each Sender keeps its own view, in memory, of what is failing or in
+// flight only. With several processes, each learns and probes on its own.
+// An endpoint no attempt is made to is forgotten after an hour, or a day if
+// it is down.
 type HealthOptions struct {
 	// DownAfter is how many attempts in a row that got no connection mark
 	// the endpoint down. Zero means DefaultDownAfter.
@@ -90,14 +94,12 @@ type HealthOptions struct {
 	// DefaultMaxProbeInterval.
 	MaxProbeInterval time.Duration
 
-	// MaxUnanswered bounds the attempts in flight to one URL that has given
-	// no answer for a while (half the attempt timeout, at most 5 seconds,
-	// the time the spec gives a receiver to answer): past it, the next
-	// attempts to that URL are refused at once ([ErrEndpointNotAnswering])
-	// until one answers, so that an endpoint that accepts requests and
-	// never answers cannot hold every caller before it is known. A URL
-	// answering, however slowly and however many attempts are in flight,
-	// is never held back. Zero means DefaultMaxUnanswered.
+	// MaxUnanswered bounds the attempts in flight to one URL that has been
+	// silent for eight times what an answer typically takes at this Sender
+	// (at least 50 ms, at most half the attempt timeout and 5 s, the time
+	// the spec gives a receiver): past it, the next attempts to that URL
+	// are refused at once ([ErrEndpointNotAnswering]) until one answers.
+	// Zero means DefaultMaxUnanswered.
 	MaxUnanswered int
 
 	// OnChange, if not nil, is called when an endpoint goes down and when

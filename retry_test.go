@@ -301,3 +301,18 @@ func TestWithJitter_OddFractions(t *testing.T) {
 		}
 	}
 }
+
+// A 410 Gone says the endpoint is gone for good (Standard Webhooks): it is
+// not retried, whatever the policy, and its error matches ErrEndpointGone.
+func TestSend_GoneIsNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := fakeSender(t, func(*http.Request) (*http.Response, error) { return answer(http.StatusGone), nil }, webhook.DefaultRetryPolicy())
+		res, err := s.Send(context.Background(), fakeConn, samplePayload())
+		require.ErrorIs(t, err, webhook.ErrEndpointGone)
+		require.Len(t, res.Attempts, 1, "not retried")
+		assert.False(t, res.Attempts[0].Retry)
+		assert.Contains(t, res.Attempts[0].Err.Error(), "webhook: receiver answered")
+		a := s.Attempt(context.Background(), fakeConn, webhook.EventUserIdentified, []byte(`{}`), 1)
+		assert.False(t, a.Retry, "a queue does not retry it either")
+	})
+}
