@@ -9,8 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/signedhook/webhook/internal/redact"
 )
 
 // This file holds the delivery-attempt log, Attempt, Result, FailureKind
@@ -141,7 +141,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			status = fmt.Sprint(a.StatusCode)
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%v\t%s\t%s\n", a.N, a.Timestamp, status, a.outcome(),
-			roundDuration(a.Duration), next, printable(string(a.ResponseBody), 60))
+			roundDuration(a.Duration), next, redact.PrintableCut(string(a.ResponseBody), 60))
 	}
 	tw.Flush()
 	switch {
@@ -150,10 +150,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 		buf.WriteString(last.Diagnosis() + "\n")
 		var de *DeliveryError
 		if last.Retry && errors.As(r.Err, &de) { // stopped while waiting for the retry
-			buf.WriteString(printable(de.Err.Error(), 0) + "\n")
+			buf.WriteString(redact.Printable(de.Err.Error()) + "\n")
 		}
 	case r.Err != nil:
-		buf.WriteString("not sent: " + printable(r.Err.Error(), 0) + "\n")
+		buf.WriteString("not sent: " + redact.Printable(r.Err.Error()) + "\n")
 	}
 	_, err := w.Write(buf.Bytes())
 	return err
@@ -169,45 +169,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 // every unassigned or private-use code point and every byte that is not
 // UTF-8 becomes U+FFFD; the ends are trimmed. It
 // is empty when no body came.
-func (a Attempt) ResponseText() string { return printable(string(a.ResponseBody), 0) }
-
-// printable returns s as ResponseText describes, cut after maxRunes runes
-// with "…" when it is longer and maxRunes is positive. A receiver's answer,
-// its status line and its certificate's names are not trusted to be text.
-func printable(s string, maxRunes int) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	n := 0
-	for _, r := range strings.TrimSpace(s) {
-		if maxRunes > 0 && n == maxRunes {
-			b.WriteString("…")
-			break
-		}
-		n++
-		switch {
-		case unicode.IsSpace(r):
-			b.WriteByte(' ')
-		case !unicode.IsPrint(r) || invisible(r): // invalid bytes decode as U+FFFD, which is printable
-			b.WriteRune(utf8.RuneError)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return strings.TrimSpace(b.String())
-}
-
-// invisible reports whether r is a printable character that shows nothing
-// (a variation selector, a Hangul filler, a combining grapheme joiner):
-// text may hide in them, as in format characters.
-func invisible(r rune) bool {
-	return unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r) ||
-		r == '\u115F' || r == '\u1160' || r == '\u3164' || r == '\uFFA0'
-}
+func (a Attempt) ResponseText() string { return redact.Printable(string(a.ResponseBody)) }
 
 // Diagnosis describes the attempt in one sentence a person can act on: what
 // happened and, for a failure, what to check. Text that came from the
 // receiver is made printable as [Attempt.ResponseText] describes.
-func (a Attempt) Diagnosis() string { return printable(a.diagnosis(), 0) }
+func (a Attempt) Diagnosis() string { return redact.Printable(a.diagnosis()) }
 
 func (a Attempt) diagnosis() string {
 	took := roundDuration(a.Duration)

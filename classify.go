@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/signedhook/webhook/internal/redact"
 )
 
 // This file holds how a failed attempt is classified: its FailureKind, and
@@ -31,11 +33,11 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		case code >= 300 && code < 400:
 			msg := "webhook: receiver answered " + resp.Status + "; redirects are not followed"
 			if loc := resp.Header.Get("Location"); loc != "" {
-				msg += " (Location: " + redactURL(loc) + ")"
+				msg += " (Location: " + redact.URL(loc) + ")"
 			}
-			return KindRedirect, errors.New(printable(scrub(msg), 0))
+			return KindRedirect, errors.New(redact.Printable(scrub(msg)))
 		}
-		msg := printable(scrub("webhook: receiver answered "+resp.Status), 0)
+		msg := redact.Printable(scrub("webhook: receiver answered " + resp.Status))
 		if code == http.StatusGone {
 			return KindStatus, &goneError{msg}
 		}
@@ -79,9 +81,9 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		strings.HasPrefix(cause.Error(), "stream error: "):
 		kind = KindReset
 	}
-	detail := printable(scrub(cause.Error()), 0)
-	msg := "webhook: " + kindText[kind] + " " + redactURL(rawURL) + ": " + detail
-	return kind, &attemptError{msg: printable(scrub(msg), 0), detail: detail, cause: cause}
+	detail := redact.Printable(scrub(cause.Error()))
+	msg := "webhook: " + kindText[kind] + " " + redact.URL(rawURL) + ": " + detail
+	return kind, &attemptError{msg: redact.Printable(scrub(msg)), detail: detail, cause: cause}
 }
 
 // attemptError is the error of an attempt that failed without an answer:

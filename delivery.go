@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/signedhook/webhook/internal/redact"
 )
 
 // This file holds one delivery's attempts: signing each one, the retry
@@ -57,7 +59,7 @@ type delivery struct {
 	trace      *connTrace            // whether the attempt in flight got a connection
 	bypass     bool                  // SendTest: sent whatever the endpoint's health
 	downWait   time.Duration         // with KindDown: until the endpoint may be tried again
-	secrets    []string              // the connection's secret texts, once needed (scrubText)
+	secrets    *redact.Secrets       // the connection's secret texts, once needed (scrubText)
 }
 
 // newDelivery returns a delivery from the Sender's pool, whose
@@ -405,16 +407,16 @@ func (d *delivery) result(r *Result) (*Result, error) {
 }
 
 // scrubBody returns b, an answer's excerpt, without the connection's
-// secret texts, which a receiver may echo (see Connection.secretTexts), nor
+// secret texts, which a receiver may echo (see Connection.secrets), nor
 // the start of one where the excerpt was cut.
 func (d *delivery) scrubBody(b []byte, cut bool) []byte {
-	if len(b) < minScrubbed {
+	if len(b) < redact.MinLen {
 		return b
 	}
 	text := string(b)
 	clean := d.scrubText(text)
 	if cut {
-		clean = scrubCutTail(clean, d.secrets)
+		clean = d.secrets.ScrubCutTail(clean)
 	}
 	if clean != text {
 		return []byte(clean)
@@ -425,11 +427,12 @@ func (d *delivery) scrubBody(b []byte, cut bool) []byte {
 // scrubText returns s without the connection's secret texts, found once per
 // delivery.
 func (d *delivery) scrubText(s string) string {
-	if len(s) < minScrubbed {
+	if len(s) < redact.MinLen {
 		return s
 	}
 	if d.secrets == nil {
-		d.secrets = d.conn.secretTexts()
+		texts := d.conn.secrets()
+		d.secrets = &texts
 	}
-	return scrub(s, d.secrets)
+	return d.secrets.Scrub(s)
 }

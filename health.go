@@ -449,4 +449,3 @@ func (h *health) sweep(now time.Time) {
 		}
 	}
 }
-

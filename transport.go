@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/signedhook/webhook/internal/dialguard"
+	"github.com/signedhook/webhook/internal/redact"
 )
 
 // This file holds NewTransport, the guarded transport: its dialer, the
@@ -395,7 +396,7 @@ func (e *proxyUnreachableError) Error() string {
 func proxyConnectResponse(_ context.Context, _ *url.URL, _ *http.Request, resp *http.Response) error {
 	switch resp.StatusCode {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return &proxyUnreachableError{status: printable(resp.Status, 0)}
+		return &proxyUnreachableError{status: redact.Printable(resp.Status)}
 	}
 	return nil
 }

@@ -94,7 +94,6 @@
 package webhook
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,6 +105,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/signedhook/webhook/internal/redact"
 )
 
 // This file holds the package documentation above and Connection: what a
@@ -220,9 +221,17 @@ func unbracketedColons(raw string) bool {
 	return strings.Count(rest, ":") > 1 && !strings.HasPrefix(rest, "[")
 }
 
+// MaxURLBytes is the longest URL a [Connection] may hold: most servers
+// refuse longer ones anyway, and what the library keeps of a URL to scrub
+// from answers grows with it.
+const MaxURLBytes = 8 << 10
+
 func validateURL(raw string) (*url.URL, error) {
 	if raw == "" {
 		return nil, connError("URL", "must not be empty")
+	}
+	if len(raw) > MaxURLBytes {
+		return nil, connError("URL", fmt.Sprintf("has %d bytes, over the limit of %d", len(raw), MaxURLBytes))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -340,7 +349,7 @@ func (c Connection) method() string {
 // String returns a description of c without secrets, such as
 // `webhook connection "CRM" (POST https://crm.example.com/…)`.
 func (c Connection) String() string {
-	return fmt.Sprintf("webhook connection %q (%s %s)", c.Name, printable(c.method(), 0), redactURL(c.URL))
+	return fmt.Sprintf("webhook connection %q (%s %s)", c.Name, redact.Printable(c.method()), redact.URL(c.URL))
 }
 
 // GoString is String, so that %#v does not print the secret either.
@@ -365,16 +374,16 @@ func (c Connection) MarshalJSON() ([]byte, error) {
 		Method  string   `json:"method"`
 		URL     string   `json:"url"`
 		Headers []string `json:"headers"`
-	}{printable(c.Name, 0), printable(c.method(), 0), redactURL(c.URL), c.shownHeaderNames()})
+	}{redact.Printable(c.Name), redact.Printable(c.method()), redact.URL(c.URL), c.shownHeaderNames()})
 }
 
 // LogValue returns c's name, method, the URL's origin and custom header
 // names.
 func (c Connection) LogValue() slog.Value {
 	return slog.GroupValue(
-		slog.String("name", printable(c.Name, 0)),
-		slog.String("method", printable(c.method(), 0)),
-		slog.String("url", redactURL(c.URL)),
+		slog.String("name", redact.Printable(c.Name)),
+		slog.String("method", redact.Printable(c.method())),
+		slog.String("url", redact.URL(c.URL)),
 		slog.Any("headers", c.shownHeaderNames()),
 	)
 }
@@ -394,142 +403,18 @@ func (c Connection) headerNames() []string {
 func (c Connection) shownHeaderNames() []string {
 	names := c.headerNames()
 	for i, name := range names {
-		names[i] = printable(name, 0)
+		names[i] = redact.Printable(name)
 	}
 	return names
 }
 
-// minScrubbed is the shortest text scrub replaces: shorter ones ("Bearer",
-// "/hooks") are words of any answer more than secrets.
-const minScrubbed = 8
-
-// secretTexts returns the texts of c that no text the library makes may
-// show, longest first and in ASCII lower case (scrub matches them in any
-// case: a receiver may echo a hex token lowered): the secret, the URL's
-// path and every run of its segments, as written, decoded and
-// query-escaped (a 404 page quotes the route with or without its slashes,
-// a login redirect's next= escapes it), its query and the values in it, its
-// user information, the Basic credentials net/http makes of it, and the
-// values of custom headers and the words in them. A receiver may echo any
-// of them (a 404 page quoting the path, a 401 page the Authorization
-// header).
-func (c Connection) secretTexts() []string {
-	var texts []string
-	add := func(t string) {
-		t = asciiLower(t)
-		if len(t) >= minScrubbed && !slices.Contains(texts, t) {
-			texts = append(texts, t)
-		}
+// secrets returns the texts of c that no text the library makes may show,
+// which a receiver may echo (a 404 page quoting the path, a 401 page the
+// Authorization header): see redact.New.
+func (c Connection) secrets() redact.Secrets {
+	values := make([]string, 0, len(c.Headers))
+	for _, v := range c.Headers {
+		values = append(values, v)
 	}
-	add(c.Secret)
-	for _, value := range c.Headers {
-		add(value)
-		for word := range strings.FieldsSeq(value) {
-			add(word)
-		}
-	}
-	if u, err := url.Parse(c.URL); err == nil {
-		for _, path := range []string{u.Path, u.EscapedPath()} {
-			add(path)
-			add(url.QueryEscape(path))
-			segments := strings.Split(strings.Trim(path, "/"), "/")
-			for i, segment := range segments {
-				add(segment)
-				for j := i + 2; j <= min(len(segments), i+maxScrubbedRun); j++ {
-					run := strings.Join(segments[i:j], "/")
-					add(run)
-					add(url.QueryEscape(run))
-				}
-			}
-		}
-		add(u.RawQuery)
-		for _, values := range u.Query() {
-			for _, v := range values {
-				add(v)
-			}
-		}
-		add(u.User.String())
-		if p, ok := u.User.Password(); ok {
-			add(p)
-			add(base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + p)))
-		}
-	}
-	slices.SortFunc(texts, func(a, b string) int { return len(b) - len(a) })
-	return texts
-}
-
-// maxScrubbedRun is the most segments of a URL's path scrub replaces as
-// one run, beside each segment and the whole path.
-const maxScrubbedRun = 8
-
-// scrub returns s with every one of texts, in lower case, replaced by "…"
-// wherever s has it in any ASCII case.
-func scrub(s string, texts []string) string {
-	folded := asciiLower(s)
-	for _, t := range texts {
-		for {
-			i := strings.Index(folded, t)
-			if i < 0 {
-				break
-			}
-			s = s[:i] + "…" + s[i+len(t):]
-			folded = folded[:i] + "…" + folded[i+len(t):]
-		}
-	}
-	return s
-}
-
-// scrubCutTail returns s, an excerpt that a cut ended, less a tail that
-// begins one of texts: the cut may have split one, which scrub then
-// misses.
-func scrubCutTail(s string, texts []string) string {
-	folded := asciiLower(s)
-	end := len(s)
-	for _, t := range texts {
-		for k := min(len(t)-1, len(folded)); k > 0; k-- {
-			if strings.HasSuffix(folded, t[:k]) {
-				end = min(end, len(s)-k)
-				break
-			}
-		}
-	}
-	return s[:end]
-}
-
-// asciiLower returns s with ASCII letters in lower case, and every byte
-// where it was, so that an index in it is one in s.
-func asciiLower(s string) string {
-	i := strings.IndexFunc(s, func(r rune) bool { return 'A' <= r && r <= 'Z' })
-	if i < 0 {
-		return s
-	}
-	b := []byte(s)
-	for ; i < len(b); i++ {
-		if 'A' <= b[i] && b[i] <= 'Z' {
-			b[i] += 'a' - 'A'
-		}
-	}
-	return string(b)
-}
-
-// redactURL names the endpoint of raw by its origin, scheme, host and
-// port, and "/…" when it has more: many webhook URLs carry their
-// credential in the path (Slack, Zapier), in the query or in the user
-// information, and none of them is shown.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil || raw == "":
-		return "(unparsable URL)"
-	case u.Host == "": // a relative URL, such as a Location's
-		return "/…"
-	}
-	origin := printable(u.Scheme+"://"+u.Host, 0) // url.Parse lets any non-ASCII through in a host
-	switch {
-	case u.RawQuery != "" || u.ForceQuery || (u.Path != "" && u.Path != "/"):
-		return origin + "/…"
-	case u.Path == "/":
-		return origin + "/"
-	}
-	return origin
+	return redact.New(c.Secret, values, c.URL)
 }
