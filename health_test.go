@@ -286,7 +286,7 @@ func TestHealth_Options(t *testing.T) {
 	assert.Nil(t, s.Health(), "off by default")
 }
 
-// TestAdvisory_HealthOneHangingPathTakesDownASharedOrigin pins that a
+// TestHealth_OneHangingPathNeverTakesDownItsOrigin pins that a
 // receiver controlling one path of a shared host (a multi-tenant webhook
 // platform, an integration hub) cannot take the whole origin down for every
 // other tenant: a timeout is what one path's handler does, not what the host
@@ -294,7 +294,7 @@ func TestHealth_Options(t *testing.T) {
 // timeout, 20 times, 4 at once, while another tenant's deliveries go on:
 // none of them may be refused with ErrEndpointDown. (In review, the first
 // version of endpoint health counted those timeouts against the host.)
-func TestAdvisory_HealthOneHangingPathTakesDownASharedOrigin(t *testing.T) {
+func TestHealth_OneHangingPathNeverTakesDownItsOrigin(t *testing.T) {
 	rv := newReceiver(t)
 	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
 		if r.URL.Path == "/evil" {
@@ -339,7 +339,7 @@ func TestAdvisory_HealthOneHangingPathTakesDownASharedOrigin(t *testing.T) {
 	}
 }
 
-// TestAdvisory_HealthFailuresOfAttemptsSentBeforeItCameBackMarkItDownAgain
+// TestHealth_FailuresSentBeforeItCameBackDoNotMarkItDownAgain
 // pins that an endpoint a probe just proved up is not marked down again by
 // attempts that were sent while it was dead and only now time out. With the
 // defaults (down after 5, first probe after 10 s, 30 s attempts), a host
@@ -348,7 +348,7 @@ func TestAdvisory_HealthOneHangingPathTakesDownASharedOrigin(t *testing.T) {
 // At 45 s the burst sent at 15 s times out, and the endpoint is down again
 // though every attempt sent since it came back was answered: the service
 // hears down, up, down, and the next delivery is refused for 10 s more.
-func TestAdvisory_HealthFailuresOfAttemptsSentBeforeItCameBackMarkItDownAgain(t *testing.T) {
+func TestHealth_FailuresSentBeforeItCameBackDoNotMarkItDownAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		var back atomic.Bool
@@ -392,13 +392,13 @@ func TestAdvisory_HealthFailuresOfAttemptsSentBeforeItCameBackMarkItDownAgain(t 
 	})
 }
 
-// TestAdvisory_HealthSinceOfARunThatBeganWhileOnChangeRan pins Since, "when
+// TestHealth_SinceIsWhenTheRunOfFailuresBegan pins Since, "when
 // its run of failures began": a failure recorded while OnChange is still
 // reporting that the endpoint came back starts a new run, whose Since is
 // that failure's time. The entry is kept while it is reported, with the
 // Since of the run before, and the next run inherits it: the service is
 // told that the endpoint has been failing since before it came back.
-func TestAdvisory_HealthSinceOfARunThatBeganWhileOnChangeRan(t *testing.T) {
+func TestHealth_SinceIsWhenTheRunOfFailuresBegan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
 		ep := &flakyEndpoint{}
@@ -445,7 +445,7 @@ func TestAdvisory_HealthSinceOfARunThatBeganWhileOnChangeRan(t *testing.T) {
 	})
 }
 
-// TestAdvisory_HealthEveryChangeIsReported pins OnChange's "once per
+// TestHealth_EveryChangeIsReportedOnceInOrder pins OnChange's "once per
 // change": a change queued while another goroutine is reporting the
 // endpoint's changes must be reported, by that goroutine or by its own.
 // The reporting goroutine finds nothing left, unlocks, and only then, in a
@@ -455,7 +455,7 @@ func TestAdvisory_HealthSinceOfARunThatBeganWhileOnChangeRan(t *testing.T) {
 // endpoint that is up is dropped with it). Here an endpoint flips between
 // refused and answered under 8 goroutines; the Sender logs each change as
 // it queues it, and OnChange must see as many.
-func TestAdvisory_HealthEveryChangeIsReported(t *testing.T) {
+func TestHealth_EveryChangeIsReportedOnceInOrder(t *testing.T) {
 	var flip atomic.Int64
 	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		if flip.Add(1)%2 == 0 {
@@ -514,7 +514,7 @@ func (h changeCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
 
 func (h changeCounter) WithGroup(string) slog.Handler { return h }
 
-// TestAdvisory_HealthAPanickingOnChangeLosesTheChangesQueuedBehindIt pins
+// TestHealth_PanickingOnChangeStillReportsLaterChanges pins
 // what a panic in OnChange costs: that report, not the ones queued behind
 // it. OnChange reporting that the endpoint went down panics (a nil map, a
 // closed channel in the service's code) while the probe has already found
@@ -522,7 +522,7 @@ func (h changeCounter) WithGroup(string) slog.Handler { return h }
 // clears its mark and drops the endpoint, which is well, with the up change
 // still queued: the service never hears that it came back, and shows it
 // down for good.
-func TestAdvisory_HealthAPanickingOnChangeLosesTheChangesQueuedBehindIt(t *testing.T) {
+func TestHealth_PanickingOnChangeStillReportsLaterChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ep := &flakyEndpoint{}
 		var ch changes
@@ -561,7 +561,7 @@ func TestAdvisory_HealthAPanickingOnChangeLosesTheChangesQueuedBehindIt(t *testi
 	})
 }
 
-// TestAdvisory_HealthALateProbeEndsTheLeaseOfTheNextOne pins "one probe in
+// TestHealth_ALateProbeNeverEndsTheNextProbesLease pins "one probe in
 // flight" once a probe has outlived its lease. A probe whose attempt does
 // not return within the lease (the attempt timeout and a second: here a
 // client whose RoundTripper does not watch the request's context) is taken
@@ -570,7 +570,7 @@ func TestAdvisory_HealthAPanickingOnChangeLosesTheChangesQueuedBehindIt(t *testi
 // lease of the probe now in flight; the next probe goes when the doubled
 // interval has passed, while that one is still in flight: two probes at
 // once from one Sender, by the book.
-func TestAdvisory_HealthALateProbeEndsTheLeaseOfTheNextOne(t *testing.T) {
+func TestHealth_ALateProbeNeverEndsTheNextProbesLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stuck := make(chan struct{})
 		var requests, inFlight, peak atomic.Int32
@@ -617,7 +617,7 @@ func TestAdvisory_HealthALateProbeEndsTheLeaseOfTheNextOne(t *testing.T) {
 	})
 }
 
-// TestAdvisory_HealthForgetsEndpointsNoLongerSentTo pins the bound on what
+// TestHealth_ForgetsEndpointsNoLongerSentTo pins the bound on what
 // endpoint health keeps: it keeps every origin that failed without an
 // answer since, forever, however long ago, whether or not anything is sent
 // to it again. The origins are customers' input: a customer who changes a
@@ -627,7 +627,7 @@ func TestAdvisory_HealthALateProbeEndsTheLeaseOfTheNextOne(t *testing.T) {
 // of the process; a dashboard or a metric of the endpoints failing or down
 // counts them all, a week later. Here 20,000 hosts fail once each and are
 // never sent to again; a day later all of them are still kept.
-func TestAdvisory_HealthForgetsEndpointsNoLongerSentTo(t *testing.T) {
+func TestHealth_ForgetsEndpointsNoLongerSentTo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			return nil, &net.DNSError{Err: "no such host", Name: r.URL.Hostname(), IsNotFound: true}
@@ -657,14 +657,14 @@ func TestAdvisory_HealthForgetsEndpointsNoLongerSentTo(t *testing.T) {
 	})
 }
 
-// TestAdvisory_HealthSpellingsOfOneOriginShareItsFate pins "an endpoint is
+// TestHealth_SpellingsOfOneOriginShareItsFate pins "an endpoint is
 // the URL's origin" for the spellings that name one host and port: the
 // absolute form of a host name (a final dot: the same DNS name, the same
 // TLS name, as Go's client strips it), an IPv6 address written in full or
 // with another zero run, an IPv4 address written as an IPv4-mapped IPv6
 // one (which net dials as that IPv4 address). Each is another endpoint to
 // endpoint health: while the origin is down, the other spelling dials it.
-func TestAdvisory_HealthSpellingsOfOneOriginShareItsFate(t *testing.T) {
+func TestHealth_SpellingsOfOneOriginShareItsFate(t *testing.T) {
 	for _, tc := range []struct{ name, url, alias string }{
 		{"default port", "https://crm.example.com/hooks", "https://crm.example.com:443/other"}, // holds
 		{"case", "https://[2001:db8::1]/hooks", "https://[2001:DB8::1]/other"},                 // holds
@@ -691,7 +691,7 @@ func TestAdvisory_HealthSpellingsOfOneOriginShareItsFate(t *testing.T) {
 	}
 }
 
-// TestAdvisory_HealthSendTestOfAnEndpointThatIsDown pins the dashboard's
+// TestHealth_SendTestReachesAnEndpointThatIsDown pins the dashboard's
 // "Send Test" with endpoint health on. The customer whose endpoint is down
 // fixes it and presses Send Test: SendTest is documented as "one attempt
 // whose Diagnosis() says what to fix", and ExampleSender_SendTest reads
@@ -699,7 +699,7 @@ func TestAdvisory_HealthSpellingsOfOneOriginShareItsFate(t *testing.T) {
 // attempt at all (a dashboard written after the example panics with an
 // index out of range), tells the customer nothing of the fix, and the
 // endpoint stays down until a probe, up to MaxProbeInterval away.
-func TestAdvisory_HealthSendTestOfAnEndpointThatIsDown(t *testing.T) {
+func TestHealth_SendTestReachesAnEndpointThatIsDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ep := &flakyEndpoint{}
 		var ch changes
@@ -716,14 +716,14 @@ func TestAdvisory_HealthSendTestOfAnEndpointThatIsDown(t *testing.T) {
 	})
 }
 
-// TestAdvisory_HealthOnePoisonDeliveryTakesDownTheOrigin is the same flaw
+// TestHealth_OnePoisonDeliveryNeverTakesDownTheOrigin is the same flaw
 // without a hostile receiver, on the wire: a receiver whose handler panics
 // on one payload (net/http aborts the connection: kind reset) and answers
 // every other. With the defaults (down after 5) and a policy of 5
 // attempts, that one delivery, retried, marks the origin down by itself:
 // every other delivery to the customer fails with ErrEndpointDown, sending
 // nothing, though the server is up and answers them.
-func TestAdvisory_HealthOnePoisonDeliveryTakesDownTheOrigin(t *testing.T) {
+func TestHealth_OnePoisonDeliveryNeverTakesDownTheOrigin(t *testing.T) {
 	rv := newReceiver(t)
 	rv.handle = func(w http.ResponseWriter, r *http.Request) bool {
 		if r.URL.Path == "/orders" {
