@@ -74,22 +74,22 @@ func (a Attempt) OK() bool { return a.Err == nil }
 
 // Result is the delivery-attempt log of one delivery to one connection.
 type Result struct {
-	Connection string    // the connection's Name
-	Attempts   []Attempt // in order; empty when the connection was invalid
-	Err        error     // nil when the last attempt succeeded; see Sender.Send
+	ConnectionName string    // the connection's Name
+	Attempts       []Attempt // in order; empty when the connection was invalid
+	Err            error     // nil when the last attempt succeeded; see Sender.Send
 }
 
 // DeliveryError is the error of a delivery whose every attempt failed, or
 // that was stopped between attempts. It holds the whole attempt log.
 type DeliveryError struct {
-	Connection string    // the connection's Name
-	Attempts   []Attempt // every attempt made, in order
-	Err        error     // the last cause: the last attempt's error, or the context's
+	ConnectionName string    // the connection's Name
+	Attempts       []Attempt // every attempt made, in order
+	Err            error     // the last cause: the last attempt's error, or the context's
 }
 
 // Error says how many attempts were made and the last cause.
 func (e *DeliveryError) Error() string {
-	return fmt.Sprintf("webhook: delivery to %q failed after %d attempt(s): %v", e.Connection, len(e.Attempts), e.Err)
+	return fmt.Sprintf("webhook: delivery to %q failed after %d attempt(s): %v", e.ConnectionName, len(e.Attempts), e.Err)
 }
 
 // Unwrap returns the last cause.
@@ -128,7 +128,7 @@ func (a Attempt) outcome() string {
 // attempt's [Attempt.Diagnosis], or the error when nothing was sent.
 func (r *Result) WriteTable(w io.Writer) error {
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "delivery-attempt log for %q:\n", r.Connection)
+	fmt.Fprintf(&buf, "delivery-attempt log for %q:\n", r.ConnectionName)
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tX-Service-Timestamp\tstatus\toutcome\ttook\tnext\tresponse")
 	for _, a := range r.Attempts {

@@ -57,7 +57,7 @@ func TestResult_WriteTable(t *testing.T) {
 }
 
 func TestResult_WriteTable_HostileBodyAndNothingSent(t *testing.T) {
-	res := &webhook.Result{Connection: "x", Attempts: []webhook.Attempt{{N: 1, StatusCode: 500, Kind: webhook.KindStatus,
+	res := &webhook.Result{ConnectionName: "x", Attempts: []webhook.Attempt{{N: 1, StatusCode: 500, Kind: webhook.KindStatus,
 		ResponseBody: []byte("line1\r\n\x1b[31mred\xff" + strings.Repeat("z", 100))}}}
 	var out bytes.Buffer
 	require.NoError(t, res.WriteTable(&out))
@@ -66,7 +66,7 @@ func TestResult_WriteTable_HostileBodyAndNothingSent(t *testing.T) {
 	assert.Contains(t, out.String(), "line1  \uFFFD[31mred\uFFFD")
 	assert.Contains(t, out.String(), "…")
 
-	res = &webhook.Result{Connection: "x", Err: errors.New("webhook: invalid connection: URL: must use https://")}
+	res = &webhook.Result{ConnectionName: "x", Err: errors.New("webhook: invalid connection: URL: must use https://")}
 	out.Reset()
 	require.NoError(t, res.WriteTable(&out))
 	assert.Contains(t, out.String(), "not sent: webhook: invalid connection")
@@ -133,7 +133,7 @@ func TestPrintedText_NoControlOrFormatCharacters(t *testing.T) {
 		if kind != webhook.KindNone {
 			a.Err = fmt.Errorf("webhook: wrapped: %w", errors.New(hostile))
 		}
-		res := &webhook.Result{Connection: "c" + hostile, Attempts: []webhook.Attempt{a}, Err: a.Err}
+		res := &webhook.Result{ConnectionName: "c" + hostile, Attempts: []webhook.Attempt{a}, Err: a.Err}
 		var out bytes.Buffer
 		require.NoError(t, res.WriteTable(&out))
 		for _, text := range []string{out.String(), a.String(), a.Diagnosis()} {

@@ -393,14 +393,14 @@ func (d *delivery) runForResult(ctx context.Context, maxRetries int) (*Result, e
 // result fills r, the Result of the delivery, returns it with its error,
 // and releases d.
 func (d *delivery) result(r *Result) (*Result, error) {
-	r.Connection, r.Attempts = d.conn.Name, d.attempts
+	r.ConnectionName, r.Attempts = d.conn.Name, d.attempts
 	switch {
 	case len(d.attempts) == 0:
 		r.Err = d.err
 	case d.err != nil:
-		r.Err = &DeliveryError{Connection: d.conn.Name, Attempts: d.attempts, Err: d.err}
+		r.Err = &DeliveryError{ConnectionName: d.conn.Name, Attempts: d.attempts, Err: d.err}
 	case d.attempts[len(d.attempts)-1].Err != nil:
-		r.Err = &DeliveryError{Connection: d.conn.Name, Attempts: d.attempts, Err: d.attempts[len(d.attempts)-1].Err}
+		r.Err = &DeliveryError{ConnectionName: d.conn.Name, Attempts: d.attempts, Err: d.attempts[len(d.attempts)-1].Err}
 	}
 	d.release()
 	return r, r.Err

@@ -232,7 +232,7 @@ var errZeroSender = errors.New("webhook: the Sender is not configured; create it
 
 // failed returns the Result of a delivery to c that sent nothing, and err.
 func failed(c Connection, err error) (*Result, error) {
-	return &Result{Connection: c.Name, Err: err}, err
+	return &Result{ConnectionName: c.Name, Err: err}, err
 }
 
 // encodePayload validates p and encodes it, once for every attempt.
@@ -272,7 +272,7 @@ func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Res
 	}
 	if err != nil {
 		for i, c := range cs {
-			results[i] = &Result{Connection: c.Name, Err: err}
+			results[i] = &Result{ConnectionName: c.Name, Err: err}
 		}
 		return results
 	}

@@ -1,6 +1,7 @@
 package riverhook
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,16 +129,9 @@ func (e logEntry) attempt() webhook.Attempt {
 	case string(webhook.KindInterrupted):
 		a.Kind, a.Err = webhook.KindInterrupted, errInterrupted
 	default:
-		a.Kind, a.Err = webhook.FailureKind(e.Kind), errors.New(cmpOr(e.Error, e.Kind))
+		a.Kind, a.Err = webhook.FailureKind(e.Kind), errors.New(cmp.Or(e.Error, e.Kind))
 	}
 	return a
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // readLog returns the attempt log that job's previous runs recorded, also

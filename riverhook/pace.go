@@ -194,7 +194,7 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 		w.record(ctx, job, r.entries)
 		w.notify(ctx, r.hooked, a)
 		discardAfterThisRun(job)
-		return &attemptError{a: a, next: "gave up waiting for the endpoint"}
+		return &runError{a: a, next: "gave up waiting for the endpoint"}
 	}
 	if r.cut > 0 {
 		w.record(ctx, job, r.entries) // the log has nothing new but interrupted runs

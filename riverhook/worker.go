@@ -209,7 +209,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return err
 	}
 	a := w.sender.Attempt(ctx, conn, job.Args.Event, job.Args.Body, r.n)
-	return w.outcome(ctx, r, a)
+	return w.result(ctx, r, a)
 }
 
 // run is one run of a job: its attempt log as loaded, and the number of
@@ -249,8 +249,8 @@ func (w *Worker) load(ctx context.Context, job *river.Job[Args]) *run {
 	return r
 }
 
-// outcome logs attempt a of run r and maps it to what Work returns River.
-func (w *Worker) outcome(ctx context.Context, r *run, a webhook.Attempt) error {
+// result logs attempt a of run r and maps it to what Work returns River.
+func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	job := r.job
 	if a.Kind == webhook.KindDown {
 		return w.waitForEndpoint(ctx, r, a)
@@ -273,18 +273,18 @@ func (w *Worker) outcome(ctx context.Context, r *run, a webhook.Attempt) error {
 	case a.OK():
 		return nil
 	case a.Kind == webhook.KindInvalid || a.Kind == webhook.KindBlocked:
-		return river.JobCancel(&attemptError{a: a})
+		return river.JobCancel(&runError{a: a})
 	case !a.Retry:
 		// River discards a job that fails on its last run; this is the
 		// last one, whatever runs River kept for interrupted attempts.
 		discardAfterThisRun(job)
-		return &attemptError{a: a, next: "the policy gives up"}
+		return &runError{a: a, next: "the policy gives up"}
 	case job.Attempt >= job.MaxAttempts:
-		return &attemptError{a: a, next: fmt.Sprintf("no run left for its retry: River's %d runs are spent, %d of them without an attempt",
+		return &runError{a: a, next: fmt.Sprintf("no run left for its retry: River's %d runs are spent, %d of them without an attempt",
 			job.MaxAttempts, job.Attempt-attemptsMade(r.entries))}
 	}
 	w.storeRetry(job, pendingRetry{wait: a.RetryIn})
-	return &attemptError{a: a, next: "retry in " + a.RetryIn.String()}
+	return &runError{a: a, next: "retry in " + a.RetryIn.String()}
 }
 
 // NextRetry returns when River runs a failed job again: exactly the
@@ -449,15 +449,15 @@ func (w *Worker) storeRetry(job *river.Job[Args], p pendingRetry) {
 	w.retries[job] = p
 }
 
-// attemptError is the error a run returns to River for a failed attempt:
+// runError is the error a run returns to River for a failed attempt:
 // "riverhook: attempt 4: 500 Internal Server Error; retry in 8s", as River
 // UI shows it. It wraps the attempt's Err.
-type attemptError struct {
+type runError struct {
 	a    webhook.Attempt
 	next string // what follows: "retry in 1s", "the policy gives up"
 }
 
-func (e *attemptError) Error() string {
+func (e *runError) Error() string {
 	s := "riverhook: " + attemptText(e.a)
 	if e.next != "" {
 		s += "; " + e.next
@@ -465,7 +465,7 @@ func (e *attemptError) Error() string {
 	return s
 }
 
-func (e *attemptError) Unwrap() error { return e.a.Err }
+func (e *runError) Unwrap() error { return e.a.Err }
 
 // attemptText is a failed attempt in a few words: "attempt 4: 500 Internal
 // Server Error", "attempt 2: timeout: timed out waiting for https://host/…:

@@ -88,7 +88,7 @@ func ExampleServer_Sender() {
 	fast := &webhook.RetryPolicy{MaxRetries: 1, Backoff: webhook.ExponentialBackoff(time.Millisecond, time.Second)}
 	s := srvs[0].Sender(&webhook.SenderOptions{Retry: fast})
 	for i, res := range s.SendAll(context.Background(), conns, webhook.SamplePayload(time.Now())) {
-		fmt.Println(res.Connection, len(res.Attempts), res.Err, len(srvs[i].Deliveries()))
+		fmt.Println(res.ConnectionName, len(res.Attempts), res.Err, len(srvs[i].Deliveries()))
 	}
 	// Output:
 	// crm 1 <nil> 1
