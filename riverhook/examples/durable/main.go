@@ -127,6 +127,7 @@ type command struct {
 	caFile, connectionID     *string
 	allowPrivate             *bool
 	attemptTimeout, rescueAt *time.Duration
+	maxWait                  *time.Duration
 }
 
 // newCommand returns the flags of the named command, or nil for none.
@@ -147,6 +148,7 @@ func newCommand(name string, stderr io.Writer) *command {
 		c.caFile = fs.String("ca", "", "PEM file of an extra root certificate")
 		c.allowPrivate = fs.Bool("allow-private", false, "allow loopback and private addresses (local receivers)")
 		c.attemptTimeout = fs.Duration("attempt-timeout", webhook.DefaultAttemptTimeout, "timeout of each attempt")
+		c.maxWait = fs.Duration("max-wait", riverhook.DefaultMaxWait, "how long a delivery waits for an endpoint that is down or not answering before it is discarded")
 		c.rescueAt = fs.Duration("rescue-after", 0, "how long a job may run before River's rescuer runs it again, as a process that died left it\n(default: derived from -attempt-timeout, 1m0s for 30s)")
 	case "deliveries":
 		c.connectionID = fs.String("connection", "", "id of the connection")
@@ -225,7 +227,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, logger, stdout)
+	return work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, *c.maxWait, logger, stdout)
 }
 
 func readConnections(path string) (map[string]webhook.Connection, error) {
@@ -305,13 +307,17 @@ func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration) (
 		tlsConfig.RootCAs = roots
 	}
 	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: tlsConfig, AllowPrivateNetworks: allowPrivate})
-	return webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: attemptTimeout})
+	// Endpoint health on: an endpoint that cannot be reached, or a URL that
+	// connects and never answers, is isolated, and its deliveries wait
+	// without spending attempts (at most -max-wait) while the others go on.
+	return webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: attemptTimeout,
+		Health: &webhook.HealthOptions{}})
 }
 
 // work runs a River client with the delivery worker until ctx is done, then
 // stops it gracefully, or at once when now is done.
 func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection,
-	sender *webhook.Sender, workers int, rescueAfter time.Duration, logger *slog.Logger, out io.Writer) error {
+	sender *webhook.Sender, workers int, rescueAfter, maxWait time.Duration, logger *slog.Logger, out io.Writer) error {
 	var mu sync.Mutex // one line at a time
 	resolve := func(_ context.Context, id string) (webhook.Connection, error) {
 		c, ok := conns[id]
@@ -321,7 +327,9 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 		return c, nil
 	}
 	worker := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
-		Logger: logger,
+		MaxInFlightPerConnection: 8, // one slow endpoint never takes every worker: the rest wait in paced slots
+		MaxWait:                  maxWait,
+		Logger:                   logger,
 		OnAttempt: func(_ context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
 			next := "-"
 			if a.Retry {
