@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -89,20 +88,7 @@ func benchmarkRiver(b *testing.B, worker river.Worker[riverhook.Args]) {
 		c.FetchCooldown = time.Millisecond
 		c.FetchPollInterval = 10 * time.Millisecond
 	})
-	var params []river.InsertManyParams
-	for i := range b.N {
-		id := "d" + strconv.Itoa(i)
-		ps, err := riverhook.InsertParams(id, []string{"crm"}, payload(id), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		params = append(params, ps...)
-	}
-	for start := 0; start < len(params); start += 1000 {
-		if _, err := client.InsertMany(context.Background(), params[start:min(start+1000, len(params))]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	insertMany(b, client, "d", b.N, func(int) string { return "crm" })
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: b.N, // none dropped, however fast
 		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled}})
 	defer cancel()

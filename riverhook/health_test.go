@@ -275,10 +275,7 @@ func TestWorker_BacklogOfADownEndpointDoesNotDelayHealthyDeliveries(t *testing.T
 	pool, schema := testDB(t)
 	srv := webhooktest.NewServer(secret, nil)
 	defer srv.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	deadURL := "https://" + l.Addr().String() + "/hooks" // a port that refuses
-	l.Close()
+	deadURL := refusingURL(t)
 
 	down := make(chan struct{}, 1)
 	sender := srv.Sender(&webhook.SenderOptions{AttemptTimeout: time.Second,
@@ -307,7 +304,7 @@ func TestWorker_BacklogOfADownEndpointDoesNotDelayHealthyDeliveries(t *testing.T
 		require.NoError(t, err)
 		params = append(params, p...)
 	}
-	_, err = client.InsertMany(context.Background(), params)
+	_, err := client.InsertMany(context.Background(), params)
 	require.NoError(t, err)
 	waiting := map[int64]bool{} // each queued delivery ran once, and waits
 	timeout := time.After(30 * time.Second)
@@ -344,14 +341,21 @@ func TestWorker_BacklogOfADownEndpointDoesNotDelayHealthyDeliveries(t *testing.T
 // A delivery waits for a down endpoint at most WorkerOptions.MaxWait, from
 // when it was inserted: then its job is discarded, its log and Reason say
 // why, and OnAttempt hears of it; before, it is snoozed, costing nothing.
+// refusingURL returns the URL of a loopback port nothing listens on: every
+// connection to it is refused.
+func refusingURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return "https://" + l.Addr().String() + "/hooks"
+}
+
 func TestWorker_GivesUpWaitingForADownEndpointAfterMaxWait(t *testing.T) {
 	t.Parallel()
 	srv := webhooktest.NewServer(secret, nil)
 	defer srv.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	deadURL := "https://" + l.Addr().String() + "/hooks" // a port that refuses
-	l.Close()
+	deadURL := refusingURL(t)
 	sender := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}})
 	rec := &attemptRecorder{}
 	w := riverhook.NewWorker(sender, newResolver(map[string]webhook.Connection{"crm": {Name: "crm", URL: deadURL, Secret: secret}}).resolve,
