@@ -376,43 +376,56 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 	}
 	h.mu.Lock()
 	h.sweep(now)
-	if a.StatusCode != 0 {
-		if h.typical == 0 {
+	if a.StatusCode != 0 { // an answer: the typical time it takes
+		h.typical += (a.Duration - h.typical) / 16
+		if h.typical == a.Duration/16 { // the first
 			h.typical = a.Duration
-		} else {
-			h.typical += (a.Duration - h.typical) / 16
 		}
 	}
-	var reports []*endpoint
-	if u := h.urls[t.url]; u != nil {
-		u.touched = now
-		u.end(a.StatusCode != 0, now)
-		if uo != outcomeNeutral || t.urlLease != 0 {
-			if changed, at := u.record(&h.policy, uo, a, t.admitted, t.urlLease, bodyHash, now); changed {
-				reports = h.queue(&u.endpoint, at, reports)
-			}
-		}
-		if u.inFlight == 0 && u.well(&h.policy, now) && !u.reporting && len(u.changes) == 0 {
-			delete(h.urls, t.url)
-		}
-	}
-	o := originOutcome(a.Kind, connected)
-	e := h.endpoints[t.origin]
-	if e == nil && o == outcomeFailed {
-		e = &endpoint{shown: t.origin}
-		h.endpoints[t.origin] = e
-	}
-	if e != nil {
-		e.touched = now
-		if changed, at := e.record(&h.policy, o, a, t.admitted, t.lease, 0, now); changed {
-			reports = h.queue(e, at, reports)
-		}
-		h.forgetIfWell(t.origin, e, now)
-	}
+	reports := h.recordURL(t, uo, a, bodyHash, now, nil)
+	reports = h.recordOrigin(t, originOutcome(a.Kind, connected), a, now, reports)
 	h.mu.Unlock()
 	for _, e := range reports {
 		h.report(e)
 	}
+}
+
+// recordURL applies outcome o of attempt a to its URL. Under h.mu.
+func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now time.Time, reports []*endpoint) []*endpoint {
+	u := h.urls[t.url]
+	if u == nil {
+		return reports
+	}
+	u.touched = now
+	u.end(a.StatusCode != 0, now)
+	if o != outcomeNeutral || t.urlLease != 0 {
+		if changed, at := u.record(&h.policy, o, a, t.admitted, t.urlLease, body, now); changed {
+			reports = h.queue(&u.endpoint, at, reports)
+		}
+	}
+	if u.inFlight == 0 && u.well(&h.policy, now) && !u.reporting && len(u.changes) == 0 {
+		delete(h.urls, t.url)
+	}
+	return reports
+}
+
+// recordOrigin applies outcome o of attempt a to its origin, which a
+// failure begins to track. Under h.mu.
+func (h *health) recordOrigin(t ticket, o outcome, a *Attempt, now time.Time, reports []*endpoint) []*endpoint {
+	e := h.endpoints[t.origin]
+	if e == nil && o != outcomeFailed {
+		return reports
+	}
+	if e == nil {
+		e = &endpoint{shown: t.origin}
+		h.endpoints[t.origin] = e
+	}
+	e.touched = now
+	if changed, at := e.record(&h.policy, o, a, t.admitted, t.lease, 0, now); changed {
+		reports = h.queue(e, at, reports)
+	}
+	h.forgetIfWell(t.origin, e, now)
+	return reports
 }
 
 // forgetIfWell drops origin e once it is well and nothing of it is left to

@@ -109,46 +109,60 @@ func (e *endpointState) record(p *healthPolicy, o outcome, a *Attempt, admitted 
 	}
 	switch {
 	case o == outcomeReached:
-		e.reached = now
-		if e.down {
-			e.down, e.changed = false, now
-			changed, at = true, *e
-		}
-		e.failures, e.nextProbe, e.bodies = 0, time.Time{}, e.bodies[:0]
+		return e.reach(now)
 	case o == outcomeFailed && admitted.Before(e.reached):
 		// Sent before the endpoint was last reached: its failure is old
 		// news, not a sign that the endpoint is down again.
 	case o == outcomeFailed:
-		if body != 0 && !e.down && !probe && countedBody(e.bodies, body) {
-			// One delivery failing again (a poison payload that hangs
-			// its handler) counts once: it says nothing of the others.
-			e.last = *a
-			return false, at
-		}
-		if e.failures == 0 {
-			e.since = now
-		}
-		e.failures++
-		e.last = *a
-		if body != 0 && len(e.bodies) < p.downAfter {
-			e.bodies = append(e.bodies, body)
-		}
-		switch {
-		case e.down && probe: // a failed probe: wait longer
-			e.interval = min(2*e.interval, p.limit)
-			e.nextProbe = now.Add(e.interval)
-		case !e.down && e.failures >= p.downAfter:
-			e.down, e.changed = true, now
-			e.interval = p.first
-			e.nextProbe = now.Add(e.interval)
-			changed, at = true, *e
-		}
+		return e.fail(p, a, probe, body, now)
 	case probe && a.Kind != KindCanceled:
 		// A probe that says nothing (not the caller's cancellation) waits
 		// as one that failed, so that such probes do not follow each other.
 		e.nextProbe = now.Add(e.interval)
 	}
+	return false, endpointState{}
+}
+
+// reach notes an attempt that reached e at now: it is up.
+func (e *endpointState) reach(now time.Time) (changed bool, at endpointState) {
+	e.reached = now
+	if e.down {
+		e.down, e.changed = false, now
+		changed, at = true, *e
+	}
+	e.failures, e.nextProbe, e.bodies = 0, time.Time{}, e.bodies[:0]
 	return changed, at
+}
+
+// fail notes failed attempt a at now, a probe if probe, of the delivery
+// whose body hashes to body.
+func (e *endpointState) fail(p *healthPolicy, a *Attempt, probe bool, body uint64, now time.Time) (changed bool, at endpointState) {
+	e.last = *a
+	if body != 0 && !e.down && !probe {
+		if countedBody(e.bodies, body) {
+			// One delivery failing again (a poison payload that hangs its
+			// handler) counts once: it says nothing of the others.
+			return false, endpointState{}
+		}
+		if len(e.bodies) < p.downAfter {
+			e.bodies = append(e.bodies, body)
+		}
+	}
+	if e.failures == 0 {
+		e.since = now
+	}
+	e.failures++
+	switch {
+	case e.down && probe: // a failed probe: wait longer
+		e.interval = min(2*e.interval, p.limit)
+		e.nextProbe = now.Add(e.interval)
+	case !e.down && e.failures >= p.downAfter:
+		e.down, e.changed = true, now
+		e.interval = p.first
+		e.nextProbe = now.Add(e.interval)
+		return true, *e
+	}
+	return false, endpointState{}
 }
 
 func countedBody(bodies []uint64, body uint64) bool {
