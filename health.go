@@ -171,6 +171,7 @@ type health struct {
 	maxUnanswered int
 	quietMax      time.Duration // the longest silence before a URL's attempts in flight are bounded
 	typical       time.Duration // a moving average of answered attempts' durations, under mu
+	answers       uint64        // how many answers it has seen, under mu
 	onChange      func(EndpointHealth)
 	now           func() time.Time
 	logger        *slog.Logger
@@ -377,10 +378,8 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 	h.mu.Lock()
 	h.sweep(now)
 	if a.StatusCode != 0 { // an answer: the typical time it takes
-		h.typical += (a.Duration - h.typical) / 16
-		if h.typical == a.Duration/16 { // the first
-			h.typical = a.Duration
-		}
+		h.typical = average(h.typical, a.Duration, h.answers == 0)
+		h.answers++
 	}
 	reports := h.recordURL(t, uo, a, bodyHash, now, nil)
 	reports = h.recordOrigin(t, originOutcome(a.Kind, connected), a, now, reports)
@@ -388,6 +387,15 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 	for _, e := range reports {
 		h.report(e)
 	}
+}
+
+// average adds d to the moving average avg (weight 1/16); the first d
+// sets it.
+func average(avg, d time.Duration, first bool) time.Duration {
+	if first {
+		return d
+	}
+	return avg + (d-avg)/16
 }
 
 // recordURL applies outcome o of attempt a to its URL. Under h.mu.
