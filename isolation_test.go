@@ -3,8 +3,10 @@ package webhook_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"runtime"
 	"strconv"
 	"sync"
@@ -241,4 +243,37 @@ func TestSend_NoHandshakeOutlivesItsAttempt(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	assert.LessOrEqual(t, host.peak.Load(), int32(2), "attempts made one after another")
+}
+
+// Behind an egress proxy, a proxy's answer that it could not reach the
+// destination (502 to CONNECT) is no connection: kind unreachable, counted
+// by endpoint health, which marks the endpoint down.
+func TestHealth_AProxyThatCannotReachTheEndpointCountsAsNoConnection(t *testing.T) {
+	proxy := newConnectProxy(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refusing := l.Addr().String()
+	l.Close()
+	proxy.route("down.example.com:443", refusing) // the proxy's dial is refused: 502
+	tr := webhook.NewTransport(&webhook.TransportOptions{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.addr}),
+	})
+	defer tr.CloseIdleConnections()
+	var ch changes
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: &webhook.RetryPolicy{},
+		Health: &webhook.HealthOptions{DownAfter: 2, OnChange: ch.add}})
+	require.NoError(t, err)
+	conn := webhook.Connection{Name: "down", URL: "https://down.example.com/hooks", Secret: testSecret}
+	for range 2 {
+		res, err := s.Send(context.Background(), conn, samplePayload())
+		require.Error(t, err)
+		require.Len(t, res.Attempts, 1)
+		assert.Equal(t, webhook.KindUnreachable, res.Attempts[0].Kind, "%v", res.Attempts[0].Err)
+		assert.Contains(t, res.Attempts[0].Diagnosis(), "proxy could not reach")
+	}
+	require.Len(t, ch.list(), 1)
+	assert.True(t, ch.list()[0].Down)
+	_, err = s.Send(context.Background(), conn, samplePayload())
+	require.ErrorIs(t, err, webhook.ErrEndpointDown)
+	assert.EqualValues(t, 2, proxy.connects.Load(), "nothing sent while down")
 }
