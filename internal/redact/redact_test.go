@@ -125,6 +125,12 @@ func FuzzScrub(f *testing.F) {
 	f.Add("whsec_0123456789abcdef", "https://h.example.com/a/bbbbbbbbbb/c?x=yyyyyyyyyy", "echo /a/bbbbbbbbbb/c and WHSEC_0123456789ABCDEF")
 	f.Add("", "https://KEYKEYKEYKEY@h.example.com/", "Basic S0VZS0VZS0VZS0VZOg==")
 	f.Fuzz(func(t *testing.T, secret, rawURL, text string) {
+		// The sizes the library scrubs: a validated URL (8 KiB at most), a
+		// logged excerpt (4 KiB); the check below is quadratic, the
+		// scrubbing is not.
+		if len(secret) > 256 || len(rawURL) > 2048 || len(text) > 4096 {
+			t.Skip()
+		}
 		s := New(secret, []string{secret + " tail"}, rawURL)
 		got := asciiLower(s.Scrub(text))
 		for _, ts := range s.byPrefix {
