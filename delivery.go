@@ -248,7 +248,7 @@ func (d *delivery) sign(h http.Header, vals []string) {
 	var buf [20 + signatureLen]byte
 	b := strconv.AppendInt(buf[:0], d.ts, 10)
 	n := len(b)
-	both := string(AppendSignature(b, d.conn.Secret, d.ts, d.body))
+	both := string(d.s.keys.get(d.conn.Secret).appendSignature(b, d.ts, d.body))
 	vals[0], vals[1] = both[:n], both[n:]
 	h[HeaderTimestamp], h[HeaderSignature] = vals[0:1:1], vals[1:2:2]
 }

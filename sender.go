@@ -95,6 +95,7 @@ type Sender struct {
 	maxBody   int64
 	timeout   time.Duration // per attempt
 	health    *health       // nil unless SenderOptions.Health
+	keys      *keyCache     // the keyed states of the connections' secrets
 
 	deliveries sync.Pool // of *delivery
 }
@@ -111,6 +112,7 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 		now:       opts.Now,
 		maxConc:   opts.MaxConcurrency,
 		maxBody:   opts.MaxBodyBytes,
+		keys:      newKeyCache(),
 	}
 	policy := opts.Retry
 	if policy == nil {

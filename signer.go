@@ -34,8 +34,10 @@ const signatureLen = len(SignaturePrefix) + 2*sha256.Size
 // followed by the lowercase hex HMAC-SHA256, keyed with secret, of the
 // decimal timestampMillis, a period and body.
 //
-// Sign keeps the keyed hash state of recently used secrets (a bounded number)
-// so that signing skips key setup; it is safe for concurrent use.
+// Sign reuses keyed hash states of the secrets it was last called with, in
+// a pool the garbage collector empties, so that signing with one secret
+// again and again skips key setup; it keeps no secret beyond that. It is
+// safe for concurrent use.
 func Sign(secret string, timestampMillis int64, body []byte) string {
 	var buf [signatureLen]byte
 	return string(AppendSignature(buf[:0], secret, timestampMillis, body))
@@ -45,7 +47,12 @@ func Sign(secret string, timestampMillis int64, body []byte) string {
 // extended slice. It does not allocate when dst has room for the 71 bytes.
 func AppendSignature(dst []byte, secret string, timestampMillis int64, body []byte) []byte {
 	var sum [sha256.Size]byte
-	cachedKey(secret).sum(timestampMillis, body, &sum)
+	st := oneOffState(secret)
+	oneOffs.finish(st, strconv.AppendInt(st.scratch[:0], timestampMillis, 10), body, &sum)
+	return appendHex(dst, &sum)
+}
+
+func appendHex(dst []byte, sum *[sha256.Size]byte) []byte {
 	dst = append(dst, SignaturePrefix...)
 	return hex.AppendEncode(dst, sum[:])
 }
@@ -72,6 +79,7 @@ type keyedMAC struct {
 
 type macState struct {
 	mac     hash.Hash
+	secret  string            // oneOffs' only: the key of mac
 	scratch [sha256.Size]byte // room for the timestamp digits, then the sum
 }
 
@@ -109,15 +117,31 @@ func (k *keyedMAC) finish(st *macState, ts, body []byte, out *[sha256.Size]byte)
 	k.pool.Put(st)
 }
 
-// The cache of keyed states behind Sign and Verify: sharded, each shard an
-// immutable map read without a lock (a string key in a sync.Map would
-// allocate on every lookup) and replaced whole, under the shard's mutex,
-// when a secret is added (16 entries to copy). Each shard is bounded, so a
-// sender with many connections cannot grow it forever.
+// oneOffs pools the keyed states of the package-level Sign and Verify, each
+// keyed with the secret it was last used with: one secret used again and
+// again skips key setup, and the garbage collector empties the pool, so no
+// secret is kept for the life of the process.
+var oneOffs keyedMAC
+
+// oneOffState returns a state of oneOffs keyed with secret; finish returns
+// it to the pool.
+func oneOffState(secret string) *macState {
+	st, _ := oneOffs.pool.Get().(*macState)
+	if st == nil || st.secret != secret {
+		st = &macState{mac: hmac.New(sha256.New, []byte(secret)), secret: secret}
+	}
+	return st
+}
+
+// The keyed states of a Sender, for the connections it signs for: sharded,
+// each shard an immutable map read without a lock (a string key in a
+// sync.Map would allocate on every lookup) and replaced whole, under the
+// shard's mutex, when a secret is added (16 entries to copy). Each shard is
+// bounded, so a Sender with many connections cannot grow it forever, and
+// the cache goes with its Sender.
 const (
-	keyShards      = 256
-	keysPerShard   = 16
-	keyCacheMaxLen = keyShards * keysPerShard
+	keyShards    = 256
+	keysPerShard = 16 // 4,096 secrets at most per Sender
 )
 
 type keyShard struct {
@@ -125,13 +149,16 @@ type keyShard struct {
 	mu   sync.Mutex // held to replace keys
 }
 
-var (
-	keySeed  = maphash.MakeSeed()
-	keyCache [keyShards]keyShard
-)
+type keyCache struct {
+	seed   maphash.Seed
+	shards [keyShards]keyShard
+}
 
-func cachedKey(secret string) *keyedMAC {
-	s := &keyCache[maphash.String(keySeed, secret)%keyShards]
+func newKeyCache() *keyCache { return &keyCache{seed: maphash.MakeSeed()} }
+
+// get returns the keyed states of secret.
+func (c *keyCache) get(secret string) *keyedMAC {
+	s := &c.shards[maphash.String(c.seed, secret)%keyShards]
 	if m := s.keys.Load(); m != nil {
 		if k, ok := (*m)[secret]; ok {
 			return k
@@ -161,4 +188,11 @@ func cachedKey(secret string) *keyedMAC {
 	next[secret] = k
 	s.keys.Store(&next)
 	return k
+}
+
+// appendSignature appends the signature of a delivery with k's secret.
+func (k *keyedMAC) appendSignature(dst []byte, ts int64, body []byte) []byte {
+	var sum [sha256.Size]byte
+	k.sum(ts, body, &sum)
+	return appendHex(dst, &sum)
 }

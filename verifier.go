@@ -66,8 +66,7 @@ func Verify(secret string, h http.Header, body []byte) error {
 	if secret == "" {
 		return fmt.Errorf("%w: set the connection's secret (\"Show Secret\" in the dashboard)", ErrEmptySecret)
 	}
-	keys := [1]*keyedMAC{cachedKey(secret)}
-	return verify(keys[:], DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body)
+	return verify(nil, secret, DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body)
 }
 
 // VerifierOptions configures a [Verifier]. A nil *VerifierOptions, or a zero
@@ -157,7 +156,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 	if keys == nil {
 		return errZeroVerifier
 	}
-	return verify(*keys, cmp.Or(v.tolerance, DefaultTolerance), v.maxBodyBytes(), v.clock(), h, body)
+	return verify(*keys, "", cmp.Or(v.tolerance, DefaultTolerance), v.maxBodyBytes(), v.clock(), h, body)
 }
 
 // maxBodyBytes is the body limit: the configured one, or the default in a
@@ -203,7 +202,7 @@ func bodyTooLarge(limit int64) error {
 // verify is the one verification routine behind Verify and Verifier.Verify.
 // It checks the signature before the window, so that an expired timestamp is
 // reported only for an authentic delivery.
-func verify(keys []*keyedMAC, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte) error {
+func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte) error {
 	if int64(len(body)) > maxBody {
 		return bodyTooLarge(maxBody)
 	}
@@ -226,7 +225,7 @@ func verify(keys []*keyedMAC, tolerance time.Duration, maxBody int64, now time.T
 	if err := parseSignature(sigText, &got); err != nil {
 		return err
 	}
-	if !matchesAny(keys, tsText, body, &got) {
+	if !matchesAny(keys, secret, tsText, body, &got) {
 		return fmt.Errorf("%w: %s is not the HMAC-SHA256 of this body with the configured secret", ErrSignatureMismatch, HeaderSignature)
 	}
 	return checkWindow(ts, now, tolerance)
@@ -234,8 +233,13 @@ func verify(keys []*keyedMAC, tolerance time.Duration, maxBody int64, now time.T
 
 // matchesAny reports whether got is the HMAC of "<tsText>.<body>" with one
 // of keys: the timestamp as the header carried it, never re-formatted.
-func matchesAny(keys []*keyedMAC, tsText string, body []byte, got *[sha256.Size]byte) bool {
+func matchesAny(keys []*keyedMAC, secret, tsText string, body []byte, got *[sha256.Size]byte) bool {
 	var want [sha256.Size]byte
+	if keys == nil { // the package-level Verify: one secret
+		st := oneOffState(secret)
+		oneOffs.finish(st, append(st.scratch[:0], tsText...), body, &want)
+		return hmac.Equal(want[:], got[:])
+	}
 	for _, k := range keys {
 		k.sumText(tsText, body, &want)
 		if hmac.Equal(want[:], got[:]) {

@@ -80,9 +80,10 @@
 // middleware's r.Body, read after the handler returned, from any goroutine,
 // fails: it never shows another request's bytes.
 //
-// [Sign] and [Verify] keep the keyed hash state of a bounded number of
-// recently used secrets in memory, to skip key setup; a [Verifier] keeps its
-// own.
+// No secret is kept for the life of the process: a [Sender] and a
+// [Verifier] keep the keyed hash states of their own secrets (a Sender a
+// bounded number), and [Sign] and [Verify] reuse those of their last
+// secrets from a pool the garbage collector empties.
 //
 // # Testing and durable deliveries
 //
