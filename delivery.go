@@ -33,39 +33,52 @@ const (
 	maxDrainedBody = 64 << 10
 )
 
-// delivery is the state of one Send: the attempt log and the hooks that
-// go-retryablehttp calls between attempts.
+// delivery is one delivery: the go-retryablehttp client whose hooks are
+// bound to it once, and the state of the delivery under way, which release
+// clears whole, so that no field (a probe's lease, a connection's secret
+// texts) can outlive its delivery.
 type delivery struct {
-	s          *Sender
-	rc         *retryablehttp.Client // bound to this delivery's hooks
-	conn       Connection
-	event      string
-	body       []byte
-	first      int // the number of the first attempt made
-	maxRetries int // the policy's, or 0 for a test delivery
-	attempts   []Attempt
-	ctx        context.Context       // the delivery's; each attempt's request has its own, bounded
-	req        retryablehttp.Request // the request of the attempt in flight
-	cancel     context.CancelFunc    // ends the attempt in flight
-	start      time.Time             // of the attempt in flight
-	ts         int64                 // its timestamp
-	wait       time.Duration         // decided after the last attempt, for Backoff
-	queued     bool                  // Sender.Attempt: a queue schedules the retry, whatever ctx's deadline
-	one        [1]Attempt            // the log of Sender.Attempt
-	err        error                 // set when nothing could be sent, or by cancellation
-	errKind    FailureKind           // why nothing could be sent: KindInvalid, KindCanceled or KindDown
-	endpoint   string                // the URL's origin, with endpoint health on
-	ticket     ticket                // endpoint health's admission of the attempt in flight
-	trace      *connTrace            // whether the attempt in flight got a connection
-	bypass     bool                  // SendTest: sent whatever the endpoint's health
-	downWait   time.Duration         // with KindDown: until the endpoint may be tried again
-	secrets    *redact.Secrets       // the connection's secret texts, once needed (scrubText)
+	s  *Sender
+	rc *retryablehttp.Client // bound to this delivery's hooks
+	deliveryState
+}
+
+// mode is how a delivery is made: Send's, Attempt's or SendTest's.
+type mode struct {
+	first      int  // the number of the first attempt made
+	maxRetries int  // the policy's, or 0 for a test delivery
+	queued     bool // Sender.Attempt: one try; a queue schedules the retry, whatever ctx's deadline
+	bypass     bool // SendTest: sent whatever the endpoint's health
+}
+
+// deliveryState is what one delivery holds while it is made.
+type deliveryState struct {
+	mode
+	conn     Connection
+	event    string
+	body     []byte
+	attempts []Attempt
+	ctx      context.Context       // the delivery's; each attempt's request has its own, bounded
+	req      retryablehttp.Request // the request of the attempt in flight
+	cancel   context.CancelFunc    // ends the attempt in flight
+	start    time.Time             // of the attempt in flight
+	ts       int64                 // its timestamp
+	wait     time.Duration         // decided after the last attempt, for Backoff
+	one      [1]Attempt            // the log of Sender.Attempt
+	err      error                 // set when nothing could be sent, or by cancellation
+	errKind  FailureKind           // why nothing could be sent: KindInvalid, KindCanceled or KindDown
+	endpoint string                // the URL's origin, with endpoint health on
+	ticket   ticket                // endpoint health's admission of the attempt in flight
+	trace    *connTrace            // whether the attempt in flight got a connection
+	downWait time.Duration         // with KindDown: until the endpoint may be tried again
+	secrets  *redact.Secrets       // the connection's secret texts, once needed (scrubText)
 }
 
 // newDelivery returns a delivery from the Sender's pool, whose
-// go-retryablehttp client and hooks are bound once, not per delivery.
-// Return it with release once its attempts are handed out.
-func (s *Sender) newDelivery(c Connection, event string, body []byte, first int) *delivery {
+// go-retryablehttp client and hooks are bound once, not per delivery, set
+// to deliver body to c in mode m. Return it with release once its attempts
+// are handed out.
+func (s *Sender) newDelivery(c Connection, event string, body []byte, m mode) *delivery {
 	d, _ := s.deliveries.Get().(*delivery)
 	if d == nil {
 		d = &delivery{s: s}
@@ -87,20 +100,18 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, first int)
 			ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
 		}
 	}
-	d.conn, d.event, d.body, d.first, d.maxRetries = c, event, body, first, s.policy.MaxRetries
+	d.deliveryState = deliveryState{mode: m, conn: c, event: event, body: body}
 	return d
 }
 
 // release clears d, whose attempts now belong to the caller, and pools it.
 func (d *delivery) release() {
-	d.conn, d.event, d.body, d.attempts, d.err, d.queued, d.one = Connection{}, "", nil, nil, nil, false, [1]Attempt{}
-	d.ctx, d.req, d.cancel = nil, retryablehttp.Request{}, nil
-	d.endpoint, d.ticket, d.trace, d.bypass, d.downWait, d.secrets = "", ticket{}, nil, false, 0, nil
+	d.deliveryState = deliveryState{}
 	d.s.deliveries.Put(d)
 }
 
-// run makes the delivery, with at most maxRetries retries.
-func (d *delivery) run(ctx context.Context, maxRetries int) {
+// run makes the delivery: its mode's retries, or one try when queued.
+func (d *delivery) run(ctx context.Context) {
 	var u *url.URL
 	u, d.errKind, d.err = d.check(ctx)
 	if d.err != nil {
@@ -141,7 +152,10 @@ func (d *delivery) run(ctx context.Context, maxRetries int) {
 	h["Content-Type"], h[HeaderEvent] = vals[0:1:1], vals[1:2:2]
 	d.sign(h, vals[2:4])
 	d.req = retryablehttp.Request{Request: d.bound(hreq)}
-	d.rc.RetryMax = maxRetries
+	d.rc.RetryMax = d.maxRetries
+	if d.queued {
+		d.rc.RetryMax = 0 // one try: the policy's decision goes to the queue
+	}
 	resp, err := d.rc.Do(&d.req)
 	if resp != nil {
 		resp.Body.Close() // read in checkRetry already
@@ -383,10 +397,10 @@ type resultWithLog struct {
 }
 
 // runForResult makes the delivery and returns its Result and error.
-func (d *delivery) runForResult(ctx context.Context, maxRetries int) (*Result, error) {
+func (d *delivery) runForResult(ctx context.Context) (*Result, error) {
 	box := new(resultWithLog)
 	d.attempts = box.one[:0]
-	d.run(ctx, maxRetries)
+	d.run(ctx)
 	return d.result(&box.r)
 }
 

@@ -257,8 +257,7 @@ func (s *Sender) SendBytes(ctx context.Context, c Connection, event string, body
 	if s.client == nil {
 		return failed(c, errZeroSender)
 	}
-	d := s.newDelivery(c, event, body, 1)
-	return d.runForResult(ctx, d.maxRetries)
+	return s.newDelivery(c, event, body, mode{first: 1, maxRetries: s.policy.MaxRetries}).runForResult(ctx)
 }
 
 // SendAll delivers p to every connection in cs, at most
@@ -308,11 +307,10 @@ func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body [
 	if s.client == nil {
 		return Attempt{N: n, Err: errZeroSender, Kind: KindInvalid}
 	}
-	d := s.newDelivery(c, event, body, n)
+	d := s.newDelivery(c, event, body, mode{first: n, maxRetries: s.policy.MaxRetries, queued: true})
 	defer d.release()
-	d.queued = true
 	d.attempts = d.one[:0] // copied out below, before d is pooled
-	d.run(ctx, 0)
+	d.run(ctx)
 	if len(d.attempts) == 0 {
 		a := Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: d.errKind}
 		if a.Kind == KindDown { // not an attempt: the queue tries again once the endpoint may be
@@ -337,10 +335,8 @@ func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
 	if err != nil { // cannot happen: the payload is fixed
 		return failed(c, err)
 	}
-	d := s.newDelivery(c, EventUserIdentified, body, 1)
-	d.maxRetries = 0 // a test is never retried
-	d.bypass = true  // and is sent even to an endpoint that is down
-	return d.runForResult(ctx, 0)
+	// A test is never retried, and is sent even to an endpoint that is down.
+	return s.newDelivery(c, EventUserIdentified, body, mode{first: 1, bypass: true}).runForResult(ctx)
 }
 
 // SendTestSource is the "source" metadata of the payload SendTest delivers
