@@ -17,8 +17,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/hashicorp/go-retryablehttp"
-
 	"github.com/signedhook/webhook/internal/redact"
 )
 
@@ -33,13 +31,13 @@ const (
 	maxDrainedBody = 64 << 10
 )
 
-// delivery is one delivery: the go-retryablehttp client whose hooks are
+// delivery is one delivery: the retry loop whose hooks are
 // bound to it once, and the state of the delivery under way, which release
 // clears whole, so that no field (a probe's lease, a connection's secret
 // texts) can outlive its delivery.
 type delivery struct {
-	s  *Sender
-	rc *retryablehttp.Client // bound to this delivery's hooks
+	s    *Sender
+	loop *retryLoop // bound to this delivery's hooks
 	deliveryState
 }
 
@@ -58,47 +56,29 @@ type deliveryState struct {
 	event    string
 	body     []byte
 	attempts []Attempt
-	ctx      context.Context       // the delivery's; each attempt's request has its own, bounded
-	req      retryablehttp.Request // the request of the attempt in flight
-	cancel   context.CancelFunc    // ends the attempt in flight
-	start    time.Time             // of the attempt in flight
-	ts       int64                 // its timestamp
-	wait     time.Duration         // decided after the last attempt, for Backoff
-	one      [1]Attempt            // the log of Sender.Attempt
-	err      error                 // set when nothing could be sent, or by cancellation
-	errKind  FailureKind           // why nothing could be sent: KindInvalid, KindCanceled or KindDown
-	endpoint string                // the URL's origin, with endpoint health on
-	ticket   ticket                // endpoint health's admission of the attempt in flight
-	trace    *connTrace            // whether the attempt in flight got a connection
-	downWait time.Duration         // with KindDown: until the endpoint may be tried again
-	secrets  *redact.Secrets       // the connection's secret texts, once needed (scrubText)
+	ctx      context.Context    // the delivery's; each attempt's request has its own, bounded
+	cancel   context.CancelFunc // ends the attempt in flight
+	start    time.Time          // of the attempt in flight
+	ts       int64              // its timestamp
+	one      [1]Attempt         // the log of Sender.Attempt
+	err      error              // set when nothing could be sent, or by cancellation
+	errKind  FailureKind        // why nothing could be sent: KindInvalid, KindCanceled or KindDown
+	endpoint string             // the URL's origin, with endpoint health on
+	ticket   ticket             // endpoint health's admission of the attempt in flight
+	trace    *connTrace         // whether the attempt in flight got a connection
+	downWait time.Duration      // with KindDown: until the endpoint may be tried again
+	secrets  *redact.Secrets    // the connection's secret texts, once needed (scrubText)
 }
 
 // newDelivery returns a delivery from the Sender's pool, whose
-// go-retryablehttp client and hooks are bound once, not per delivery, set
+// retry loop and hooks are bound once, not per delivery, set
 // to deliver body to c in mode m. Return it with release once its attempts
 // are handed out.
 func (s *Sender) newDelivery(c Connection, event string, body []byte, m mode) *delivery {
 	d, _ := s.deliveries.Get().(*delivery)
 	if d == nil {
 		d = &delivery{s: s}
-		d.rc = &retryablehttp.Client{
-			HTTPClient: s.client,
-			Logger:     nil, // never go-retryablehttp's stderr logger
-			CheckRetry: d.checkRetry,
-			Backoff:    func(time.Duration, time.Duration, int, *http.Response) time.Duration { return d.wait },
-			PrepareRetry: func(r *http.Request) error {
-				if d.s.health != nil && !d.admit() {
-					return d.err // the endpoint went down meanwhile: the retry is not sent
-				}
-				r.Header = r.Header.Clone() // the previous attempt's request keeps its own
-				r.Body = newRequestBody(d.body)
-				d.sign(r.Header, make([]string, 2))
-				d.req.Request = d.bound(r) // go-retryablehttp sends whatever req.Request is now
-				return nil
-			},
-			ErrorHandler: func(resp *http.Response, err error, _ int) (*http.Response, error) { return resp, err },
-		}
+		d.loop = newRetryLoop(s.client, d)
 	}
 	d.deliveryState = deliveryState{mode: m, conn: c, event: event, body: body}
 	return d
@@ -151,16 +131,11 @@ func (d *delivery) run(ctx context.Context) {
 	vals[0], vals[1] = "application/json", d.event
 	h["Content-Type"], h[HeaderEvent] = vals[0:1:1], vals[1:2:2]
 	d.sign(h, vals[2:4])
-	d.req = retryablehttp.Request{Request: d.bound(hreq)}
-	d.rc.RetryMax = d.maxRetries
+	retries := d.maxRetries
 	if d.queued {
-		d.rc.RetryMax = 0 // one try: the policy's decision goes to the queue
+		retries = 0 // one try: the policy's decision goes to the queue
 	}
-	resp, err := d.rc.Do(&d.req)
-	if resp != nil {
-		resp.Body.Close() // read in checkRetry already
-	}
-	d.endAttempt() // in case go-retryablehttp returned before checkRetry
+	err := d.loop.do(ctx, d.bound(hreq), retries)
 	if err != nil && ctx.Err() != nil && (len(d.attempts) == 0 || d.attempts[len(d.attempts)-1].Retry) {
 		// Stopped while waiting for a retry: the log ends on a failure
 		// whose retry never came.
@@ -223,7 +198,7 @@ func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
 
 // bound returns a copy of r whose context ends when the delivery's does or
 // when the attempt has taken the Sender's AttemptTimeout, from dialling to
-// the end of the response body: checkRetry reads the body, then ends the
+// the end of the response body: finish reads the body, then ends the
 // attempt. Bounding the request itself, rather than wrapping the client's
 // RoundTripper, costs one request copy and no wrapped body.
 func (d *delivery) bound(r *http.Request) *http.Request {
@@ -267,9 +242,21 @@ func (d *delivery) sign(h http.Header, vals []string) {
 	h[HeaderTimestamp], h[HeaderSignature] = vals[0:1:1], vals[1:2:2]
 }
 
-// checkRetry records the attempt that just ended and decides on a retry.
-// go-retryablehttp passes the attempt's context; the delivery's is d.ctx.
-func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error) (bool, error) {
+// prepare makes the request of the next attempt from the last one: admitted
+// by endpoint health, re-signed over the same body, bounded.
+func (d *delivery) prepare(last *http.Request) (*http.Request, error) {
+	if d.s.health != nil && !d.admit() {
+		return nil, d.err // the endpoint went down meanwhile: the retry is not sent
+	}
+	last.Header = last.Header.Clone() // the previous attempt's request keeps its own
+	last.Body = newRequestBody(d.body)
+	d.sign(last.Header, make([]string, 2))
+	return d.bound(last), nil
+}
+
+// finish reads, classifies and logs the attempt that just ended with resp
+// or err, and decides on a retry.
+func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) {
 	ctx := d.ctx
 	a := Attempt{
 		N:         d.first + len(d.attempts),
@@ -298,18 +285,12 @@ func (d *delivery) checkRetry(_ context.Context, resp *http.Response, err error)
 			d.err, d.errKind, d.downWait = err, KindDown, wait
 		}
 	}
-	if a.Retry {
-		// go-retryablehttp waits for the retry on the request's context:
-		// the delivery's, not the attempt's, which has ended.
-		d.req.Request = d.req.Request.WithContext(ctx)
-	}
-	d.wait = a.RetryIn
 	d.attempts = append(d.attempts, a)
 	d.log(ctx, &a)
 	if d.s.onAttempt != nil {
 		d.s.onAttempt(ctx, d.conn, a)
 	}
-	return a.Retry, nil
+	return a.Retry, a.RetryIn
 }
 
 // decide applies the policy to the failed attempt a.
