@@ -90,7 +90,12 @@ func waitFor(b *testing.B, limit time.Duration, what string, cond func() bool) {
 // the burst's jobs during that time over the burst's deliveries made then:
 // what a backlog costs River per delivery it makes.
 //
-//	go test -run '^$' -bench Burst -benchtime 6000x -count 6 . | benchstat -col /impl -
+//	go test -run '^$' -bench Burst -benchtime 12000x -count 1 . | benchstat -col /impl -
+//
+// Measured 2026-11-24 (2 cores, PostgreSQL on the same machine): healthy/s
+// 2,694 without the burst, 2,321 with it (0.86x); the burst cost 16.6 River
+// job runs/s for 7.5 deliveries/s, 2.2 runs per delivery made (before
+// paced slots: 3,200-4,800 runs/s for 5.3 deliveries/s).
 func BenchmarkBurst(b *testing.B) {
 	for _, impl := range []string{"noburst", "burst"} {
 		b.Run("impl="+impl, func(b *testing.B) {
@@ -157,6 +162,9 @@ func BenchmarkBurst(b *testing.B) {
 // of 8: the waiting jobs together wake 32 times a second, and probes add theirs.
 //
 //	go test -run '^$' -bench DownBacklog -benchtime 2000x -count 1 .
+//
+// Measured 2026-11-24: 2,000 waiting cost 39.4 River job runs/s (before:
+// ~1,100), and all arrived within 63 s of the endpoint's return.
 func BenchmarkDownBacklog(b *testing.B) {
 	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})})
 	defer srv.Close()
