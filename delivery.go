@@ -411,7 +411,7 @@ func (d *delivery) scrubBody(b []byte, cut bool) []byte {
 	text := string(b)
 	clean := d.scrubText(text)
 	if cut {
-		clean = d.secrets.ScrubCutTail(clean)
+		clean = d.secrets.CutTail(clean)
 	}
 	if clean != text {
 		return []byte(clean)
@@ -426,8 +426,7 @@ func (d *delivery) scrubText(s string) string {
 		return s
 	}
 	if d.secrets == nil {
-		texts := d.conn.secrets()
-		d.secrets = &texts
+		d.secrets = d.conn.secrets()
 	}
 	return d.secrets.Scrub(s)
 }

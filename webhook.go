@@ -411,11 +411,11 @@ func (c Connection) shownHeaderNames() []string {
 
 // secrets returns the texts of c that no text the library makes may show,
 // which a receiver may echo (a 404 page quoting the path, a 401 page the
-// Authorization header): see redact.New.
-func (c Connection) secrets() redact.Secrets {
+// Authorization header): see redact.NewSecrets.
+func (c Connection) secrets() *redact.Secrets {
 	values := make([]string, 0, len(c.Headers))
 	for _, v := range c.Headers {
 		values = append(values, v)
 	}
-	return redact.New(c.Secret, values, c.URL)
+	return redact.NewSecrets(c.URL, values, c.Secret)
 }
