@@ -94,6 +94,8 @@ func TestResult_WriteTable_Stopped(t *testing.T) {
 var hostileText = []string{"\x1b[2J", "\u009b31m", "\x7f", "\u202e", "\u2066", "\u2069", "\u200b",
 	"\ufeff", "\u2028", "\u2029", "\x00", "\xff", "\xc3"}
 
+// TestAttempt_ResponseText pins that the excerpt is shown as printable
+// text (internal/redact's TestPrintable has every case).
 func TestAttempt_ResponseText(t *testing.T) {
 	tests := []struct {
 		name string
@@ -103,15 +105,8 @@ func TestAttempt_ResponseText(t *testing.T) {
 		{"JSON as it came", `{"ok":true}`, `{"ok":true}`},
 		{"empty", "", ""},
 		{"lines join with spaces, ends trimmed", " {\n\t\"a\": 1\r\n}\n", `{  "a": 1  }`},
-		{"text in any script", "déjà vu, 東京 ✓", "déjà vu, 東京 ✓"},
 		{"terminal escapes", "\x1b[31mred\x1b[0m", "\uFFFD[31mred\uFFFD[0m"},
-		{"C1 CSI", "a\u009b2Jb", "a\uFFFD2Jb"},
-		{"bidi override", "paid\u202edeifirev", "paid\uFFFDdeifirev"},
-		{"isolates and zero width", "\u2066x\u2069\u200by\ufeff", "\uFFFDx\uFFFD\uFFFDy\uFFFD"},
-		{"NUL and DEL", "a\x00b\x7fc", "a\uFFFDb\uFFFDc"},
 		{"invalid UTF-8", "a\xffb\xc3", "a\uFFFDb\uFFFD"},
-		{"separators", "a\u2028b\u2029c", "a b c"},
-		{"invisible but printable", "pay\u034Fpal \u3164 \u115F\u1160\uFFA0 ok\uFE0F\U000E0100", "pay\uFFFDpal \uFFFD \uFFFD\uFFFD\uFFFD ok\uFFFD\uFFFD"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
