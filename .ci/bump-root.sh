@@ -30,3 +30,6 @@ for m in $(git ls-files '*/go.mod' | xargs -n1 dirname); do
 		GOPROXY="file://$work/proxy,file://$(go env GOMODCACHE)/cache/download,$(go env GOPROXY)" go mod tidy)
 	echo "$m: github.com/signedhook/webhook $ver"
 done
+sed -i "s|^replace github.com/signedhook/webhook v[^ ]* => ./\$|replace github.com/signedhook/webhook $ver => ./|" go.work
+grep -q "^replace github.com/signedhook/webhook $ver => ./\$" go.work
+echo "go.work: replace github.com/signedhook/webhook $ver => ./"

@@ -44,6 +44,18 @@ if ! git cat-file -e "$rcommit^{commit}" 2>/dev/null; then
 	echo "modcheck: riverhook/go.mod requires github.com/signedhook/webhook $req, a commit this repository does not have"
 	exit 1
 fi
+for m in $(git ls-files '*/go.mod' | xargs -n1 dirname); do
+	if ! grep -q "^	github.com/signedhook/webhook $req\$" "$m/go.mod"; then
+		echo "modcheck: $m/go.mod does not require github.com/signedhook/webhook $req as riverhook does (run .ci/bump-root.sh)"
+		exit 1
+	fi
+done
+# Without go.work's replace of that version, a fresh clone's go command would
+# fetch its go.mod from the public proxy, which does not have it.
+if ! grep -q "^replace github.com/signedhook/webhook $req => ./\$" go.work; then
+	echo "modcheck: go.work does not replace github.com/signedhook/webhook $req with ./ (run .ci/bump-root.sh)"
+	exit 1
+fi
 serve github.com/signedhook/webhook . "$rcommit" "$req"
 head=$(pseudo HEAD)
 serve github.com/signedhook/webhook/riverhook riverhook HEAD "$head"
