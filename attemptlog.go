@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/signedhook/webhook/internal/human"
 	"github.com/signedhook/webhook/internal/redact"
 )
 
@@ -106,7 +107,7 @@ func (a Attempt) String() string {
 	}
 	b.WriteString(a.outcome())
 	if a.Kind != KindInterrupted { // how long it ran is unknown
-		fmt.Fprintf(&b, " in %v", roundDuration(a.Duration))
+		fmt.Fprintf(&b, " in %v", human.Duration(a.Duration))
 	}
 	if a.Retry {
 		fmt.Fprintf(&b, ", retry in %v", a.RetryIn)
@@ -141,7 +142,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 			status = fmt.Sprint(a.StatusCode)
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%v\t%s\t%s\n", a.N, a.Timestamp, status, a.outcome(),
-			roundDuration(a.Duration), next, redact.PrintableCut(string(a.ResponseBody), 60))
+			human.Duration(a.Duration), next, redact.PrintableCut(string(a.ResponseBody), 60))
 	}
 	tw.Flush()
 	switch {
@@ -177,7 +178,7 @@ func (a Attempt) ResponseText() string { return redact.Printable(string(a.Respon
 func (a Attempt) Diagnosis() string { return redact.Printable(a.diagnosis()) }
 
 func (a Attempt) diagnosis() string {
-	took := roundDuration(a.Duration)
+	took := human.Duration(a.Duration)
 	switch a.Kind {
 	case KindNone:
 		return fmt.Sprintf("delivered: the endpoint answered %d in %v", a.StatusCode, took)
@@ -229,15 +230,4 @@ func failureDetail(err error) string {
 		return err.Error()
 	}
 	return "no detail"
-}
-
-// roundDuration keeps two or three significant digits: 3.2ms, 410µs, 1.25s.
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= 10*time.Millisecond:
-		return d.Round(time.Millisecond)
-	}
-	return d.Round(10 * time.Microsecond)
 }

@@ -66,7 +66,7 @@ func TestResult_WriteTable_HostileBodyAndNothingSent(t *testing.T) {
 	assert.Contains(t, out.String(), "line1  \uFFFD[31mred\uFFFD")
 	assert.Contains(t, out.String(), "…")
 
-	res = &webhook.Result{ConnectionName: "x", Err: errors.New("webhook: invalid connection: URL: must use https://")}
+	res = &webhook.Result{ConnectionName: "x", Err: errors.New("webhook: invalid connection: url: must use https://")}
 	out.Reset()
 	require.NoError(t, res.WriteTable(&out))
 	assert.Contains(t, out.String(), "not sent: webhook: invalid connection")

@@ -56,18 +56,25 @@ type deliveryState struct {
 	event    string
 	body     []byte
 	attempts []Attempt
-	ctx      context.Context    // the delivery's; each attempt's request has its own, bounded
-	cancel   context.CancelFunc // ends the attempt in flight
-	start    time.Time          // of the attempt in flight
-	ts       int64              // its timestamp
-	one      [1]Attempt         // the log of Sender.Attempt
-	err      error              // set when nothing could be sent, or by cancellation
-	errKind  FailureKind        // why nothing could be sent: KindInvalid, KindCanceled or KindDown
-	endpoint string             // the URL's origin, with endpoint health on
-	ticket   ticket             // endpoint health's admission of the attempt in flight
-	trace    *connTrace         // whether the attempt in flight got a connection
-	downWait time.Duration      // with KindDown: until the endpoint may be tried again
-	secrets  *redact.Secrets    // the connection's secret texts, once needed (scrubText)
+	ctx      context.Context // the delivery's; each attempt's request has its own, bounded
+	cur      inFlight        // the attempt in flight, taken whole by finish
+	one      [1]Attempt      // the log of Sender.Attempt
+	err      error           // set when nothing could be sent, or by cancellation
+	errKind  FailureKind     // why nothing could be sent: KindInvalid, KindCanceled or KindDown
+	endpoint string          // the URL's origin, with endpoint health on
+	downWait time.Duration   // with KindDown: until the endpoint may be tried again
+	secrets  *redact.Secrets // the connection's secret texts, once needed (scrubText)
+}
+
+// inFlight is what the attempt in flight holds from its preparation (admit,
+// sign, bound) to finish, which takes it whole: nothing of one attempt is
+// left for the next to read.
+type inFlight struct {
+	ticket ticket             // endpoint health's admission
+	start  time.Time          // when it was signed
+	ts     int64              // its timestamp
+	cancel context.CancelFunc // ends its request's context
+	trace  *connTrace         // whether it got a connection, with endpoint health on
 }
 
 // newDelivery returns a delivery from the Sender's pool, whose
@@ -149,7 +156,7 @@ func (d *delivery) run(ctx context.Context) {
 // Test is always sent: a customer who fixed the endpoint sees it answer.
 func (d *delivery) admit() bool {
 	if d.bypass {
-		d.ticket = ticket{origin: d.endpoint, url: d.conn.URL, admitted: d.s.health.now()}
+		d.cur.ticket = ticket{origin: d.endpoint, url: d.conn.URL, admitted: d.s.health.now()}
 		return true
 	}
 	t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL)
@@ -157,7 +164,7 @@ func (d *delivery) admit() bool {
 		d.err, d.errKind, d.downWait = err, KindDown, wait
 		return false
 	}
-	d.ticket = t
+	d.cur.ticket = t
 	return true
 }
 
@@ -207,20 +214,11 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	// attempt, and tell a proxy's connection from a direct one.
 	ctx := withAttempt(d.ctx, deadline)
 	if d.s.health != nil {
-		d.trace = newConnTrace()
-		ctx = httptrace.WithClientTrace(ctx, &d.trace.trace)
+		d.cur.trace = newConnTrace()
+		ctx = httptrace.WithClientTrace(ctx, &d.cur.trace.trace)
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	d.cancel = cancel
+	ctx, d.cur.cancel = context.WithDeadline(ctx, deadline)
 	return r.WithContext(ctx)
-}
-
-// endAttempt releases the attempt in flight, if any.
-func (d *delivery) endAttempt() {
-	if d.cancel != nil {
-		d.cancel()
-		d.cancel = nil
-	}
 }
 
 // newRequestBody returns a request's body: a type net/http knows to be in
@@ -232,12 +230,12 @@ func newRequestBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReade
 // Both values are cut from one string and stored in vals, which has room
 // for two.
 func (d *delivery) sign(h http.Header, vals []string) {
-	d.start = d.s.now() // the attempt starts as it is signed
-	d.ts = d.start.UnixMilli()
+	d.cur.start = d.s.now() // the attempt starts as it is signed
+	d.cur.ts = d.cur.start.UnixMilli()
 	var buf [20 + signatureLen]byte
-	b := strconv.AppendInt(buf[:0], d.ts, 10)
+	b := strconv.AppendInt(buf[:0], d.cur.ts, 10)
 	n := len(b)
-	both := string(d.s.keys.get(d.conn.Secret).appendSignature(b, d.ts, d.body))
+	both := string(d.s.keys.get(d.conn.Secret).appendSignature(b, d.cur.ts, d.body))
 	vals[0], vals[1] = both[:n], both[n:]
 	h[HeaderTimestamp], h[HeaderSignature] = vals[0:1:1], vals[1:2:2]
 }
@@ -257,22 +255,22 @@ func (d *delivery) prepare(last *http.Request) (*http.Request, error) {
 // finish reads, classifies and logs the attempt that just ended with resp
 // or err, and decides on a retry.
 func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) {
-	ctx := d.ctx
+	ctx, cur := d.ctx, d.cur
+	d.cur = inFlight{}
 	a := Attempt{
 		N:         d.first + len(d.attempts),
-		Start:     d.start,
-		Timestamp: d.ts,
+		Start:     cur.start,
+		Timestamp: cur.ts,
 	}
 	if resp != nil {
 		a.StatusCode = resp.StatusCode
 		a.ResponseBody = d.scrubBody(readResponseBody(resp))
 	}
-	d.endAttempt()
-	a.Duration = d.s.now().Sub(d.start)
+	cur.cancel() // the attempt ends once its answer is read
+	a.Duration = d.s.now().Sub(cur.start)
 	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL, d.scrubText)
 	if d.s.health != nil {
-		d.s.health.record(d.ticket, &a, d.trace != nil && d.trace.connected.Load(), d.body)
-		d.ticket = ticket{origin: d.ticket.origin, url: d.ticket.url} // its leases are spent
+		d.s.health.record(cur.ticket, &a, cur.trace != nil && cur.trace.connected.Load(), d.body)
 	}
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
@@ -280,7 +278,7 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 	if a.Retry && !d.queued && d.s.health != nil && !d.bypass {
 		// The endpoint went down meanwhile: the delivery ends now, not
 		// after waiting for a retry that would not be sent.
-		if wait, err := d.s.health.down(d.ticket); err != nil {
+		if wait, err := d.s.health.down(d.endpoint, d.conn.URL); err != nil {
 			a.Retry, a.RetryIn = false, 0
 			d.err, d.errKind, d.downWait = err, KindDown, wait
 		}

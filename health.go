@@ -50,14 +50,14 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // handshake, a proxy that cannot reach it. One URL is what connects and
 // then never answers: an application hung behind its load balancer, one
 // tenant's path on a shared host. Each is marked down after DownAfter
-// failures of its own in a row: attempts with no connection for an origin
-// (kinds dns, refused, tls, unreachable, and a timeout or reset before a
-// connection), attempts that connected and timed out with no answer for a
-// URL. A URL's failures count once per delivery, so one payload that hangs
-// its handler, retried again and again, never takes its URL down. Any
-// answer, a 4xx or 5xx included, proves both up and resets the counts. The
-// failure of an attempt sent before the endpoint was last reached is old
-// news and not counted.
+// failures of its own in a row. An origin's are attempts with no
+// connection: kinds dns, refused, tls and unreachable, and a timeout or
+// reset before a connection. A URL's are attempts that connected and timed
+// out with no answer. They count once per delivery, so one payload that
+// hangs its handler, retried again and again, never takes its URL down. Any
+// answer, a 4xx or 5xx included, proves both up and resets the counts. An
+// attempt sent before the endpoint was last reached is old news: its
+// failure is not counted.
 //
 // While an origin or URL is down, no attempt is sent to it but one probe
 // at a time: a real attempt of a real delivery, let through ProbeInterval
@@ -329,15 +329,15 @@ func (h *health) quiet() time.Duration {
 // its endpoint (origin or URL) having gone down meanwhile, with how long
 // until it may be tried: such a delivery ends now rather than after its
 // wait. Nil when it may be retried.
-func (h *health) down(t ticket) (time.Duration, error) {
+func (h *health) down(origin, url string) (time.Duration, error) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if e := h.endpoints[t.origin]; e != nil && e.down {
+	if e := h.endpoints[origin]; e != nil && e.down {
 		return spread(e.nextProbe.Sub(now), e.interval), fmt.Errorf("%w: %s has failed %d attempt(s) in a row since %s, the last: %s; no retry was sent",
-			ErrEndpointDown, t.origin, e.failures, e.since.UTC().Format(time.RFC3339), e.last.Kind)
+			ErrEndpointDown, origin, e.failures, e.since.UTC().Format(time.RFC3339), e.last.Kind)
 	}
-	if u := h.urls[t.url]; u != nil && u.down {
+	if u := h.urls[url]; u != nil && u.down {
 		return spread(u.nextProbe.Sub(now), u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; no retry was sent",
 			ErrEndpointNotAnswering, u.shown, u.failures, u.since.UTC().Format(time.RFC3339))
 	}

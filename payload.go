@@ -233,7 +233,7 @@ func payloadError(field, reason string) error {
 // the sentinel of the value it describes with errors.Is (for example
 // [ErrInvalidPayload]).
 type FieldError struct {
-	Field  string // the field, such as "user.id" or "URL"
+	Field  string // the field, such as "user.id" or "url": the names of the JSON a service shows its user
 	Reason string // what is wrong with it, never containing a secret
 	kind   error
 }

@@ -40,7 +40,7 @@ func TestConnection_URLIsBounded(t *testing.T) {
 	c := webhook.Connection{Name: "long", URL: "https://hooks.example.com/" + strings.Repeat("a/", 4096), Secret: testSecret}
 	err := c.Validate()
 	require.ErrorIs(t, err, webhook.ErrInvalidConnection)
-	assert.Contains(t, err.Error(), "URL")
+	assert.Contains(t, err.Error(), "url")
 	assert.Contains(t, err.Error(), "8192")
 	c.URL = "https://hooks.example.com/" + strings.Repeat("a", 8000)
 	assert.NoError(t, c.Validate())

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -106,7 +107,8 @@ type TransportOptions struct {
 //
 // A Client keeps the guard as long as its Transport is this transport or
 // wraps it (a tracing RoundTripper such as otelhttp's, say): every
-// connection is still dialled here. opts may be nil.
+// connection is still dialled here. opts may be nil; a negative option
+// panics (zero selects the default).
 //
 // To key sessions by host and port, which net/http cannot, the transport
 // makes the TLS handshake of direct HTTPS connections itself, in
@@ -137,8 +139,12 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		cache = tls.NewLRUClientSessionCache(DefaultTLSSessionCacheSize)
 	}
 	tlsConfig.ClientSessionCache = portKeyed{cache}
-	perHost := cmp.Or(max(opts.MaxIdleConnsPerHost, 0), DefaultMaxIdleConnsPerHost)
-	total := cmp.Or(max(opts.MaxIdleConns, 0), DefaultMaxIdleConns)
+	if opts.MaxIdleConnsPerHost < 0 || opts.MaxIdleConns < 0 {
+		panic(fmt.Sprintf("webhook: TransportOptions.MaxIdleConnsPerHost and MaxIdleConns must not be negative, got %d and %d",
+			opts.MaxIdleConnsPerHost, opts.MaxIdleConns))
+	}
+	perHost := cmp.Or(opts.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
+	total := cmp.Or(opts.MaxIdleConns, DefaultMaxIdleConns)
 	t := &http.Transport{
 		Proxy:                  nil,
 		DialContext:            d.dial,

@@ -79,6 +79,12 @@ func TestNewTransport_Defaults(t *testing.T) {
 	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, webhook.NewTransport(nil).MaxIdleConnsPerHost)
 }
 
+func TestNewTransport_NegativeOptionPanics(t *testing.T) {
+	assert.PanicsWithValue(t, "webhook: TransportOptions.MaxIdleConnsPerHost and MaxIdleConns must not be negative, got -1 and 0",
+		func() { webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: -1}) })
+	assert.Panics(t, func() { webhook.NewTransport(&webhook.TransportOptions{MaxIdleConns: -1}) })
+}
+
 // keyRecorder is a session cache that records the keys it is given.
 type keyRecorder struct {
 	tls.ClientSessionCache

@@ -120,18 +120,11 @@ var ErrInvalidConnection = errors.New("webhook: invalid connection")
 // Connection is a webhook connection a customer configured: where and how
 // deliveries are sent, and the secret they are signed with.
 //
-// A Connection is not a storage format. Every fmt verb (through Format),
-// slog (LogValue, and MarshalJSON inside slices, maps and structs) and
-// json.Marshal show the name, the method, the URL's origin (scheme, host and
-// port, then "/…" when the URL has a path or a query), and the names of
-// custom headers; never the secret, the URL's path, query or user
-// information (many webhook URLs carry their credential in the path), nor
-// the values of custom headers, which may carry credentials too. fmt prints by
-// reflection, calling no method and so showing every field, in three cases:
-// a Connection held in an unexported struct field, and the misuses that go
-// vet reports, %p of a value that is not a pointer and %w of one that is not
-// an error (printed as %!p(...) and %!w(...)). Keep a Connection in an
-// exported field or behind a pointer where it may be printed.
+// A Connection is not a storage format. fmt, slog and json.Marshal show its
+// name, its method, the URL's origin and the names of its custom headers.
+// They never show the secret, the URL's path, query or user information, nor
+// header values: each may carry a credential. See [Connection.Format] for the
+// fmt cases go vet reports.
 type Connection struct {
 	Name    string            // a label for people; may be empty
 	URL     string            // absolute https:// URL with a host
@@ -159,18 +152,23 @@ var reservedHeaders = map[string]bool{
 	"Proxy-Authorization": true,
 }
 
-// Validate reports the first thing wrong with c, as a [*FieldError] naming
-// the field and matching [ErrInvalidConnection]: a URL that is not an
-// absolute https:// URL whose host is an IP address or an ASCII host name
-// (an internationalised name in its xn-- form) and whose port, if any, is 1
-// to 65535; a method other than POST, PUT or PATCH; an empty secret; or a
-// custom header with an invalid name or value (control characters such as CR
-// and LF), one that would replace Content-Type, an X-Service-* header or a
-// header the transport owns (Host, Content-Length, Transfer-Encoding,
-// Connection and the other hop-by-hop headers, Expect, which changes how
-// the request is sent, and Proxy-Authorization, which is for a proxy), or
-// two whose names differ only in case, all compared without regard to case.
-// Plain http:// is refused; there is no switch.
+// Validate reports the first thing wrong with c. The error is a
+// [*FieldError] naming the field as JSON does ("url", "method", "secret",
+// `headers["X-Tenant"]`) and matches [ErrInvalidConnection].
+//
+// The URL must be an absolute https:// URL of at most [MaxURLBytes] bytes.
+// Its host is an IP address or an ASCII host name (an internationalised name
+// in its xn-- form), and its port, if any, 1 to 65535. Plain http:// is
+// refused; there is no switch.
+//
+// The method is POST, PUT or PATCH, and the secret is not empty.
+//
+// A custom header has a valid name and no control character (CR, LF) in
+// its value. It may not replace Content-Type, an X-Service-* header, or a
+// header the transport owns: Host, Content-Length, Transfer-Encoding,
+// Connection and the other hop-by-hop headers, Expect and
+// Proxy-Authorization. Two names may not differ only in case. Names are
+// compared without regard to case.
 func (c Connection) Validate() error {
 	_, err := c.validate()
 	return err
@@ -185,10 +183,10 @@ func (c Connection) validate() (*url.URL, error) {
 	switch c.Method {
 	case "", http.MethodPost, http.MethodPut, http.MethodPatch:
 	default:
-		return nil, connError("Method", fmt.Sprintf("want POST, PUT or PATCH, got %q", c.Method))
+		return nil, connError("method", fmt.Sprintf("want POST, PUT or PATCH, got %q", c.Method))
 	}
 	if c.Secret == "" {
-		return nil, connError("Secret", "must not be empty")
+		return nil, connError("secret", "must not be empty")
 	}
 	names := c.headerNames() // sorted: report the same header first every time
 	for i, name := range names {
@@ -229,39 +227,39 @@ const MaxURLBytes = 8 << 10
 
 func validateURL(raw string) (*url.URL, error) {
 	if raw == "" {
-		return nil, connError("URL", "must not be empty")
+		return nil, connError("url", "must not be empty")
 	}
 	if len(raw) > MaxURLBytes {
-		return nil, connError("URL", fmt.Sprintf("has %d bytes, over the limit of %d", len(raw), MaxURLBytes))
+		return nil, connError("url", fmt.Sprintf("has %d bytes, over the limit of %d", len(raw), MaxURLBytes))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		if unbracketedColons(raw) { // which Go 1.26's url.Parse refuses itself
-			return nil, connError("URL", "an IPv6 address must be in brackets, as in https://[2001:db8::1]/")
+			return nil, connError("url", "an IPv6 address must be in brackets, as in https://[2001:db8::1]/")
 		}
-		return nil, connError("URL", "is not a URL")
+		return nil, connError("url", "is not a URL")
 	}
 	switch {
 	case u.Scheme != "https":
-		return nil, connError("URL", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
+		return nil, connError("url", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
 	case u.Host == "" || u.Hostname() == "":
-		return nil, connError("URL", "has no host")
+		return nil, connError("url", "has no host")
 	case strings.Contains(u.Hostname(), ":") && !strings.HasPrefix(u.Host, "["):
 		// Without brackets, the colons of an address and of a port are
 		// one and the same: net/http would dial another host.
-		return nil, connError("URL", "an IPv6 address must be in brackets, as in https://[2001:db8::1]/")
+		return nil, connError("url", "an IPv6 address must be in brackets, as in https://[2001:db8::1]/")
 	case strings.Contains(u.Hostname(), "%"):
 		// A zone names an interface of this machine, never a public
 		// address; its text is anything the customer typed.
-		return nil, connError("URL", "an IPv6 address must not have a zone (%)")
+		return nil, connError("url", "an IPv6 address must not have a zone (%)")
 	case !validHost(u.Hostname()):
 		// net/http would rewrite anything else (IDNA), or dial the raw bytes
 		// when that fails: the host dialled must be the host validated.
-		return nil, connError("URL", "host must be an IP address or an ASCII host name (write an internationalised name in its xn-- form)")
+		return nil, connError("url", "host must be an IP address or an ASCII host name (write an internationalised name in its xn-- form)")
 	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {
-			return nil, connError("URL", fmt.Sprintf("port must be a number from 1 to 65535, got %q", port))
+			return nil, connError("url", fmt.Sprintf("port must be a number from 1 to 65535, got %q", port))
 		}
 	}
 	return u, nil
@@ -301,7 +299,7 @@ func validHostName(host string) bool {
 }
 
 // headerField names a custom header in a FieldError.
-func headerField(name string) string { return "Headers[" + strconv.Quote(name) + "]" }
+func headerField(name string) string { return "headers[" + strconv.Quote(name) + "]" }
 
 func validateHeader(name, value string) error {
 	if !validHeaderName(name) {
@@ -358,6 +356,12 @@ func (c Connection) GoString() string { return c.String() }
 
 // Format implements fmt.Formatter so that every verb prints String: %q
 // quotes it, any other verb prints it as it is.
+//
+// fmt calls no method, and so prints every field, secret included, in three
+// cases: a Connection held in an unexported struct field (fmt prints those
+// by reflection), %p of a value that is not a pointer, and %w of one that is
+// not an error (go vet reports the last two). Keep a Connection in an
+// exported field or behind a pointer where it may be printed.
 func (c Connection) Format(f fmt.State, verb rune) {
 	if verb == 'q' {
 		io.WriteString(f, strconv.Quote(c.String()))
