@@ -54,7 +54,7 @@ var errInterrupted = errors.New("riverhook: interrupted: the run making the atte
 // newLogEntry returns the entry of attempt a, made by River's run run.
 func newLogEntry(a webhook.Attempt, run int) logEntry {
 	e := logEntry{N: a.N, Run: run, Kind: kindDelivered, Status: a.StatusCode, Timestamp: a.Timestamp,
-		Took: readable(a.Duration)}
+		Took: tookText(a.Duration)}
 	if !a.Start.IsZero() {
 		e.Start = a.Start.UTC().Round(time.Microsecond)
 	}
@@ -72,13 +72,10 @@ func newLogEntry(a webhook.Attempt, run int) logEntry {
 	return e
 }
 
-// readable rounds a duration for people: 3.214ms, 1.25s.
-func readable(d time.Duration) string {
-	if d >= time.Second {
-		return d.Round(time.Millisecond).String()
-	}
-	return d.Round(time.Microsecond).String()
-}
+// tookText is an entry's Took: to the microsecond, which DeliveryOf reads
+// back into Attempt.Duration. It is the log's precision, not a rounding for
+// people (human.Duration).
+func tookText(d time.Duration) string { return d.Round(time.Microsecond).String() }
 
 // cutJSON returns the longest start of s, cut at a rune boundary and ended
 // with "…" when cut, whose JSON string encoding (quotes excluded) takes at

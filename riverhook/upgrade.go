@@ -60,7 +60,7 @@ func legacyLog(job *rivertype.JobRow, out []byte) []logEntry {
 		}
 		if i >= 0 {
 			e := &entries[i]
-			e.Took, e.Timestamp = readable(time.Duration(last.DurationNs)), last.Timestamp
+			e.Took, e.Timestamp = tookText(time.Duration(last.DurationNs)), last.Timestamp
 			if last.RetryInNs > 0 {
 				e.RetryIn = time.Duration(last.RetryInNs).String()
 			}

@@ -1,6 +1,7 @@
 package riverhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -146,7 +147,9 @@ const retryKeep = time.Minute
 
 // NewWorker returns a Worker making attempts with sender, whose retry policy
 // schedules the retries, and resolving connections with resolve. opts may
-// be nil. It panics if sender or resolve is nil.
+// be nil. It panics if sender or resolve is nil, or if an option is
+// negative: as everywhere in the library, zero selects the default and a
+// negative value is refused, never taken for zero.
 //
 // Register a Worker in every River client started on the database, also
 // those working other queues only: the elected leader's rescuer discards a
@@ -162,6 +165,10 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *W
 	if opts == nil {
 		opts = &WorkerOptions{}
 	}
+	if opts.MaxInFlightPerConnection < 0 || opts.SnoozeFor < 0 || opts.MaxWait < 0 {
+		panic(fmt.Sprintf("riverhook: WorkerOptions.MaxInFlightPerConnection, SnoozeFor and MaxWait must not be negative, got %d, %v and %v",
+			opts.MaxInFlightPerConnection, opts.SnoozeFor, opts.MaxWait))
+	}
 	w := &Worker{
 		sender:    sender,
 		resolve:   resolve,
@@ -175,12 +182,8 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *W
 		maxWait:   opts.MaxWait,
 		retries:   map[retryKey]pendingRetry{},
 	}
-	if w.snooze <= 0 {
-		w.snooze = time.Second
-	}
-	if w.maxWait <= 0 {
-		w.maxWait = DefaultMaxWait
-	}
+	w.snooze = cmp.Or(w.snooze, time.Second)
+	w.maxWait = cmp.Or(w.maxWait, DefaultMaxWait)
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
 	}

@@ -67,6 +67,16 @@ func firstParams(t *testing.T, deliveryID string, policy *webhook.RetryPolicy) r
 	return params[0]
 }
 
+func TestNewWorker_NegativeOptionPanics(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	resolve := func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil }
+	for _, opts := range []riverhook.WorkerOptions{{MaxInFlightPerConnection: -1}, {SnoozeFor: -time.Second}, {MaxWait: -time.Hour}} {
+		assert.Panics(t, func() { riverhook.NewWorker(sender, resolve, &opts) }, "%+v", opts)
+	}
+	assert.NotPanics(t, func() { riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{}) }, "zero selects the defaults")
+}
+
 func TestWorker_ZeroWaitIsExactlyZero(t *testing.T) {
 	t.Parallel()
 	srv := webhooktest.NewServer(secret, nil)
