@@ -191,6 +191,11 @@ func (s *Sender) Health() []EndpointHealth {
 // job queue running [Sender.Attempt] gives each job at least this long.
 func (s *Sender) AttemptTimeout() time.Duration { return s.timeout }
 
+// MaxRetries returns the retries of the Sender's retry policy: a delivery
+// makes at most MaxRetries()+1 attempts. A durable queue sizes its jobs by
+// it, so that the queue and the Sender never count two policies.
+func (s *Sender) MaxRetries() int { return s.policy.MaxRetries }
+
 // CloseIdleConnections closes the idle connections of the Sender's pool.
 // Deliveries in progress are not affected.
 func (s *Sender) CloseIdleConnections() {
