@@ -7,7 +7,7 @@ require (
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/riverqueue/river/rivertype v0.51.1
-	github.com/signedhook/webhook v0.0.0-20261124180305-f53289c25254
+	github.com/signedhook/webhook v0.0.0-20261124181130-8fe79f0c4231
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

@@ -198,6 +198,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobSnooze(wait)
 	}
 	defer w.release(job.Args.ConnectionID)
+	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
 	conn, err := w.resolveConnection(ctx, job)

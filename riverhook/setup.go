@@ -1,0 +1,69 @@
+package riverhook
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/riverqueue/river"
+
+	"github.com/signedhook/webhook"
+)
+
+// This file holds what makes a River client and its inserts agree with the
+// Worker: Register, which sets up the client's configuration, and the one
+// retry policy.
+
+// Register sets up config, a River client's configuration, for the
+// deliveries of w: it adds w to config.Workers (made when nil) and sets
+// config.RescueStuckJobsAfter to [Worker.RescueStuckJobsAfter] when it is
+// zero. It refuses a RescueStuckJobsAfter shorter than that, which would
+// have River's rescuer run a delivery again while its attempt may still be
+// under way, and a Workers that has a worker of [Kind] already.
+//
+// Call it for every River client started on the database, also one that
+// works other queues only: River's rescuer runs on whichever client leads,
+// and discards a stuck job of a kind that client has no worker for. Build
+// the Worker of such a client with a Sender of the same attempt timeout.
+// Register changes nothing of config on error.
+func Register(config *river.Config, w *Worker) error {
+	least := w.RescueStuckJobsAfter(config.JobTimeout)
+	if after := config.RescueStuckJobsAfter; after != 0 && after < least {
+		return fmt.Errorf("riverhook: River's RescueStuckJobsAfter is %v, under the %v a delivery's run may take (Worker.RescueStuckJobsAfter): the rescuer would send deliveries again while they run", after, least)
+	}
+	workers := config.Workers
+	if workers == nil {
+		workers = river.NewWorkers()
+	}
+	if err := river.AddWorkerSafely(workers, w); err != nil {
+		return fmt.Errorf("riverhook: registering the Worker: %w", err)
+	}
+	config.Workers = workers
+	if config.RescueStuckJobsAfter == 0 {
+		config.RescueStuckJobsAfter = least
+	}
+	return nil
+}
+
+// InsertOptions returns the [InsertOptions] of the deliveries w works: the
+// retry policy of its Sender, so that the jobs' MaxAttempts and the
+// Sender's attempts are one policy, and base (which may be nil) as
+// InsertOptions.InsertOpts.
+func (w *Worker) InsertOptions(base *river.InsertOpts) *InsertOptions {
+	return &InsertOptions{Retry: &webhook.RetryPolicy{MaxRetries: w.sender.MaxRetries()}, InsertOpts: base}
+}
+
+// checkPolicy reports, on the first run of job, River's runs for it not
+// being those of the Worker's Sender: the job was inserted with another
+// policy (InsertOptions.Retry), so River would discard it before the
+// Sender's last attempt, or give it runs the Sender never makes. The
+// delivery goes on with the Sender's policy; the error says what to fix.
+func (w *Worker) checkPolicy(ctx context.Context, job *river.Job[Args]) {
+	want := w.sender.MaxRetries() + 1 + MaxInterruptedRuns
+	if job.Attempt != 1 || job.MaxAttempts == want {
+		return
+	}
+	w.logger.ErrorContext(ctx, "riverhook: the job was inserted for another retry policy than the Worker's Sender; insert with Worker.InsertOptions",
+		slog.Int64("job_id", job.ID), slog.Int("max_attempts", job.MaxAttempts), slog.Int("want_max_attempts", want),
+		slog.Int("sender_max_retries", w.sender.MaxRetries()))
+}

@@ -1,0 +1,90 @@
+package riverhook_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+func TestRegister(t *testing.T) {
+	t.Parallel()
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	resolve := newResolver(nil).resolve
+
+	t.Run("SetsTheWorkerAndTheRescue", func(t *testing.T) {
+		t.Parallel()
+		w := riverhook.NewWorker(sender, resolve, nil)
+		var config river.Config
+		require.NoError(t, riverhook.Register(&config, w))
+		require.NotNil(t, config.Workers)
+		assert.Equal(t, w.RescueStuckJobsAfter(0), config.RescueStuckJobsAfter)
+		assert.Equal(t, time.Minute, config.RescueStuckJobsAfter, "the default Sender's, not River's hour")
+		assert.Error(t, riverhook.Register(&config, w), "a second worker of the kind")
+	})
+	t.Run("KeepsALongerRescue", func(t *testing.T) {
+		t.Parallel()
+		config := river.Config{RescueStuckJobsAfter: time.Hour}
+		require.NoError(t, riverhook.Register(&config, riverhook.NewWorker(sender, resolve, nil)))
+		assert.Equal(t, time.Hour, config.RescueStuckJobsAfter)
+	})
+	t.Run("RefusesARescueThatWouldSendTwice", func(t *testing.T) {
+		t.Parallel()
+		config := river.Config{RescueStuckJobsAfter: 30 * time.Second}
+		err := riverhook.Register(&config, riverhook.NewWorker(sender, resolve, nil))
+		require.ErrorContains(t, err, "RescueStuckJobsAfter is 30s, under the 1m0s")
+		assert.Nil(t, config.Workers, "config is unchanged on error")
+	})
+	t.Run("StartsAClient", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := testDB(t)
+		srv := webhooktest.NewServer(secret, nil)
+		defer srv.Close()
+		w := riverhook.NewWorker(srv.Sender(nil), newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve, nil)
+		client := newClient(t, pool, schema, nil, func(config *river.Config) {
+			config.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}
+			require.NoError(t, riverhook.Register(config, w))
+		})
+		events := finalEvents(t, client)
+		start(t, client)
+		insert(t, client, "d1", []string{"crm"}, nil)
+		got := waitFinal(t, events, 1)
+		for _, job := range got {
+			assert.Equal(t, "completed", string(job.State))
+		}
+	})
+}
+
+func TestWorker_ReportsAJobInsertedForAnotherPolicy(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	var logs bytes.Buffer
+	policy := fastPolicy(2)
+	w := riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
+		newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve,
+		&riverhook.WorkerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	tw, tx, _ := testWorker(t, w)
+	ctx := context.Background()
+
+	p := firstParams(t, "d1", w.InsertOptions(nil).Retry)
+	_, err := tw.Work(ctx, t, tx, p.Args.(riverhook.Args), p.InsertOpts)
+	require.NoError(t, err)
+	assert.NotContains(t, logs.String(), "another retry policy", "inserted with Worker.InsertOptions")
+
+	p = firstParams(t, "d2", nil) // the default policy's 3 retries, not the Sender's 2
+	_, err = tw.Work(ctx, t, tx, p.Args.(riverhook.Args), p.InsertOpts)
+	require.NoError(t, err)
+	assert.Contains(t, logs.String(), "another retry policy")
+	assert.Contains(t, logs.String(), "max_attempts=9 want_max_attempts=8")
+}
