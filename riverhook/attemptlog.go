@@ -191,12 +191,16 @@ func attemptsMade(entries []logEntry) int {
 }
 
 // Delivery is one durable delivery to one connection as River holds it:
-// its job and its whole attempt log, for a dashboard.
+// its job and its whole attempt log, for a dashboard. It marshals to a
+// stable JSON shape: see [Delivery.MarshalJSON].
 type Delivery struct {
 	JobID        int64
 	ConnectionID string
 	DeliveryID   string
 	Event        string
+
+	// Status is where the delivery stands, in a dashboard's words.
+	Status Status
 
 	// State is the job's: completed (delivered), discarded (ended without
 	// success: see Reason), cancelled (see Reason), or a state in which the
@@ -213,7 +217,12 @@ type Delivery struct {
 	// the runs cut by a crash as attempts of kind webhook.KindInterrupted
 	// (also those of a job River's rescuer has not run again yet). The
 	// ResponseBody of each holds its response excerpt, as text.
-	Attempts []webhook.Attempt
+	Attempts []Attempt
+
+	// AttemptsLeft is how many attempts the policy the job was inserted
+	// with still allows: zero once the delivery has ended. Runs cut by a
+	// crash are not counted, as they cost no attempt.
+	AttemptsLeft int
 
 	// Reason says why an ended delivery did not succeed: the policy gave
 	// up, River ran the job its MaxAttempts times, or the job was cancelled
@@ -221,6 +230,20 @@ type Delivery struct {
 	// River, running or waiting, or a river.ErrorHandler did). Empty for a
 	// delivery that succeeded or is under way.
 	Reason string
+
+	// ResentFrom is the job this one sends again ([Resend], [Recover]),
+	// and ResendReason why, as the caller gave it; zero and empty for a
+	// delivery's first job.
+	ResentFrom   int64
+	ResendReason string
+}
+
+// Attempt is one entry of a [Delivery]'s attempt log: the attempt, and the
+// River run that made it (River's attempt number, which counts runs cut by
+// a crash too).
+type Attempt struct {
+	webhook.Attempt
+	Run int
 }
 
 // DeliveryOf returns the delivery that job, a job of kind [Kind] from
@@ -244,9 +267,17 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	}
 	entries = append(entries, interrupted(job, entries, last)...)
 	d := &Delivery{JobID: job.ID, ConnectionID: args.ConnectionID, DeliveryID: args.DeliveryID, Event: args.Event,
-		State: job.State, CreatedAt: job.CreatedAt, Attempts: make([]webhook.Attempt, len(entries))}
+		Status: statusOf(job), State: job.State, CreatedAt: job.CreatedAt, Attempts: make([]Attempt, len(entries)),
+		ResentFrom: args.JobResent, ResendReason: args.JobResentWhy}
 	for i, e := range entries {
-		d.Attempts[i] = e.attempt()
+		d.Attempts[i] = Attempt{Attempt: e.attempt(), Run: e.Run}
+	}
+	if last := len(d.Attempts) - 1; last >= 0 && d.Attempts[last].Kind == webhook.KindInterrupted && d.Attempts[last].Run == job.Attempt &&
+		job.State != rivertype.JobStateRunning && job.AttemptedAt != nil {
+		d.Attempts[last].Start = *job.AttemptedAt // the cut run's start, until a new run replaces it
+	}
+	if d.Status == StatusRetrying || d.Status == StatusWaiting {
+		d.AttemptsLeft = max(job.MaxAttempts-MaxInterruptedRuns-attemptsMade(entries), 0)
 	}
 	switch job.State {
 	case rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStateRetryable:

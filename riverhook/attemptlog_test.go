@@ -76,7 +76,7 @@ func TestListDeliveries(t *testing.T) {
 		assert.Empty(t, d.Reason)
 		var attempts []string
 		for _, a := range d.Attempts {
-			attempts = append(attempts, brief(a))
+			attempts = append(attempts, brief(a.Attempt))
 		}
 		assert.Equal(t, want.attempts, attempts, "delivery %s", want.id)
 	}
@@ -156,7 +156,7 @@ func TestDeliveryOf_DiscardedByTheRescuer(t *testing.T) {
 	d, err := riverhook.DeliveryOf(job)
 	require.NoError(t, err)
 	require.Len(t, d.Attempts, 1+riverhook.MaxInterruptedRuns+1)
-	assert.Equal(t, "n=1 status 500 retry 50ms", brief(d.Attempts[0]))
+	assert.Equal(t, "n=1 status 500 retry 50ms", brief(d.Attempts[0].Attempt))
 	for _, a := range d.Attempts[1:] {
 		assert.Equal(t, "attempt 2: interrupted", a.String())
 		assert.Contains(t, a.Diagnosis(), "cost no retry")

@@ -79,6 +79,13 @@ type Args struct {
 	DeliveryID   string `json:"delivery_id" river:"unique"`
 	Event        string `json:"event"`
 	Body         []byte `json:"payload_base64"`
+
+	// JobResent is the job this one sends again, and JobResentWhy the
+	// reason given ([Resend], [Recover]); zero and empty in a delivery's
+	// first job. A job is unique by JobResent too: one resend of a job is
+	// under way or done at a time.
+	JobResent    int64  `json:"job_resent,omitempty" river:"unique"`
+	JobResentWhy string `json:"job_resent_why,omitempty"`
 }
 
 // Kind returns [Kind].
@@ -193,14 +200,6 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 	if opts == nil {
 		opts = &InsertOptions{}
 	}
-	policy := opts.Retry
-	if policy == nil {
-		policy = webhook.DefaultRetryPolicy()
-	}
-	var base river.InsertOpts
-	if opts.InsertOpts != nil {
-		base = *opts.InsertOpts
-	}
 	params := make([]river.InsertManyParams, 0, len(connectionIDs))
 	seen := make(map[string]bool, len(connectionIDs))
 	for _, id := range connectionIDs {
@@ -208,17 +207,32 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 			continue
 		}
 		seen[id] = true
-		args := Args{ConnectionID: id, DeliveryID: deliveryID, Event: p.Event, Body: body}
-		own := args.InsertOpts()
-		io := base
-		io.MaxAttempts = policy.MaxRetries + 1 + MaxInterruptedRuns
-		io.Tags = append(slices.Clip(base.Tags), own.Tags...)
-		if uniqueUnset(base.UniqueOpts) {
-			io.UniqueOpts = own.UniqueOpts
-		}
-		params = append(params, river.InsertManyParams{Args: args, InsertOpts: &io})
+		params = append(params, insertParams(Args{ConnectionID: id, DeliveryID: deliveryID, Event: p.Event, Body: body}, opts))
 	}
 	return params, nil
+}
+
+// insertParams returns the insert of the job of args, sized for opts'
+// policy.
+func insertParams(args Args, opts *InsertOptions) river.InsertManyParams {
+	if opts == nil {
+		opts = &InsertOptions{}
+	}
+	policy := opts.Retry
+	if policy == nil {
+		policy = webhook.DefaultRetryPolicy()
+	}
+	var io river.InsertOpts
+	if opts.InsertOpts != nil {
+		io = *opts.InsertOpts
+	}
+	own := args.InsertOpts()
+	io.MaxAttempts = policy.MaxRetries + 1 + MaxInterruptedRuns
+	io.Tags = append(slices.Clip(io.Tags), own.Tags...)
+	if uniqueUnset(io.UniqueOpts) {
+		io.UniqueOpts = own.UniqueOpts
+	}
+	return river.InsertManyParams{Args: args, InsertOpts: &io}
 }
 
 func uniqueUnset(u river.UniqueOpts) bool {

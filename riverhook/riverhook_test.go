@@ -112,7 +112,7 @@ func TestWorker_RetriesOnThePolicysScheduleThenDelivers(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, d.Attempts, 3, "the whole attempt log")
 	for i := range seen {
-		assert.Equal(t, logged(seen[i]), logged(d.Attempts[i]), "entry %d", i+1)
+		assert.Equal(t, logged(seen[i]), logged(d.Attempts[i].Attempt), "entry %d", i+1)
 	}
 }
 
@@ -383,7 +383,7 @@ func TestWorker_LeaderWorkingOtherQueuesRescuesACrashedDelivery(t *testing.T) {
 	require.NoError(t, err)
 	var log []string
 	for _, a := range d.Attempts {
-		log = append(log, brief(a))
+		log = append(log, brief(a.Attempt))
 	}
 	assert.Equal(t, []string{"n=1 interrupted", "n=1 delivered"}, log)
 }

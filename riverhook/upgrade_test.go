@@ -119,7 +119,7 @@ func TestWorker_UpgradeKeepsTheAttemptNumbersOfQueuedDeliveries(t *testing.T) {
 	require.NoError(t, err)
 	var log []string
 	for _, a := range d.Attempts {
-		log = append(log, brief(a))
+		log = append(log, brief(a.Attempt))
 	}
 	assert.Equal(t, []string{"n=1 status", "n=2 status 500 retry 2m0s", "n=3 status 500 retry 3m0s"}, log,
 		"the log goes on from the earlier riverhook's attempts")
@@ -144,7 +144,7 @@ func TestDeliveryOf_ReadsTheLogOfTheEarlierRiverhook(t *testing.T) {
 	assert.Equal(t, "d1", d.DeliveryID)
 	var got []string
 	for _, a := range d.Attempts {
-		got = append(got, brief(a))
+		got = append(got, brief(a.Attempt))
 	}
 	assert.Equal(t, []string{"n=1 status", "n=2 interrupted", "n=2 delivered"}, got)
 	require.Len(t, d.Attempts, 3)

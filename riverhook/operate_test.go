@@ -1,0 +1,262 @@
+package riverhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+// scenario is a schema holding deliveries to "crm" in every status, and
+// one to "erp", committed: what a dashboard lists.
+type scenario struct {
+	pool   *pgxpool.Pool
+	client *river.Client[pgx.Tx]
+	worker *riverhook.Worker
+	srv    *webhooktest.Server
+	jobs   map[string]int64 // by delivery id
+}
+
+func newScenario(t *testing.T) *scenario {
+	t.Helper()
+	pool, schema := testDB(t)
+	srv := webhooktest.NewServer(secret, nil)
+	t.Cleanup(srv.Close)
+	srv.Script(webhooktest.Status(500), webhooktest.Status(500), webhooktest.Status(503))
+	policy := fastPolicy(1)
+	w := riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
+		newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "erp": srv.Connection()}).resolve, nil)
+	tw := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: quietLogger()}, w)
+	ctx := context.Background()
+	client := newClient(t, pool, schema, nil, nil)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	s := &scenario{pool: pool, client: client, worker: w, srv: srv, jobs: map[string]int64{}}
+	for _, d := range []string{"given-up", "retrying", "delivered", "waiting", "cancelled"} {
+		res, err := riverhook.InsertTx(ctx, client, tx, d, []string{"crm"}, payload(d), w.InsertOptions(nil))
+		require.NoError(t, err)
+		s.jobs[d] = res[0].Job.ID
+	}
+	_, err = riverhook.InsertTx(ctx, client, tx, "other", []string{"erp"}, payload("other"), w.InsertOptions(nil))
+	require.NoError(t, err)
+	work := func(d string) {
+		job, err := client.JobGetTx(ctx, tx, s.jobs[d])
+		require.NoError(t, err)
+		tw.WorkJob(ctx, t, tx, job) //nolint:errcheck // the job's state tells
+	}
+	work("given-up") // 500
+	work("given-up") // 500: the policy's two attempts, given up
+	work("retrying") // 503, a retry due
+	work("delivered")
+	_, err = client.JobCancelTx(ctx, tx, s.jobs["cancelled"])
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	return s
+}
+
+func (s *scenario) statuses(t *testing.T, page *riverhook.DeliveryPage) map[string]riverhook.Status {
+	t.Helper()
+	out := map[string]riverhook.Status{}
+	for _, d := range page.Deliveries {
+		out[d.DeliveryID] = d.Status
+	}
+	return out
+}
+
+func TestOperatingDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ListsEveryStatusNewestFirst", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		page, err := riverhook.List(ctx, s.client, "crm", nil)
+		require.NoError(t, err)
+		var ids []string
+		for _, d := range page.Deliveries {
+			ids = append(ids, d.DeliveryID)
+		}
+		assert.Equal(t, []string{"cancelled", "waiting", "delivered", "retrying", "given-up"}, ids)
+		assert.Equal(t, map[string]riverhook.Status{"cancelled": riverhook.StatusCancelled, "waiting": riverhook.StatusWaiting,
+			"delivered": riverhook.StatusDelivered, "retrying": riverhook.StatusRetrying, "given-up": riverhook.StatusGivenUp}, s.statuses(t, page))
+		assert.Empty(t, page.Next)
+		left := map[string]int{}
+		for _, d := range page.Deliveries {
+			left[d.DeliveryID] = d.AttemptsLeft
+		}
+		assert.Equal(t, map[string]int{"cancelled": 0, "waiting": 2, "delivered": 0, "retrying": 1, "given-up": 0}, left,
+			"by the policy's two attempts, not River's runs")
+	})
+	t.Run("FiltersByStatusEventAndTime", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		for _, st := range riverhook.Statuses {
+			page, err := riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{st}})
+			require.NoError(t, err)
+			require.Len(t, page.Deliveries, 1, "status %s", st)
+			assert.Equal(t, st, page.Deliveries[0].Status)
+		}
+		page, err := riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{riverhook.StatusGivenUp, riverhook.StatusRetrying}})
+		require.NoError(t, err)
+		assert.Len(t, page.Deliveries, 2)
+		page, err = riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Event: webhook.EventUserIdentified})
+		require.NoError(t, err)
+		assert.Len(t, page.Deliveries, 5)
+		page, err = riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Event: "user.deleted"})
+		require.NoError(t, err)
+		assert.Empty(t, page.Deliveries)
+		page, err = riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Since: time.Now().Add(time.Hour)})
+		require.NoError(t, err)
+		assert.Empty(t, page.Deliveries)
+		page, err = riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Until: time.Now().Add(time.Hour), Since: time.Now().Add(-time.Hour)})
+		require.NoError(t, err)
+		assert.Len(t, page.Deliveries, 5)
+		_, err = riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{"failed"}})
+		assert.ErrorContains(t, err, `unknown delivery status "failed"`)
+	})
+	t.Run("PagesWithACursor", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		var ids []string
+		p := &riverhook.ListParams{Limit: 2}
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, 3)
+			page, err := riverhook.List(ctx, s.client, "crm", p)
+			require.NoError(t, err)
+			for _, d := range page.Deliveries {
+				ids = append(ids, d.DeliveryID)
+			}
+			if page.Next == "" {
+				break
+			}
+			p.After = page.Next
+		}
+		assert.Equal(t, []string{"cancelled", "waiting", "delivered", "retrying", "given-up"}, ids)
+		_, err := riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{After: "x'; DROP TABLE river_job; --"})
+		assert.ErrorContains(t, err, "not a cursor")
+	})
+	t.Run("CountsPerStatus", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		counts, err := riverhook.Count(ctx, s.client, "crm", time.Now().Add(-24*time.Hour))
+		require.NoError(t, err)
+		assert.Equal(t, map[riverhook.Status]int{riverhook.StatusDelivered: 1, riverhook.StatusRetrying: 1, riverhook.StatusWaiting: 1,
+			riverhook.StatusGivenUp: 1, riverhook.StatusCancelled: 1}, counts)
+		counts, err = riverhook.Count(ctx, s.client, "erp", time.Time{})
+		require.NoError(t, err)
+		assert.Equal(t, 1, counts[riverhook.StatusWaiting])
+		counts, err = riverhook.Count(ctx, s.client, "crm", time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		assert.Zero(t, counts[riverhook.StatusDelivered])
+	})
+	t.Run("ResendsOnceWithItsReason", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		orig := s.jobs["given-up"]
+		job, inserted, err := riverhook.Resend(ctx, s.client, orig, "ana@example.com: the endpoint is fixed", s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		assert.True(t, inserted)
+		again, inserted, err := riverhook.Resend(ctx, s.client, orig, "a double click", s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		assert.False(t, inserted, "a second resend of a job while its first is under way sends nothing")
+		assert.Equal(t, job.ID, again.ID)
+		d, err := riverhook.DeliveryOf(job)
+		require.NoError(t, err)
+		assert.Equal(t, orig, d.ResentFrom)
+		assert.Equal(t, "ana@example.com: the endpoint is fixed", d.ResendReason)
+		assert.Equal(t, riverhook.StatusWaiting, d.Status)
+		assert.Equal(t, 2, d.AttemptsLeft, "the policy's attempts again")
+		assert.Equal(t, "given-up", d.DeliveryID)
+
+		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["retrying"], "why", nil)
+		assert.ErrorIs(t, err, riverhook.ErrUnderWay)
+		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["delivered"], "", nil)
+		assert.ErrorContains(t, err, "needs a reason")
+		_, inserted, err = riverhook.Resend(ctx, s.client, s.jobs["delivered"], "the customer lost it", nil)
+		require.NoError(t, err)
+		assert.True(t, inserted, "a delivered one can be sent again")
+	})
+	t.Run("RecoversGivenUpDeliveriesOnceAndDryRunCounts", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "incident 42", DryRun: true}
+		res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		assert.Equal(t, &riverhook.RecoverResult{GivenUp: 1, Resent: 1}, res)
+		page, err := riverhook.List(ctx, s.client, "crm", nil)
+		require.NoError(t, err)
+		assert.Len(t, page.Deliveries, 5, "a dry run inserts nothing")
+
+		p.DryRun = false
+		res, err = riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		assert.Equal(t, 1, res.Resent)
+		require.Len(t, res.Jobs, 1)
+		res, err = riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		assert.Equal(t, &riverhook.RecoverResult{GivenUp: 1, Pending: 1}, res, "run twice, sent once")
+		_, err = riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Reason: "x"}, nil)
+		assert.ErrorContains(t, err, "Since is required")
+	})
+	t.Run("RecoverInTheCallersTransaction", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "incident 42"}
+		tx, err := s.pool.Begin(ctx)
+		require.NoError(t, err)
+		res, err := riverhook.RecoverTx(ctx, s.client, tx, "crm", p, s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		assert.Equal(t, 1, res.Resent)
+		require.NoError(t, tx.Rollback(ctx))
+		counts, err := riverhook.Count(ctx, s.client, "crm", time.Time{})
+		require.NoError(t, err)
+		assert.Equal(t, 1, counts[riverhook.StatusWaiting], "rolled back with the caller's transaction")
+
+		tx, err = s.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = riverhook.RecoverTx(ctx, s.client, tx, "crm", p, s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		page, err := riverhook.ListTx(ctx, s.client, tx, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{riverhook.StatusWaiting}})
+		require.NoError(t, err)
+		assert.Len(t, page.Deliveries, 2, "seen in the transaction")
+		require.NoError(t, tx.Commit(ctx))
+		counts, err = riverhook.Count(ctx, s.client, "crm", time.Time{})
+		require.NoError(t, err)
+		assert.Equal(t, 2, counts[riverhook.StatusWaiting])
+	})
+	t.Run("MarshalsADeliveryForADashboard", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		page, err := riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{riverhook.StatusGivenUp}})
+		require.NoError(t, err)
+		b, err := json.Marshal(page.Deliveries[0])
+		require.NoError(t, err)
+		var v map[string]any
+		require.NoError(t, json.Unmarshal(b, &v))
+		assert.Equal(t, "given_up", v["status"])
+		assert.Equal(t, "discarded", v["river_state"])
+		assert.Equal(t, "riverhook: the policy gave up after attempt 2", v["reason"])
+		attempts := v["attempts"].([]any)
+		require.Len(t, attempts, 2)
+		first := attempts[0].(map[string]any)
+		assert.Equal(t, float64(1), first["n"])
+		assert.Equal(t, float64(1), first["run"])
+		assert.Equal(t, "status", first["outcome"])
+		assert.Equal(t, float64(500), first["status"])
+		assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`, first["start"])
+		assert.NotContains(t, string(b), "payload", "the body (personal data) is never in the log's JSON")
+	})
+}

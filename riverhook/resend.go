@@ -1,0 +1,221 @@
+package riverhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// This file holds resending: one delivery again (a dashboard's Resend
+// button), and a connection's given-up deliveries again (recover).
+
+// MaxReasonBytes bounds the reason given to [Resend] and [Recover].
+const MaxReasonBytes = 500
+
+// MaxRecovered is the most deliveries one [Recover] resends: call it again
+// while RecoverResult.More says so.
+const MaxRecovered = 1000
+
+// ErrUnderWay is returned by [Resend] for a delivery that has not ended: it
+// is still being delivered, and a resend would send it twice.
+var ErrUnderWay = errors.New("riverhook: the delivery is still under way")
+
+// Resend inserts a job that sends the delivery of job jobID again: the
+// policy's attempts again (opts.Retry's; use [Worker.InsertOptions]),
+// signed afresh, with reason, the caller's words (an operator's name and
+// why), in its log ([Delivery.ResendReason], ResentFrom). The job must have
+// ended, delivered or not; [ErrUnderWay] otherwise. Resending a job twice
+// while its first resend is under way or delivered inserts nothing and
+// returns that resend, with inserted false: a double click sends once.
+// Resend the new job to send once more after that.
+func Resend[TTx any](ctx context.Context, client *river.Client[TTx], jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
+	row, err := client.JobGet(ctx, jobID)
+	if err != nil {
+		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
+	}
+	p, err := resendParams(row, reason, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := client.Insert(ctx, p.Args, p.InsertOpts)
+	return insertResult(jobID, res, err)
+}
+
+// ResendTx is [Resend] in tx: the new job exists once tx commits.
+func ResendTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
+	row, err := client.JobGetTx(ctx, tx, jobID)
+	if err != nil {
+		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
+	}
+	p, err := resendParams(row, reason, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := client.InsertTx(ctx, tx, p.Args, p.InsertOpts)
+	return insertResult(jobID, res, err)
+}
+
+func insertResult(jobID int64, res *rivertype.JobInsertResult, err error) (*rivertype.JobRow, bool, error) {
+	if err != nil {
+		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
+	}
+	return res.Job, !res.UniqueSkippedAsDuplicate, nil
+}
+
+// resendParams returns the insert of job's resend.
+func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (river.InsertManyParams, error) {
+	if err := checkReason(reason); err != nil {
+		return river.InsertManyParams{}, err
+	}
+	d, err := DeliveryOf(job)
+	if err != nil {
+		return river.InsertManyParams{}, err
+	}
+	if d.Status == StatusWaiting || d.Status == StatusRetrying {
+		return river.InsertManyParams{}, fmt.Errorf("%w: job %d is %s", ErrUnderWay, job.ID, job.State)
+	}
+	var args Args
+	if err := args.UnmarshalJSON(job.EncodedArgs); err != nil {
+		return river.InsertManyParams{}, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
+	}
+	args.JobResent, args.JobResentWhy = job.ID, reason
+	return insertParams(args, opts), nil
+}
+
+func checkReason(reason string) error {
+	switch {
+	case reason == "":
+		return errors.New("riverhook: a resend needs a reason: who asked, and why")
+	case len(reason) > MaxReasonBytes || !utf8.ValidString(reason):
+		return fmt.Errorf("riverhook: a resend's reason must be UTF-8 text of at most %d bytes", MaxReasonBytes)
+	}
+	return nil
+}
+
+// RecoverParams says which given-up deliveries [Recover] sends again.
+type RecoverParams struct {
+	// Since keeps the deliveries that gave up (their job was discarded)
+	// at or after Since. Required: recovering "everything ever" is never
+	// what an operator means.
+	Since time.Time
+
+	// Reason is recorded in each resend, as for [Resend]. Required.
+	Reason string
+
+	// DryRun counts what would be resent, and resends nothing.
+	DryRun bool
+}
+
+// RecoverResult says what a [Recover] found and did.
+type RecoverResult struct {
+	GivenUp int  // given-up deliveries found since RecoverParams.Since, at most MaxRecovered
+	Resent  int  // resends inserted; in a dry run, those that would be
+	Pending int  // of GivenUp, those resent already, under way or delivered: not sent again
+	More    bool // more than MaxRecovered gave up: call Recover again once these are resent
+	Jobs    []int64
+}
+
+// Recover sends again the deliveries to connectionID that gave up since
+// p.Since, as [Resend] does each: what an operator runs once a customer's
+// endpoint is fixed. Only the newest job of each delivery is resent, and
+// only if it gave up, so a delivery resent before is not sent twice; a
+// second Recover, or one racing it, inserts nothing for the deliveries the
+// first resent (River's unique insert). At most [MaxRecovered] are resent
+// per call. With p.DryRun it only counts. Jobs lists the jobs inserted.
+func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
+	return recoverDeliveries(ctx, connectionID, p, opts,
+		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobList(ctx, params) },
+		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) { return client.InsertMany(ctx, params) })
+}
+
+// RecoverTx is [Recover] in tx: its resends exist once tx commits.
+func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
+	return recoverDeliveries(ctx, connectionID, p, opts,
+		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobListTx(ctx, tx, params) },
+		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+			return client.InsertManyTx(ctx, tx, params)
+		})
+}
+
+func recoverDeliveries(_ context.Context, connectionID string, p RecoverParams, opts *InsertOptions,
+	listJobs func(*river.JobListParams) (*river.JobListResult, error),
+	insert func([]river.InsertManyParams) ([]*rivertype.JobInsertResult, error)) (*RecoverResult, error) {
+	if p.Since.IsZero() {
+		return nil, errors.New("riverhook: RecoverParams.Since is required")
+	}
+	if err := checkReason(p.Reason); err != nil {
+		return nil, err
+	}
+	args := river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": p.Since.UTC()}
+	gaveUp, err := listJobs(river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
+		Where(connectionWhere+` AND finalized_at >= @riverhook_since`, args).
+		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(MaxRecovered+1))
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
+	}
+	jobs := gaveUp.Jobs
+	res := &RecoverResult{More: len(jobs) > MaxRecovered}
+	jobs = jobs[:min(len(jobs), MaxRecovered)]
+	res.GivenUp = len(jobs)
+	if len(jobs) == 0 {
+		return res, nil
+	}
+	// A later job of the same delivery: a resend (under way, delivered, or
+	// given up in turn, then recovered through its own row) or a new insert.
+	deliveries := make([]string, len(jobs))
+	for i, job := range jobs {
+		var a Args
+		if err := a.UnmarshalJSON(job.EncodedArgs); err != nil {
+			return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
+		}
+		deliveries[i] = a.DeliveryID
+	}
+	later, err := listJobs(river.NewJobListParams().Kinds(Kind).
+		Where(connectionWhere+` AND args->>'delivery_id' = ANY(@riverhook_deliveries::text[]) AND id > @riverhook_first`,
+			river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_deliveries": deliveries, "riverhook_first": jobs[0].ID}).
+		First(maxListed))
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
+	}
+	newest := map[string]int64{} // delivery id -> its newest job
+	for _, job := range append(jobs, later.Jobs...) {
+		var a Args
+		if err := a.UnmarshalJSON(job.EncodedArgs); err != nil {
+			return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
+		}
+		newest[a.DeliveryID] = max(newest[a.DeliveryID], job.ID)
+	}
+	var params []river.InsertManyParams
+	for _, job := range jobs {
+		var a Args
+		_ = a.UnmarshalJSON(job.EncodedArgs) // read above
+		if newest[a.DeliveryID] != job.ID {
+			res.Pending++
+			continue
+		}
+		a.JobResent, a.JobResentWhy = job.ID, p.Reason
+		params = append(params, insertParams(a, opts))
+	}
+	if p.DryRun || len(params) == 0 {
+		res.Resent = len(params)
+		return res, nil
+	}
+	inserted, err := insert(params)
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
+	}
+	for _, r := range inserted {
+		if r.UniqueSkippedAsDuplicate {
+			res.Pending++
+			continue
+		}
+		res.Resent++
+		res.Jobs = append(res.Jobs, r.Job.ID)
+	}
+	return res, nil
+}
