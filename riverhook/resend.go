@@ -130,13 +130,17 @@ type RecoverResult struct {
 func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
 	return recoverDeliveries(ctx, connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobList(ctx, params) },
-		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) { return client.InsertMany(ctx, params) })
+		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+			return client.InsertMany(ctx, params)
+		})
 }
 
 // RecoverTx is [Recover] in tx: its resends exist once tx commits.
 func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
 	return recoverDeliveries(ctx, connectionID, p, opts,
-		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobListTx(ctx, tx, params) },
+		func(params *river.JobListParams) (*river.JobListResult, error) {
+			return client.JobListTx(ctx, tx, params)
+		},
 		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
 			return client.InsertManyTx(ctx, tx, params)
 		})
@@ -154,7 +158,7 @@ func recoverDeliveries(_ context.Context, connectionID string, p RecoverParams, 
 	args := river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": p.Since.UTC()}
 	gaveUp, err := listJobs(river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
 		Where(connectionWhere+` AND finalized_at >= @riverhook_since`, args).
-		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(MaxRecovered+1))
+		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(MaxRecovered + 1))
 	if err != nil {
 		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
 	}
