@@ -373,14 +373,15 @@ func ExampleHealthOptions() {
 	}
 	ln.Close() // nothing listens there now: every connection is refused
 
+	changes := make(chan webhook.EndpointHealth, 8)
 	s, err := webhook.NewSender(&webhook.SenderOptions{
 		AllowPrivateNetworks: true,                   // the example's endpoint is on loopback
 		Retry:                &webhook.RetryPolicy{}, // one attempt per delivery, for the example
 		Health: &webhook.HealthOptions{
 			DownAfter: 3,
-			OnChange: func(h webhook.EndpointHealth) { // show it, tell the customer, or disable it after days
-				fmt.Printf("down: %v, after %d failed attempts, the last: %s\n", h.Down, h.Failures, h.LastFailure.Kind)
-			},
+			// Off the attempt path: mark it in the service's table (by
+			// Connection.Endpoint), tell the customer, disable it after days.
+			OnChange: func(ctx context.Context, h webhook.EndpointHealth) { changes <- h },
 		},
 	})
 	if err != nil {
@@ -392,13 +393,16 @@ func ExampleHealthOptions() {
 		fmt.Printf("attempts: %d, endpoint down: %v\n", len(res.Attempts), errors.Is(err, webhook.ErrEndpointDown))
 	}
 	fmt.Println(len(s.Health()), s.Health()[0].Down)
+	h := <-changes
+	fmt.Printf("OnChange: %v down: %v, after %d failed attempts, the last: %s\n",
+		h.Endpoint == conn.Endpoint(), h.Down, h.Failures, h.LastFailure.Kind)
 	// Output:
 	// attempts: 1, endpoint down: false
 	// attempts: 1, endpoint down: false
-	// down: true, after 3 failed attempts, the last: refused
 	// attempts: 1, endpoint down: false
 	// attempts: 0, endpoint down: true
 	// 1 true
+	// OnChange: true down: true, after 3 failed attempts, the last: refused
 }
 
 // A URL that accepts the request and never answers (an application hung
@@ -406,6 +410,7 @@ func ExampleHealthOptions() {
 // alone: after DownAfter deliveries timed out, the next ones to it are
 // refused at once, while the other paths of the same host go on.
 func ExampleHealthOptions_notAnswering() {
+	changes := make(chan webhook.EndpointHealth, 8)
 	srv := webhooktest.NewServer("whsec_example", &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/tenant-7") {
 			<-r.Context().Done() // hangs until the sender gives up
@@ -415,9 +420,7 @@ func ExampleHealthOptions_notAnswering() {
 	s := srv.Sender(&webhook.SenderOptions{
 		AttemptTimeout: 100 * time.Millisecond, // the spec's is 30 s
 		Retry:          &webhook.RetryPolicy{}, // one attempt per delivery, for the example
-		Health: &webhook.HealthOptions{DownAfter: 2, OnChange: func(h webhook.EndpointHealth) {
-			fmt.Printf("%s: down %v, one URL: %v\n", h.Endpoint[:len("https://127.0.0.1")], h.Down, h.PerURL)
-		}},
+		Health:         &webhook.HealthOptions{DownAfter: 2, OnChange: func(_ context.Context, h webhook.EndpointHealth) { changes <- h }},
 	})
 	hung, other := srv.Connection(), srv.Connection()
 	hung.URL += "/tenant-7"
@@ -430,10 +433,12 @@ func ExampleHealthOptions_notAnswering() {
 	}
 	_, err := s.Send(context.Background(), other, webhook.SamplePayload(time.Now()))
 	fmt.Println("tenant-8 delivered:", err == nil)
+	h := <-changes
+	fmt.Printf("OnChange: %s down %v, one URL: %v, tenant-7's: %v\n", h.Endpoint[:len("https://127.0.0.1")], h.Down, h.PerURL, h.URLKey == hung.URLKey())
 	// Output:
 	// tenant-7: not answering: true, refused at once: false
-	// https://127.0.0.1: down true, one URL: true
 	// tenant-7: not answering: true, refused at once: false
 	// tenant-7: not answering: true, refused at once: true
 	// tenant-8 delivered: true
+	// OnChange: https://127.0.0.1 down true, one URL: true, tenant-7's: true
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -101,16 +102,28 @@ type HealthOptions struct {
 	MaxUnanswered int
 
 	// OnChange, if not nil, is called when an endpoint goes down and when
-	// it comes back up, once per change, with its state then: to show it
-	// in a dashboard, tell the customer, or disable a connection that has
-	// been down for days (a decision, and a storage, of the service's).
-	// Changes of one endpoint are reported in order, one at a time, from
-	// the goroutine of an attempt that caused one (the attempt waits for
-	// it: keep it quick); changes of different endpoints may be reported
-	// concurrently. A panic in it is logged (SenderOptions.Logger), and
-	// the changes after it are still reported.
-	OnChange func(EndpointHealth)
+	// it comes back up, once per change, with its state then: to mark it
+	// in the service's table (join on [Connection.Endpoint] and
+	// [Connection.URLKey]), tell the customer, or disable a connection
+	// down for days. It runs off the attempt path, on a goroutine of its
+	// own, with a context that ends after [OnChangeTimeout]. Changes of one
+	// endpoint are reported in order, one at a time; those of different
+	// endpoints may be reported concurrently. A panic in it is logged
+	// (SenderOptions.Logger), and the changes after it are still reported.
+	OnChange func(ctx context.Context, h EndpointHealth)
+
+	// ConfirmUpEvery, if not zero, also reports an endpoint up (Down
+	// false) at its first answer and then at most once per ConfirmUpEvery
+	// while it answers, with the URL that answered (URLKey). With several
+	// processes, a down mark written by one that then died is cleared
+	// within ConfirmUpEvery of another's next answer from that endpoint.
+	// It costs one OnChange per endpoint answering, per ConfirmUpEvery.
+	ConfirmUpEvery time.Duration
 }
+
+// OnChangeTimeout bounds each call of HealthOptions.OnChange: its context
+// ends then.
+const OnChangeTimeout = 10 * time.Second
 
 // EndpointHealth is what a [Sender] knows of an endpoint that is failing or
 // down.
@@ -144,6 +157,11 @@ type EndpointHealth struct {
 	// alone so that the origin's other paths are unaffected. Its path is
 	// not shown (Endpoint ends in "/…"): it may be a credential.
 	PerURL bool
+
+	// URLKey is, for a URL's change (PerURL) and for an endpoint
+	// confirmed up (HealthOptions.ConfirmUpEvery), the key of that URL:
+	// what [Connection.URLKey] returns for it, never the URL itself.
+	URLKey string
 }
 
 // String describes h on one line for people.
@@ -172,7 +190,9 @@ type health struct {
 	quietMax      time.Duration // the longest silence before a URL's attempts in flight are bounded
 	typical       time.Duration // a moving average of answered attempts' durations, under mu
 	answers       uint64        // how many answers it has seen, under mu
-	onChange      func(EndpointHealth)
+	onChange      func(context.Context, EndpointHealth)
+	confirmUp     time.Duration
+	confirmed     map[string]time.Time // origin -> when last reported up, with ConfirmUpEvery
 	now           func() time.Time
 	logger        *slog.Logger
 	seed          maphash.Seed
@@ -190,6 +210,7 @@ type endpoint struct {
 	endpointState
 	shown     string    // how it is reported: the origin, or for a URL the origin and "/…"
 	perURL    bool      // a URL's
+	url       string    // a URL's raw text, whose key it reports
 	touched   time.Time // when an attempt was last admitted or recorded
 	changes   []EndpointHealth
 	reporting bool // a goroutine is reporting them
@@ -226,6 +247,8 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 		return nil, fmt.Errorf("webhook: HealthOptions.DownAfter must not be negative, got %d", o.DownAfter)
 	case o.ProbeInterval < 0 || o.MaxProbeInterval < 0:
 		return nil, fmt.Errorf("webhook: HealthOptions probe intervals must not be negative, got %v and %v", o.ProbeInterval, o.MaxProbeInterval)
+	case o.ConfirmUpEvery < 0:
+		return nil, fmt.Errorf("webhook: HealthOptions.ConfirmUpEvery must not be negative, got %v", o.ConfirmUpEvery)
 	case o.MaxUnanswered < 0:
 		return nil, fmt.Errorf("webhook: HealthOptions.MaxUnanswered must not be negative, got %d", o.MaxUnanswered)
 	}
@@ -241,6 +264,8 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 		maxUnanswered: cmp.Or(o.MaxUnanswered, DefaultMaxUnanswered),
 		quietMax:      min(attemptTimeout/2, 5*time.Second),
 		onChange:      o.OnChange,
+		confirmUp:     o.ConfirmUpEvery,
+		confirmed:     map[string]time.Time{},
 		now:           now,
 		logger:        logger,
 		seed:          maphash.MakeSeed(),
@@ -293,7 +318,7 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 	}
 	u := h.urls[rawURL]
 	if u == nil {
-		u = &urlEntry{endpoint: endpoint{shown: origin + "/…", perURL: true}}
+		u = &urlEntry{endpoint: endpoint{shown: origin + "/…", perURL: true, url: rawURL}}
 		h.urls[rawURL] = u
 	}
 	u.touched = now
@@ -385,7 +410,7 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 	reports = h.recordOrigin(t, originOutcome(a.Kind, connected), a, now, reports)
 	h.mu.Unlock()
 	for _, e := range reports {
-		h.report(e)
+		go h.report(e)
 	}
 }
 
@@ -422,7 +447,7 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 func (h *health) recordOrigin(t ticket, o outcome, a *Attempt, now time.Time, reports []*endpoint) []*endpoint {
 	e := h.endpoints[t.origin]
 	if e == nil && o != outcomeFailed {
-		return reports
+		return h.confirm(t, a, now, reports)
 	}
 	if e == nil {
 		e = &endpoint{shown: t.origin}
@@ -431,6 +456,8 @@ func (h *health) recordOrigin(t ticket, o outcome, a *Attempt, now time.Time, re
 	e.touched = now
 	if changed, at := e.record(&h.policy, o, a, t.admitted, t.lease, 0, now); changed {
 		reports = h.queue(e, at, reports)
+	} else {
+		reports = h.confirm(t, a, now, reports)
 	}
 	h.forgetIfWell(t.origin, e, now)
 	return reports
@@ -453,6 +480,7 @@ func (h *health) sweep(now time.Time) {
 		return
 	}
 	h.swept = now
+	h.forgetConfirmed(now)
 	idle := func(e *endpoint) bool {
 		d := now.Sub(e.touched)
 		return !e.reporting && len(e.changes) == 0 && (d >= forgetDownAfter || !e.down && d >= forgetFailingAfter)

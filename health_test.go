@@ -58,14 +58,51 @@ func (e *flakyEndpoint) set(status int, hang bool) {
 
 // changes records what OnChange reports.
 type changes struct {
-	mu  sync.Mutex
-	got []webhook.EndpointHealth
+	mu    sync.Mutex
+	got   []webhook.EndpointHealth
+	added chan struct{} // a token after each add, for wait
 }
 
-func (c *changes) add(h webhook.EndpointHealth) {
+func (c *changes) add(_ context.Context, h webhook.EndpointHealth) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.got = append(c.got, h)
+	if c.added != nil {
+		select {
+		case c.added <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait returns what OnChange reported once it has reported n changes, out
+// of a synctest bubble; it fails the test after 10 s.
+func (c *changes) wait(t *testing.T, n int) []webhook.EndpointHealth {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		if c.added == nil {
+			c.added = make(chan struct{}, 1)
+		}
+		got, added := len(c.got), c.added
+		c.mu.Unlock()
+		if got >= n {
+			return c.list()
+		}
+		select {
+		case <-added:
+		case <-deadline:
+			t.Fatalf("OnChange reported %d change(s) in 10 s, want %d", got, n)
+		}
+	}
+}
+
+// settled returns what OnChange reported once every goroutine of the
+// synctest bubble is blocked: OnChange runs on a goroutine of its own.
+func (c *changes) settled() []webhook.EndpointHealth {
+	synctest.Wait()
+	return c.list()
 }
 
 func (c *changes) list() []webhook.EndpointHealth {
@@ -106,8 +143,8 @@ func TestHealth_DownAfterARunOfFailuresThenProbedUntilItAnswers(t *testing.T) {
 			require.ErrorIs(t, send(), syscall.ECONNREFUSED)
 		}
 		require.EqualValues(t, 3, ep.requests.Load())
-		require.Len(t, ch.list(), 1, "reported down once")
-		down := ch.list()[0]
+		require.Len(t, ch.settled(), 1, "reported down once")
+		down := ch.settled()[0]
 		assert.True(t, down.Down)
 		assert.Equal(t, "https://crm.example.com:443", down.Endpoint)
 		assert.Equal(t, 3, down.Failures)
@@ -132,7 +169,7 @@ func TestHealth_DownAfterARunOfFailuresThenProbedUntilItAnswers(t *testing.T) {
 			require.EqualValues(t, 4+i, ep.requests.Load())
 			require.ErrorIs(t, send(), webhook.ErrEndpointDown, "one probe, then waiting again")
 		}
-		assert.Len(t, ch.list(), 1, "probes that fail change nothing")
+		assert.Len(t, ch.settled(), 1, "probes that fail change nothing")
 
 		// The endpoint answers again, with a 500: it is up, and the
 		// deliveries go out, failing or not.
@@ -144,7 +181,7 @@ func TestHealth_DownAfterARunOfFailuresThenProbedUntilItAnswers(t *testing.T) {
 		ep.set(http.StatusOK, false)
 		_, err = s.Send(context.Background(), fakeConn, samplePayload())
 		require.NoError(t, err)
-		got := ch.list()
+		got := ch.settled()
 		require.Len(t, got, 2, "reported down, then up: once each")
 		up := got[1]
 		assert.False(t, up.Down)
@@ -171,7 +208,7 @@ func TestHealth_AnswersAreNeverDown(t *testing.T) {
 			require.NotErrorIs(t, err, webhook.ErrEndpointDown)
 		}
 		assert.EqualValues(t, 15, ep.requests.Load(), "every delivery was sent")
-		assert.Empty(t, ch.list())
+		assert.Empty(t, ch.settled())
 		require.Len(t, s.Health(), 1, "failing, not down")
 		assert.False(t, s.Health()[0].Down)
 		assert.Equal(t, 2, s.Health()[0].Failures)
@@ -187,7 +224,7 @@ func TestHealth_TimeoutsMarkDownAndOneProbeAtATime(t *testing.T) {
 			res, _ := s.Send(context.Background(), fakeConn, samplePayload())
 			require.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind)
 		}
-		require.Len(t, ch.list(), 1)
+		require.Len(t, ch.settled(), 1)
 
 		// The probe is due: many deliveries at once, one of them probes,
 		// held in flight; the others send nothing.
@@ -216,7 +253,7 @@ func TestHealth_TimeoutsMarkDownAndOneProbeAtATime(t *testing.T) {
 		close(held)
 		wg.Wait()
 		assert.EqualValues(t, 1, sent.Load(), "the probe was delivered")
-		assert.Len(t, ch.list(), 2, "and the endpoint is up")
+		assert.Len(t, ch.settled(), 2, "and the endpoint is up")
 	})
 }
 
@@ -230,7 +267,7 @@ func TestHealth_AnEndpointIsAnOrigin(t *testing.T) {
 			c.URL = "https://CRM.example.com" + path
 			s.Send(context.Background(), c, samplePayload())
 		}
-		require.Len(t, ch.list(), 1, "they share its fate")
+		require.Len(t, ch.settled(), 1, "they share its fate")
 		other := fakeConn
 		other.URL = "https://crm.example.com:8443/a" // another port: another endpoint
 		_, err := s.Send(context.Background(), other, samplePayload())
@@ -385,7 +422,7 @@ func TestHealth_FailuresSentBeforeItCameBackDoNotMarkItDownAgain(t *testing.T) {
 		_, err = s.Send(context.Background(), fakeConn, samplePayload())
 		assert.NoError(t, err, "at %v, the endpoint answering since 35 s", time.Since(t0))
 		var seq []bool
-		for _, c := range ch.list() {
+		for _, c := range ch.settled() {
 			seq = append(seq, c.Down)
 		}
 		assert.Equal(t, []bool{true, false}, seq, "OnChange: down, then up, once")
@@ -408,8 +445,8 @@ func TestHealth_SinceIsWhenTheRunOfFailuresBegan(t *testing.T) {
 			Client:         &http.Client{Transport: ep},
 			Retry:          &webhook.RetryPolicy{},
 			AttemptTimeout: 5 * time.Second,
-			Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, OnChange: func(h webhook.EndpointHealth) {
-				ch.add(h)
+			Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, OnChange: func(_ context.Context, h webhook.EndpointHealth) {
+				ch.add(context.Background(), h)
 				if !h.Down {
 					close(inUp)
 					<-release // the service writes it down, slowly
@@ -438,7 +475,7 @@ func TestHealth_SinceIsWhenTheRunOfFailuresBegan(t *testing.T) {
 		time.Sleep(time.Second)
 		send()
 		send()
-		got := ch.list()
+		got := ch.settled()
 		require.Len(t, got, 3, "down, up, down")
 		require.True(t, got[2].Down)
 		assert.Equal(t, rerun.Sub(t0), got[2].Since.Sub(t0), "down again: Since, from t0; it was up from 10 s to 20 s")
@@ -467,12 +504,13 @@ func TestHealth_EveryChangeIsReportedOnceInOrder(t *testing.T) {
 	var mu sync.Mutex
 	var reported, repeated int // changes reported; of them, the same state twice in a row
 	last := false
+	more := make(chan struct{}, 1) // a token after each report
 	s, err := webhook.NewSender(&webhook.SenderOptions{
 		Client: &http.Client{Transport: rt},
 		Retry:  &webhook.RetryPolicy{},
 		Logger: slog.New(changeCounter{&logged}),
 		Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond,
-			OnChange: func(h webhook.EndpointHealth) {
+			OnChange: func(_ context.Context, h webhook.EndpointHealth) {
 				mu.Lock()
 				defer mu.Unlock()
 				reported++
@@ -480,6 +518,10 @@ func TestHealth_EveryChangeIsReportedOnceInOrder(t *testing.T) {
 					repeated++
 				}
 				last = h.Down
+				select {
+				case more <- struct{}{}:
+				default:
+				}
 			}},
 	})
 	require.NoError(t, err)
@@ -492,6 +534,21 @@ func TestHealth_EveryChangeIsReportedOnceInOrder(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// OnChange runs off the attempt path: wait for it to catch up with the
+	// changes logged, which are final now.
+	deadline := time.After(10 * time.Second)
+	for caughtUp := false; !caughtUp; {
+		mu.Lock()
+		caughtUp = int64(reported) >= logged.Load()
+		mu.Unlock()
+		if !caughtUp {
+			select {
+			case <-more:
+			case <-deadline:
+				caughtUp = true
+			}
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	assert.EqualValues(t, logged.Load(), reported, "changes logged, and reported through OnChange")
@@ -531,8 +588,8 @@ func TestHealth_PanickingOnChangeStillReportsLaterChanges(t *testing.T) {
 			Client:         &http.Client{Transport: ep},
 			Retry:          &webhook.RetryPolicy{},
 			AttemptTimeout: 5 * time.Second,
-			Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: 10 * time.Second, OnChange: func(h webhook.EndpointHealth) {
-				ch.add(h)
+			Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: 10 * time.Second, OnChange: func(_ context.Context, h webhook.EndpointHealth) {
+				ch.add(context.Background(), h)
 				if h.Down {
 					close(inDown)
 					<-release
@@ -554,7 +611,7 @@ func TestHealth_PanickingOnChangeStillReportsLaterChanges(t *testing.T) {
 		close(release)
 		<-panicked
 		synctest.Wait()
-		got := ch.list()
+		got := ch.settled()
 		require.NotEmpty(t, got)
 		assert.False(t, got[len(got)-1].Down, "the last change OnChange saw: the endpoint is up (got %d change(s))", len(got))
 		assert.Empty(t, s.Health())
@@ -682,7 +739,7 @@ func TestHealth_SpellingsOfOneOriginShareItsFate(t *testing.T) {
 				for range 3 {
 					s.Send(context.Background(), c, samplePayload())
 				}
-				require.Len(t, ch.list(), 1, "down")
+				require.Len(t, ch.settled(), 1, "down")
 				_, err := s.Send(context.Background(), alias, samplePayload())
 				assert.ErrorIs(t, err, webhook.ErrEndpointDown, "%s while %s is down", tc.alias, tc.url)
 				assert.EqualValues(t, 3, ep.requests.Load(), "requests to the dead host")
@@ -707,7 +764,7 @@ func TestHealth_SendTestReachesAnEndpointThatIsDown(t *testing.T) {
 		for range 3 {
 			s.Send(context.Background(), fakeConn, samplePayload())
 		}
-		require.Len(t, ch.list(), 1, "down")
+		require.Len(t, ch.settled(), 1, "down")
 		ep.set(http.StatusOK, false) // the customer fixes the endpoint, and presses Send Test
 		res, err := s.SendTest(context.Background(), fakeConn)
 		require.Len(t, res.Attempts, 1, "SendTest's one attempt (err: %v)", err)

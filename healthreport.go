@@ -29,6 +29,9 @@ func (h *health) queue(e *endpoint, at endpointState, reports []*endpoint) []*en
 	if h.onChange == nil {
 		return reports
 	}
+	if !st.Down && !st.PerURL && h.confirmUp > 0 {
+		h.confirmed[st.Endpoint] = at.changed // reported up: the next confirmation is due a ConfirmUpEvery later
+	}
 	e.changes = append(e.changes, st)
 	if e.reporting {
 		return reports
@@ -59,16 +62,58 @@ func (h *health) report(e *endpoint) {
 	}
 }
 
+// confirm reports, with ConfirmUpEvery, the origin of attempt a, which
+// answered, up: at its first answer, then at most once per
+// ConfirmUpEvery. It goes through the origin's changes, so that it is
+// never reported out of order with its going down. Under h.mu.
+func (h *health) confirm(t ticket, a *Attempt, now time.Time, reports []*endpoint) []*endpoint {
+	if h.confirmUp <= 0 || h.onChange == nil || a.StatusCode == 0 {
+		return reports
+	}
+	if last, ok := h.confirmed[t.origin]; ok && now.Sub(last) < h.confirmUp {
+		return reports
+	}
+	e := h.endpoints[t.origin]
+	if e == nil {
+		e = &endpoint{shown: t.origin, touched: now}
+		h.endpoints[t.origin] = e
+	}
+	if e.down {
+		return reports
+	}
+	h.confirmed[t.origin] = now
+	st := e.state()
+	st.Changed, st.URLKey = now, urlKey(t.url)
+	e.changes = append(e.changes, st)
+	if e.reporting {
+		return reports
+	}
+	e.reporting = true
+	return append(reports, e)
+}
+
+// forgetConfirmed drops the confirmations older than ConfirmUpEvery: their
+// next answer is confirmed again. Under h.mu.
+func (h *health) forgetConfirmed(now time.Time) {
+	for origin, at := range h.confirmed {
+		if now.Sub(at) >= h.confirmUp {
+			delete(h.confirmed, origin)
+		}
+	}
+}
+
 // tell calls OnChange with c, logging a panic: the changes queued behind it
-// are still reported.
+// are still reported. Its context ends after OnChangeTimeout.
 func (h *health) tell(c EndpointHealth) {
+	ctx, cancel := context.WithTimeout(context.Background(), OnChangeTimeout)
+	defer cancel()
 	defer func() {
 		if v := recover(); v != nil {
 			h.logger.LogAttrs(context.Background(), slog.LevelError, "webhook: HealthOptions.OnChange panicked",
 				slog.String("endpoint", c.Endpoint), slog.Bool("down", c.Down), slog.Any("panic", v))
 		}
 	}()
-	h.onChange(c)
+	h.onChange(ctx, c)
 }
 
 // state returns what is known of e. Under h.mu.
@@ -77,6 +122,9 @@ func (e *endpoint) state() EndpointHealth { return e.stateOf(&e.endpointState) }
 // stateOf returns e as reported in state st.
 func (e *endpoint) stateOf(st *endpointState) EndpointHealth {
 	s := EndpointHealth{Endpoint: e.shown, Down: st.down, Since: st.since, Changed: st.changed, Failures: st.failures, LastFailure: st.last, PerURL: e.perURL}
+	if e.perURL {
+		s.URLKey = urlKey(e.url)
+	}
 	if st.down {
 		s.NextProbe = st.nextProbe
 	}

@@ -82,7 +82,7 @@ func TestHealth_AURLThatConnectsAndNeverAnswersIsIsolatedAlone(t *testing.T) {
 			require.Len(t, res.Attempts, 1, "delivery %d: %v", n, err)
 			require.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind)
 		}
-		got := ch.list()
+		got := ch.settled()
 		require.Len(t, got, 1, "isolated, and reported once")
 		assert.True(t, got[0].Down)
 		assert.True(t, got[0].PerURL)
@@ -119,7 +119,7 @@ func TestHealth_AURLThatConnectsAndNeverAnswersIsIsolatedAlone(t *testing.T) {
 		time.Sleep(20 * time.Second)
 		_, err = s.Send(context.Background(), hungConn("/t/1"), payloadFor(30))
 		require.NoError(t, err)
-		got = ch.list()
+		got = ch.settled()
 		require.Len(t, got, 2)
 		assert.False(t, got[1].Down, "back up")
 		assert.Empty(t, s.Health())
@@ -159,7 +159,7 @@ func TestHealth_OnePoisonDeliveryNeverIsolatesItsURL(t *testing.T) {
 			require.NoError(t, err, "delivery %d", n)
 		}
 		<-done
-		assert.Empty(t, ch.list(), "the URL was never isolated")
+		assert.Empty(t, ch.settled(), "the URL was never isolated")
 	})
 }
 
@@ -271,8 +271,9 @@ func TestHealth_AProxyThatCannotReachTheEndpointCountsAsNoConnection(t *testing.
 		assert.Equal(t, webhook.KindUnreachable, res.Attempts[0].Kind, "%v", res.Attempts[0].Err)
 		assert.Contains(t, res.Attempts[0].Diagnosis(), "proxy could not reach")
 	}
-	require.Len(t, ch.list(), 1)
-	assert.True(t, ch.list()[0].Down)
+	got := ch.wait(t, 1)
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Down)
 	_, err = s.Send(context.Background(), conn, samplePayload())
 	require.ErrorIs(t, err, webhook.ErrEndpointDown)
 	assert.EqualValues(t, 2, proxy.connects.Load(), "nothing sent while down")

@@ -95,6 +95,8 @@
 package webhook
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -343,6 +345,30 @@ func (c Connection) method() string {
 		return http.MethodPost
 	}
 	return c.Method
+}
+
+// Endpoint returns the endpoint of c's URL as endpoint health names it
+// ([EndpointHealth].Endpoint): its origin in one spelling, scheme, host in
+// lower case and port written, such as "https://hooks.example.com:443"
+// for "https://Hooks.Example.com/in". A service stores it beside the
+// connection and joins OnChange's reports on it. Empty when the URL is not
+// valid.
+func (c Connection) Endpoint() string {
+	u, err := validateURL(c.URL)
+	if err != nil {
+		return ""
+	}
+	return endpointKey(u)
+}
+
+// URLKey returns the key of c's URL as endpoint health reports a URL
+// ([EndpointHealth].URLKey): 32 hexadecimal digits of the URL's SHA-256,
+// never the URL, whose path may be a credential.
+func (c Connection) URLKey() string { return urlKey(c.URL) }
+
+func urlKey(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
+	return hex.EncodeToString(sum[:16])
 }
 
 // String returns a description of c without secrets, such as

@@ -61,7 +61,7 @@ func BenchmarkDeadEndpoints(b *testing.B) {
 				Retry: &webhook.RetryPolicy{MaxRetries: 3, Backoff: func(int, *http.Response) time.Duration { return 10 * time.Millisecond }}}
 			if impl == "health" {
 				opts.Health = &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 250 * time.Millisecond, MaxProbeInterval: time.Second,
-					OnChange: func(h webhook.EndpointHealth) {
+					OnChange: func(_ context.Context, h webhook.EndpointHealth) {
 						mu.Lock()
 						defer mu.Unlock()
 						changes[h.Endpoint] = append(changes[h.Endpoint], h.Down)

@@ -44,7 +44,7 @@ func TestWorker_DownEndpointsDeliveriesWaitAndGoOutOnceItIsUp(t *testing.T) {
 	policy := fastPolicy(6)
 	sender, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: counter}, Retry: policy, AttemptTimeout: 150 * time.Millisecond,
 		Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 200 * time.Millisecond, MaxProbeInterval: 200 * time.Millisecond,
-			OnChange: func(h webhook.EndpointHealth) {
+			OnChange: func(_ context.Context, h webhook.EndpointHealth) {
 				mu.Lock()
 				defer mu.Unlock()
 				changes = append(changes, h)
@@ -280,7 +280,7 @@ func TestWorker_BacklogOfADownEndpointDoesNotDelayHealthyDeliveries(t *testing.T
 	down := make(chan struct{}, 1)
 	sender := srv.Sender(&webhook.SenderOptions{AttemptTimeout: time.Second,
 		Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: 2 * time.Second, MaxProbeInterval: 2 * time.Second,
-			OnChange: func(h webhook.EndpointHealth) {
+			OnChange: func(_ context.Context, h webhook.EndpointHealth) {
 				if h.Down {
 					down <- struct{}{}
 				}
