@@ -23,216 +23,226 @@ import (
 	"github.com/signedhook/webhook/riverhook"
 )
 
-// The README's outbox for a customer without webhooks: nothing to insert,
-// and the user's change commits.
-func TestInsertTx_NoConnectionsCommits(t *testing.T) {
+func TestInsert(t *testing.T) {
 	t.Parallel()
-	pool, schema := testDB(t)
-	client := newClient(t, pool, schema, nil, nil)
-	ctx := context.Background()
-	tx := userChangeTx(t, pool, schema)
-	res, err := riverhook.InsertTx(ctx, client, tx, "evt_1", nil, payload("evt_1"), nil)
-	require.NoError(t, err, "a customer with no connections")
-	assert.Empty(t, res)
-	require.NoError(t, tx.Commit(ctx))
-	var n int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".users").Scan(&n))
-	assert.Equal(t, 1, n, "the change committed")
 
-	_, err = riverhook.InsertTx(ctx, client, tx, "evt_2", nil, webhook.Payload{}, nil)
-	assert.ErrorIs(t, err, webhook.ErrInvalidPayload, "validated even with nothing to insert")
-}
-
-// A connection list with a repeated id (a join that returns a row twice, a
-// customer's connection listed under two events) is one delivery to that
-// connection, and InsertTx does not fail the caller's transaction, which
-// holds the user's change (River's insert of one unique job twice in one
-// statement would: ON CONFLICT cannot affect a row a second time).
-func TestInsertTx_RepeatedConnectionIDIsOneDelivery(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	client := newClient(t, pool, schema, nil, nil)
-	ctx := context.Background()
-	tx := userChangeTx(t, pool, schema)
-
-	res, err := riverhook.InsertTx(ctx, client, tx, "evt_1", []string{"crm", "erp", "crm"}, payload("evt_1"), nil)
-	require.NoError(t, err, "one delivery to crm, the repeat skipped")
-	require.Len(t, res, 2, "one result per distinct connection")
-	for i, conn := range []string{"crm", "erp"} {
-		var args riverhook.Args
-		require.NoError(t, json.Unmarshal(res[i].Job.EncodedArgs, &args))
-		assert.Equal(t, conn, args.ConnectionID, "in the order of their first place")
+	type testBundle struct {
+		pool   *pgxpool.Pool
+		schema string
 	}
-	require.NoError(t, tx.Commit(ctx), "the user's change commits")
-	var n int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".river_job").Scan(&n))
-	assert.Equal(t, 2, n, "one job per distinct connection")
-}
 
-func TestInsertTx_Outbox(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	client := newClient(t, pool, schema, nil, nil)
-	ctx := context.Background()
+	// setup returns an insert-only client on a fresh schema.
+	setup := func(t *testing.T) (*river.Client[pgx.Tx], *testBundle) {
+		t.Helper()
+		pool, schema := testDB(t)
+		return newClient(t, pool, schema, nil, nil), &testBundle{pool: pool, schema: schema}
+	}
 
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = riverhook.InsertTx(ctx, client, tx, "d-rolled-back", []string{"crm"}, payload("d-rolled-back"), nil)
-	require.NoError(t, err)
-	require.NoError(t, tx.Rollback(ctx))
+	// The README's outbox for a customer without webhooks: nothing to insert,
+	// and the user's change commits.
+	t.Run("NoConnectionsCommits", func(t *testing.T) {
+		t.Parallel()
+		client, bundle := setup(t)
+		ctx := context.Background()
+		tx := userChangeTx(t, bundle.pool, bundle.schema)
+		res, err := riverhook.InsertTx(ctx, client, tx, "evt_1", nil, payload("evt_1"), nil)
+		require.NoError(t, err, "a customer with no connections")
+		assert.Empty(t, res)
+		require.NoError(t, tx.Commit(ctx))
+		var n int
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM "+bundle.schema+".users").Scan(&n))
+		assert.Equal(t, 1, n, "the change committed")
 
-	tx, err = pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	res, err := riverhook.InsertTx(ctx, client, tx, "d-committed", []string{"crm", "erp"}, payload("d-committed"),
-		&riverhook.InsertOptions{Retry: riverhook.DurableRetryPolicy()})
-	require.NoError(t, err)
-	require.Len(t, res, 2)
-	opts := &rivertest.RequireInsertedOpts{Schema: schema, MaxAttempts: 7 + riverhook.MaxInterruptedRuns,
-		Queue: river.QueueDefault, State: rivertype.JobStateAvailable}
-	jobs := rivertest.RequireManyInsertedTx[*riverpgxv5.Driver](ctx, t, tx, []rivertest.ExpectedJob{
-		{Args: riverhook.Args{}, Opts: withTags(opts, "connection-crm", "event-user-identified")},
-		{Args: riverhook.Args{}, Opts: withTags(opts, "connection-erp", "event-user-identified")},
+		_, err = riverhook.InsertTx(ctx, client, tx, "evt_2", nil, webhook.Payload{}, nil)
+		assert.ErrorIs(t, err, webhook.ErrInvalidPayload, "validated even with nothing to insert")
 	})
-	for i, conn := range []string{"crm", "erp"} {
-		// As PostgreSQL prints the args (jsonb orders keys by length), and
-		// as River UI shows them (by name), the body comes last.
-		var fields map[string]any
-		require.NoError(t, json.Unmarshal(jobs[i].EncodedArgs, &fields))
-		names := slices.Sorted(maps.Keys(fields))
-		body := names[len(names)-1]
-		assert.True(t, strings.HasSuffix(string(jobs[i].EncodedArgs), `"`+body+`": "`+fields[body].(string)+`"}`),
-			"the body is last by name and as PostgreSQL prints it: %s", jobs[i].EncodedArgs)
-		var args riverhook.Args
-		require.NoError(t, json.Unmarshal(jobs[i].EncodedArgs, &args))
-		assert.Equal(t, conn, args.ConnectionID)
-		assert.Equal(t, "d-committed", args.DeliveryID)
-		assert.Equal(t, webhook.EventUserIdentified, args.Event)
-		assert.Equal(t, base64.StdEncoding.EncodeToString(args.Body), fields[body], "the body's field")
-		p, err := webhook.ParsePayload(args.Body)
-		require.NoError(t, err, "the exact body")
-		assert.Equal(t, "d-committed", p.User.Metadata["delivery_id"])
-	}
-	again, err := riverhook.InsertTx(ctx, client, tx, "d-committed", []string{"crm", "erp"}, payload("d-committed"), nil)
-	require.NoError(t, err)
-	for _, r := range again {
-		assert.True(t, r.UniqueSkippedAsDuplicate, "a repeated insert is skipped")
-	}
-	require.NoError(t, tx.Commit(ctx))
-	list, err := client.JobList(ctx, river.NewJobListParams())
-	require.NoError(t, err)
-	assert.Len(t, list.Jobs, 2, "the committed delivery, once per connection; nothing of the rolled-back one")
 
-	_, err = riverhook.InsertTx(ctx, client, tx, "", []string{"crm"}, payload("x"), nil)
-	assert.ErrorContains(t, err, "riverhook: the delivery id must not be empty")
+	// A connection list with a repeated id (a join that returns a row twice, a
+	// customer's connection listed under two events) is one delivery to that
+	// connection, and InsertTx does not fail the caller's transaction, which
+	// holds the user's change (River's insert of one unique job twice in one
+	// statement would: ON CONFLICT cannot affect a row a second time).
+	t.Run("RepeatedConnectionIDIsOneDelivery", func(t *testing.T) {
+		t.Parallel()
+		client, bundle := setup(t)
+		ctx := context.Background()
+		tx := userChangeTx(t, bundle.pool, bundle.schema)
+
+		res, err := riverhook.InsertTx(ctx, client, tx, "evt_1", []string{"crm", "erp", "crm"}, payload("evt_1"), nil)
+		require.NoError(t, err, "one delivery to crm, the repeat skipped")
+		require.Len(t, res, 2, "one result per distinct connection")
+		for i, conn := range []string{"crm", "erp"} {
+			var args riverhook.Args
+			require.NoError(t, json.Unmarshal(res[i].Job.EncodedArgs, &args))
+			assert.Equal(t, conn, args.ConnectionID, "in the order of their first place")
+		}
+		require.NoError(t, tx.Commit(ctx), "the user's change commits")
+		var n int
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM "+bundle.schema+".river_job").Scan(&n))
+		assert.Equal(t, 2, n, "one job per distinct connection")
+	})
+
+	t.Run("Outbox", func(t *testing.T) {
+		t.Parallel()
+		client, bundle := setup(t)
+		ctx := context.Background()
+
+		tx, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = riverhook.InsertTx(ctx, client, tx, "d-rolled-back", []string{"crm"}, payload("d-rolled-back"), nil)
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+
+		tx, err = bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		res, err := riverhook.InsertTx(ctx, client, tx, "d-committed", []string{"crm", "erp"}, payload("d-committed"),
+			&riverhook.InsertOptions{Retry: riverhook.DurableRetryPolicy()})
+		require.NoError(t, err)
+		require.Len(t, res, 2)
+		opts := &rivertest.RequireInsertedOpts{Schema: bundle.schema, MaxAttempts: 7 + riverhook.MaxInterruptedRuns,
+			Queue: river.QueueDefault, State: rivertype.JobStateAvailable}
+		jobs := rivertest.RequireManyInsertedTx[*riverpgxv5.Driver](ctx, t, tx, []rivertest.ExpectedJob{
+			{Args: riverhook.Args{}, Opts: withTags(opts, "connection-crm", "event-user-identified")},
+			{Args: riverhook.Args{}, Opts: withTags(opts, "connection-erp", "event-user-identified")},
+		})
+		for i, conn := range []string{"crm", "erp"} {
+			// As PostgreSQL prints the args (jsonb orders keys by length), and
+			// as River UI shows them (by name), the body comes last.
+			var fields map[string]any
+			require.NoError(t, json.Unmarshal(jobs[i].EncodedArgs, &fields))
+			names := slices.Sorted(maps.Keys(fields))
+			body := names[len(names)-1]
+			assert.True(t, strings.HasSuffix(string(jobs[i].EncodedArgs), `"`+body+`": "`+fields[body].(string)+`"}`),
+				"the body is last by name and as PostgreSQL prints it: %s", jobs[i].EncodedArgs)
+			var args riverhook.Args
+			require.NoError(t, json.Unmarshal(jobs[i].EncodedArgs, &args))
+			assert.Equal(t, conn, args.ConnectionID)
+			assert.Equal(t, "d-committed", args.DeliveryID)
+			assert.Equal(t, webhook.EventUserIdentified, args.Event)
+			assert.Equal(t, base64.StdEncoding.EncodeToString(args.Body), fields[body], "the body's field")
+			p, err := webhook.ParsePayload(args.Body)
+			require.NoError(t, err, "the exact body")
+			assert.Equal(t, "d-committed", p.User.Metadata["delivery_id"])
+		}
+		again, err := riverhook.InsertTx(ctx, client, tx, "d-committed", []string{"crm", "erp"}, payload("d-committed"), nil)
+		require.NoError(t, err)
+		for _, r := range again {
+			assert.True(t, r.UniqueSkippedAsDuplicate, "a repeated insert is skipped")
+		}
+		require.NoError(t, tx.Commit(ctx))
+		list, err := client.JobList(ctx, river.NewJobListParams())
+		require.NoError(t, err)
+		assert.Len(t, list.Jobs, 2, "the committed delivery, once per connection; nothing of the rolled-back one")
+
+		_, err = riverhook.InsertTx(ctx, client, tx, "", []string{"crm"}, payload("x"), nil)
+		assert.ErrorContains(t, err, "riverhook: the delivery id must not be empty")
+	})
+
+	t.Run("RiversInsertOptsAsBase", func(t *testing.T) {
+		t.Parallel()
+		at := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+		base := &river.InsertOpts{Queue: "webhooks", Priority: 2, Tags: []string{"tenant-42"}, Metadata: []byte(`{"tenant":42}`),
+			ScheduledAt: at, MaxAttempts: 100}
+		params, err := riverhook.InsertParams("d1", []string{"crm", "erp"}, payload("d1"), &riverhook.InsertOptions{InsertOpts: base})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"tenant-42"}, base.Tags, "the base is not modified")
+		for i, conn := range []string{"crm", "erp"} {
+			o := params[i].InsertOpts
+			assert.Equal(t, "webhooks", o.Queue)
+			assert.Equal(t, 2, o.Priority)
+			assert.Equal(t, []string{"tenant-42", "connection-" + conn, "event-user-identified"}, o.Tags)
+			assert.JSONEq(t, `{"tenant":42}`, string(o.Metadata))
+			assert.Equal(t, at, o.ScheduledAt)
+			assert.Equal(t, 4+riverhook.MaxInterruptedRuns, o.MaxAttempts, "the policy's, not the base's")
+			assert.True(t, o.UniqueOpts.ByArgs)
+		}
+
+		client, bundle := setup(t)
+		ctx := context.Background()
+		tx, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		_, err = client.InsertManyTx(ctx, tx, params)
+		require.NoError(t, err)
+		jobs := rivertest.RequireManyInsertedTx[*riverpgxv5.Driver](ctx, t, tx, []rivertest.ExpectedJob{
+			{Args: riverhook.Args{}, Opts: &rivertest.RequireInsertedOpts{Schema: bundle.schema, Queue: "webhooks", Priority: 2,
+				ScheduledAt: at, State: rivertype.JobStateScheduled}},
+			{Args: riverhook.Args{}, Opts: &rivertest.RequireInsertedOpts{Queue: "webhooks"}},
+		})
+		assert.JSONEq(t, `{"tenant":42}`, string(jobs[0].Metadata))
+
+		// UniqueOpts of the base replace the delivery's own.
+		byQueue := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByQueue: true}}
+		params, err = riverhook.InsertParams("d2", []string{"crm"}, payload("d2"), &riverhook.InsertOptions{InsertOpts: byQueue})
+		require.NoError(t, err)
+		assert.Equal(t, river.UniqueOpts{ByQueue: true}, params[0].InsertOpts.UniqueOpts)
+	})
+
+	// A plain client.Insert of Args is unique by delivery and connection, as
+	// River's own unique-job example is, and tagged.
+	t.Run("PlainInsertIsUnique", func(t *testing.T) {
+		t.Parallel()
+		client, _ := setup(t)
+		ctx := context.Background()
+		args := riverhook.Args{ConnectionID: "crm", DeliveryID: "evt_1", Event: "user.identified", Body: []byte(`{}`)}
+		first, err := client.Insert(ctx, args, nil)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"connection-crm", "event-user-identified"}, first.Job.Tags)
+		again, err := client.Insert(ctx, args, nil)
+		require.NoError(t, err)
+		assert.True(t, again.UniqueSkippedAsDuplicate, "the same delivery to the same connection")
+		assert.Equal(t, first.Job.ID, again.Job.ID)
+		other := args
+		other.ConnectionID = "erp"
+		res, err := client.Insert(ctx, other, nil)
+		require.NoError(t, err)
+		assert.False(t, res.UniqueSkippedAsDuplicate, "another connection")
+
+		// Unique only while the earlier job is not cancelled or discarded:
+		// River's default unique states.
+		_, err = client.JobCancel(ctx, first.Job.ID)
+		require.NoError(t, err)
+		res, err = client.Insert(ctx, args, nil)
+		require.NoError(t, err)
+		assert.False(t, res.UniqueSkippedAsDuplicate, "inserted again after a cancel")
+
+		list, err := client.JobList(ctx, river.NewJobListParams().States(rivertype.JobStateAvailable))
+		require.NoError(t, err)
+		assert.Len(t, list.Jobs, 2)
+	})
+
+	t.Run("TagsValidForRiverAndFilterable", func(t *testing.T) {
+		t.Parallel()
+		client, _ := setup(t)
+		ctx := context.Background()
+		long := strings.Repeat("x", 300)
+		for _, tc := range []struct{ id, want string }{
+			{"crm", "connection-crm"},
+			{"conn_42-eu", "connection-conn_42-eu"},
+			{"a.b/c d", "connection-a-b-c-d"},
+			{"x", "connection-x"},
+			{"crm.", "connection-crm"},
+			{"-", "connection"},
+			{"", "connection"},
+			{"コネクション", "connection"},
+			{long, "connection-" + long[:255-len("connection-")]},
+		} {
+			assert.Equal(t, tc.want, riverhook.ConnectionTag(tc.id), "id %q", tc.id)
+			res, err := client.Insert(ctx, riverhook.Args{ConnectionID: tc.id, DeliveryID: "d", Event: "user.identified", Body: []byte(`{}`)}, nil)
+			require.NoError(t, err, "River accepts the tags of id %q", tc.id)
+			list, err := client.JobList(ctx, river.NewJobListParams().TagsAll(riverhook.ConnectionTag(tc.id), riverhook.EventTag("user.identified")))
+			require.NoError(t, err)
+			assert.True(t, containsJob(list.Jobs, res.Job.ID), "listed by its tags: id %q", tc.id)
+		}
+		assert.Equal(t, "event-user-identified", riverhook.EventTag(webhook.EventUserIdentified))
+	})
 }
 
 func withTags(o *rivertest.RequireInsertedOpts, tags ...string) *rivertest.RequireInsertedOpts {
 	c := *o
 	c.Tags = tags
 	return &c
-}
-
-func TestInsertParams_RiversInsertOptsAsBase(t *testing.T) {
-	t.Parallel()
-	at := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
-	base := &river.InsertOpts{Queue: "webhooks", Priority: 2, Tags: []string{"tenant-42"}, Metadata: []byte(`{"tenant":42}`),
-		ScheduledAt: at, MaxAttempts: 100}
-	params, err := riverhook.InsertParams("d1", []string{"crm", "erp"}, payload("d1"), &riverhook.InsertOptions{InsertOpts: base})
-	require.NoError(t, err)
-	assert.Equal(t, []string{"tenant-42"}, base.Tags, "the base is not modified")
-	for i, conn := range []string{"crm", "erp"} {
-		o := params[i].InsertOpts
-		assert.Equal(t, "webhooks", o.Queue)
-		assert.Equal(t, 2, o.Priority)
-		assert.Equal(t, []string{"tenant-42", "connection-" + conn, "event-user-identified"}, o.Tags)
-		assert.JSONEq(t, `{"tenant":42}`, string(o.Metadata))
-		assert.Equal(t, at, o.ScheduledAt)
-		assert.Equal(t, 4+riverhook.MaxInterruptedRuns, o.MaxAttempts, "the policy's, not the base's")
-		assert.True(t, o.UniqueOpts.ByArgs)
-	}
-
-	pool, schema := testDB(t)
-	client := newClient(t, pool, schema, nil, nil)
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = client.InsertManyTx(ctx, tx, params)
-	require.NoError(t, err)
-	jobs := rivertest.RequireManyInsertedTx[*riverpgxv5.Driver](ctx, t, tx, []rivertest.ExpectedJob{
-		{Args: riverhook.Args{}, Opts: &rivertest.RequireInsertedOpts{Schema: schema, Queue: "webhooks", Priority: 2,
-			ScheduledAt: at, State: rivertype.JobStateScheduled}},
-		{Args: riverhook.Args{}, Opts: &rivertest.RequireInsertedOpts{Queue: "webhooks"}},
-	})
-	assert.JSONEq(t, `{"tenant":42}`, string(jobs[0].Metadata))
-
-	// UniqueOpts of the base replace the delivery's own.
-	byQueue := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByQueue: true}}
-	params, err = riverhook.InsertParams("d2", []string{"crm"}, payload("d2"), &riverhook.InsertOptions{InsertOpts: byQueue})
-	require.NoError(t, err)
-	assert.Equal(t, river.UniqueOpts{ByQueue: true}, params[0].InsertOpts.UniqueOpts)
-}
-
-// A plain client.Insert of Args is unique by delivery and connection, as
-// River's own unique-job example is, and tagged.
-func TestArgs_PlainInsertIsUnique(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	client := newClient(t, pool, schema, nil, nil)
-	ctx := context.Background()
-	args := riverhook.Args{ConnectionID: "crm", DeliveryID: "evt_1", Event: "user.identified", Body: []byte(`{}`)}
-	first, err := client.Insert(ctx, args, nil)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"connection-crm", "event-user-identified"}, first.Job.Tags)
-	again, err := client.Insert(ctx, args, nil)
-	require.NoError(t, err)
-	assert.True(t, again.UniqueSkippedAsDuplicate, "the same delivery to the same connection")
-	assert.Equal(t, first.Job.ID, again.Job.ID)
-	other := args
-	other.ConnectionID = "erp"
-	res, err := client.Insert(ctx, other, nil)
-	require.NoError(t, err)
-	assert.False(t, res.UniqueSkippedAsDuplicate, "another connection")
-
-	// Unique only while the earlier job is not cancelled or discarded:
-	// River's default unique states.
-	_, err = client.JobCancel(ctx, first.Job.ID)
-	require.NoError(t, err)
-	res, err = client.Insert(ctx, args, nil)
-	require.NoError(t, err)
-	assert.False(t, res.UniqueSkippedAsDuplicate, "inserted again after a cancel")
-
-	list, err := client.JobList(ctx, river.NewJobListParams().States(rivertype.JobStateAvailable))
-	require.NoError(t, err)
-	assert.Len(t, list.Jobs, 2)
-}
-
-func TestTags_ValidForRiverAndFilterable(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	client := newClient(t, pool, schema, nil, nil)
-	ctx := context.Background()
-	long := strings.Repeat("x", 300)
-	for _, tc := range []struct{ id, want string }{
-		{"crm", "connection-crm"},
-		{"conn_42-eu", "connection-conn_42-eu"},
-		{"a.b/c d", "connection-a-b-c-d"},
-		{"x", "connection-x"},
-		{"crm.", "connection-crm"},
-		{"-", "connection"},
-		{"", "connection"},
-		{"コネクション", "connection"},
-		{long, "connection-" + long[:255-len("connection-")]},
-	} {
-		assert.Equal(t, tc.want, riverhook.ConnectionTag(tc.id), "id %q", tc.id)
-		res, err := client.Insert(ctx, riverhook.Args{ConnectionID: tc.id, DeliveryID: "d", Event: "user.identified", Body: []byte(`{}`)}, nil)
-		require.NoError(t, err, "River accepts the tags of id %q", tc.id)
-		list, err := client.JobList(ctx, river.NewJobListParams().TagsAll(riverhook.ConnectionTag(tc.id), riverhook.EventTag("user.identified")))
-		require.NoError(t, err)
-		assert.True(t, containsJob(list.Jobs, res.Job.ID), "listed by its tags: id %q", tc.id)
-	}
-	assert.Equal(t, "event-user-identified", riverhook.EventTag(webhook.EventUserIdentified))
 }
 
 func containsJob(jobs []*rivertype.JobRow, id int64) bool {

@@ -60,7 +60,7 @@ func TestRiver(t *testing.T) {
 		// River tells a soft stop by the context's cause (rivercommon.ErrStop,
 		// unexported) and a run's error wrapping context.Canceled; a remote
 		// cancel by river.ErrJobCancelledRemotely. The behaviour end to end:
-		// TestWorker_ClientStoppedMidAttemptPutsTheJobBack.
+		// TestWorkerInAClient/ClientStoppedMidAttemptPutsTheJobBack.
 		src := riverSource(t, "github.com/riverqueue/river", "internal/jobexecutor/job_executor.go")
 		assert.Contains(t, src, "errors.Is(context.Cause(ctx), rivercommon.ErrStop) &&\n\t\t(errors.Is(err, context.Canceled)")
 		assert.Contains(t, src, "e.CancelFunc(rivertype.ErrJobCancelledRemotely)")

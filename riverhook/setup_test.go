@@ -1,7 +1,6 @@
 package riverhook_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"testing"
@@ -67,23 +66,18 @@ func TestRegister(t *testing.T) {
 
 func TestWorker_ReportsAJobInsertedForAnotherPolicy(t *testing.T) {
 	t.Parallel()
-	srv := webhooktest.NewServer(secret, nil)
-	defer srv.Close()
-	var logs bytes.Buffer
-	policy := fastPolicy(2)
-	w := riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
-		newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve,
-		&riverhook.WorkerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	tw, tx, _ := testWorker(t, w)
+	var logs syncBuffer
+	w, b := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Retry: fastPolicy(2)},
+		worker: riverhook.WorkerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))}})
 	ctx := context.Background()
 
 	p := firstParams(t, "d1", w.InsertOptions(nil).Retry)
-	_, err := tw.Work(ctx, t, tx, p.Args.(riverhook.Args), p.InsertOpts)
+	_, err := b.tw.Work(ctx, t, b.tx, p.Args.(riverhook.Args), p.InsertOpts)
 	require.NoError(t, err)
 	assert.NotContains(t, logs.String(), "another retry policy", "inserted with Worker.InsertOptions")
 
 	p = firstParams(t, "d2", nil) // the default policy's 3 retries, not the Sender's 2
-	_, err = tw.Work(ctx, t, tx, p.Args.(riverhook.Args), p.InsertOpts)
+	_, err = b.tw.Work(ctx, t, b.tx, p.Args.(riverhook.Args), p.InsertOpts)
 	require.NoError(t, err)
 	assert.Contains(t, logs.String(), "another retry policy")
 	assert.Contains(t, logs.String(), "max_attempts=9 want_max_attempts=8")
