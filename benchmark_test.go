@@ -111,6 +111,7 @@ func BenchmarkVerify(b *testing.B) {
 		v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
 			Now:          func() time.Time { return testNow },
 			MaxBodyBytes: 1 << 20,
+			AllowReplays: true, // one delivery, verified again and again: see BenchmarkVerifyReplay
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -136,6 +137,63 @@ func BenchmarkVerify(b *testing.B) {
 	}
 }
 
+// BenchmarkVerifyReplay puts Verify with replay refusal (impl=replay, the
+// default: an in-memory store) beside Verify without it (impl=webhook,
+// AllowReplays), on the same deliveries: every iteration verifies a delivery
+// of its own, one per millisecond of a clock that advances with them, so the
+// store holds the 300,001 entries of 1,000 deliveries per second in a
+// 5-minute window once the first 5 minutes have passed. The deliveries are
+// signed in batches, with the timer stopped.
+//
+//	go test -run '^$' -bench VerifyReplay -count 6 > replay.txt
+//	benchstat -col /impl replay.txt
+func BenchmarkVerifyReplay(b *testing.B) {
+	const batch = 4096
+	for _, size := range benchSizes {
+		body := bytes.Repeat([]byte("a"), size.n)
+		for _, impl := range []string{"webhook", "replay"} {
+			b.Run("impl="+impl+"/size="+size.name, func(b *testing.B) {
+				base := testNow.UnixMilli()
+				var now time.Time
+				v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+					Now:          func() time.Time { return now },
+					AllowReplays: impl == "webhook",
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				headers := make([]http.Header, batch)
+				for i := range headers {
+					headers[i] = signedHeader(testSecret, base, body)
+				}
+				sign := func(from int64) {
+					for i, h := range headers {
+						ts := base + from + int64(i)
+						h[webhook.HeaderTimestamp][0] = strconv.FormatInt(ts, 10)
+						h[webhook.HeaderSignature][0] = webhook.Sign(testSecret, ts, body)
+					}
+				}
+				b.ReportAllocs()
+				b.SetBytes(int64(size.n))
+				var n int64
+				for b.Loop() {
+					i := n % batch
+					if i == 0 {
+						b.StopTimer()
+						sign(n)
+						b.StartTimer()
+					}
+					now = time.UnixMilli(base + n)
+					if err := v.Verify(headers[i], body); err != nil {
+						b.Fatal(err)
+					}
+					n++
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkMiddleware serves one signed 1 KiB request through the
 // middleware, beside the floor: a handler that reads the body into a pooled
 // buffer and verifies it with the pooled HMAC, as a hand-written receiver
@@ -143,7 +201,10 @@ func BenchmarkVerify(b *testing.B) {
 func BenchmarkMiddleware(b *testing.B) {
 	body := bytes.Repeat([]byte("a"), 1<<10)
 	h := signedHeader(testSecret, testNow.UnixMilli(), body)
-	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{Now: func() time.Time { return testNow }})
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+		Now:          func() time.Time { return testNow },
+		AllowReplays: true, // one request, served again and again
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -442,3 +442,27 @@ func ExampleHealthOptions_notAnswering() {
 	// tenant-8 delivered: true
 	// OnChange: https://127.0.0.1 down true, one URL: true, tenant-7's: true
 }
+
+// A Verifier remembers each delivery it accepted until it leaves the
+// window: a copy (from a log, a proxy, a debugging session) is refused,
+// while the sender's retry, signed afresh, is accepted.
+func ExampleVerifier_Verify_replay() {
+	secret := "whsec_test_secret"
+	v, err := webhook.NewVerifier([]string{secret}, nil) // ReplayStore: nil is a MemoryReplayStore
+	if err != nil {
+		log.Fatal(err)
+	}
+	body := []byte(`{"event":"user.identified"}`)
+	sent := time.Now()
+	delivery := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, sent)
+	retry := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, sent.Add(time.Second))
+
+	fmt.Println("delivery:", v.Verify(delivery, body))
+	err = v.Verify(delivery, body)
+	fmt.Println("its copy:", errors.Is(err, webhook.ErrReplayed), errors.Is(err, webhook.ErrVerification))
+	fmt.Println("the sender's retry:", v.Verify(retry, body))
+	// Output:
+	// delivery: <nil>
+	// its copy: true true
+	// the sender's retry: <nil>
+}

@@ -34,7 +34,7 @@ func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 	if err != nil {
 		return body, err
 	}
-	return body, v.Verify(r.Header, body)
+	return body, v.verify(r.Context(), r.Header, body)
 }
 
 // bodyReader is the restored r.Body: the bytes read, in one allocation.
@@ -60,7 +60,7 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	rd.r.Reset(body)
 	r.Body = rd
 	if err == nil {
-		err = v.Verify(r.Header, body)
+		err = v.verify(r.Context(), r.Header, body)
 	}
 	if err != nil {
 		v.refuse(w, r, err)
@@ -158,9 +158,12 @@ func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte,
 
 // Middleware returns a handler that verifies each request before passing it
 // to next, with r.Body holding the identical bytes. A refused request gets
-// 401 (413 when the body is over the limit, 400 when it cannot be read) with
-// a short generic body, or VerifierOptions.ErrorHandler's answer; the precise
-// reason goes to VerifierOptions.Logger and ErrorHandler, never to the client.
+// 401 (413 when the body is over the limit, 400 when it cannot be read, 503
+// when the replay store failed) with a short generic body, or
+// VerifierOptions.ErrorHandler's answer; the precise reason goes to
+// VerifierOptions.Logger and ErrorHandler, never to the client. A replay is
+// answered 401 like any failed verification, and logged as
+// "webhook: replayed delivery refused".
 //
 // Its shape fits routers' Use methods, such as chi's r.Use(v.Middleware).
 // The body is read into a recycled buffer: as net/http's Handler contract
@@ -180,7 +183,11 @@ func (v *Verifier) Middleware(next http.Handler) http.Handler {
 // refuse answers a request that failed verification or could not be read.
 func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if v.logger != nil { // nil only in a zero Verifier
-		v.logger.LogAttrs(r.Context(), slog.LevelWarn, "webhook: request refused",
+		msg := "webhook: request refused"
+		if errors.Is(err, ErrReplayed) {
+			msg = "webhook: replayed delivery refused"
+		}
+		v.logger.LogAttrs(r.Context(), slog.LevelWarn, msg,
 			slog.String("reason", err.Error()), slog.String("remote", r.RemoteAddr))
 	}
 	if v.onError != nil {
@@ -192,6 +199,8 @@ func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 	case errors.Is(err, ErrUnreadableBody): // the client went away or sent garbage
 		http.Error(w, "bad request", http.StatusBadRequest)
+	case errors.Is(err, ErrReplayStore): // perhaps authentic: let the sender retry
+		http.Error(w, "service unavailable", http.StatusServiceUnavailable)
 	default:
 		http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
 	}

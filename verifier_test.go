@@ -148,9 +148,9 @@ func TestVerifier_Verify(t *testing.T) {
 			return h
 		}, body, nil, ""},
 	}
-	v := newTestVerifier(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			v := newTestVerifier(t) // each case alone: several sign the same delivery
 			err := v.Verify(tc.header(), tc.body)
 			if tc.wantErr == nil {
 				require.NoError(t, err)
@@ -304,21 +304,29 @@ func TestVerifier_ZeroValueWithSecretsUsesTheDefaults(t *testing.T) {
 		ts   time.Time
 		want int
 	}{
-		{body, now, http.StatusOK},
+		{body, now.Add(time.Millisecond), http.StatusOK}, // not the delivery verified above: that would be a replay
 		{body, now.Add(-time.Hour), http.StatusUnauthorized},
 		{big, now, http.StatusRequestEntityTooLarge},
 	} {
 		rec := httptest.NewRecorder()
 		v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, newSignedRequest(testSecret, tc.ts.UnixMilli(), tc.body))
 		assert.Equal(t, tc.want, rec.Code)
-		_, err := v.VerifyRequest(newSignedRequest(testSecret, tc.ts.UnixMilli(), tc.body))
+		_, err := v.VerifyRequest(newSignedRequest(testSecret, tc.ts.Add(time.Millisecond).UnixMilli(), tc.body))
 		assert.Equal(t, tc.want == http.StatusOK, err == nil, "VerifyRequest: %v", err)
 	}
+	req := newSignedRequest(testSecret, now.Add(10*time.Millisecond).UnixMilli(), body)
+	req2 := newSignedRequest(testSecret, now.Add(10*time.Millisecond).UnixMilli(), body)
+	_, err := v.VerifyRequest(req)
+	require.NoError(t, err)
+	_, err = v.VerifyRequest(req2)
+	assert.ErrorIs(t, err, webhook.ErrReplayed, "the zero Verifier refuses replays too")
 }
 
 func TestVerifier_SetSecretsWhileServing(t *testing.T) {
 	body := []byte(`{"event":"user.identified"}`)
-	v, err := webhook.NewVerifier([]string{"whsec_old"}, nil)
+	// Replays allowed: requests signed in the same millisecond are the same
+	// delivery, and this test is about secrets.
+	v, err := webhook.NewVerifier([]string{"whsec_old"}, &webhook.VerifierOptions{AllowReplays: true})
 	require.NoError(t, err)
 	handler := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	serve := func(secret string) int {

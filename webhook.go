@@ -26,8 +26,11 @@
 // body size ([DefaultMaxBodyBytes]). [Verifier.Middleware] wraps any
 // http.Handler and answers 401 (413 for a body over the limit) to what fails;
 // [NewHandler] also decodes the [Payload] and calls a function for each
-// [EventUserIdentified] delivery. [Verify] checks one request against one
-// secret with the defaults.
+// [EventUserIdentified] delivery. A Verifier refuses replays: a delivery it
+// accepted is remembered until it leaves the window, and an exact repeat
+// fails with [ErrReplayed], in bounded memory or a shared [ReplayStore].
+// [Verify] checks one request against one secret with the defaults, and
+// keeps no memory.
 //
 //	v, err := webhook.NewVerifier([]string{os.Getenv("WEBHOOK_SECRET")}, nil)
 //	...

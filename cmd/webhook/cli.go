@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/signedhook/webhook/internal/redact"
+)
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitFailed = 1 // did not verify, or was not delivered
+	exitUsage  = 2
+)
+
+// command is one subcommand, in cmd/go's shape: its usage line, short
+// help, flags and run function.
+type command struct {
+	name  string
+	args  string // after the flags, for the usage line
+	short string
+	long  string
+	flags func(fs *flag.FlagSet, e *env) func(ctx context.Context, args []string) int
+}
+
+// env is what a command runs with: its streams and environment.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// usageError is an error of the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+var commands = []*command{triggerCmd, listenCmd, verifyCmd, signCmd}
+
+// run runs the command line args and returns the exit status. ctx ends
+// listen.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	if len(args) == 0 {
+		topUsage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		topUsage(stdout)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		fs := flag.NewFlagSet("webhook "+c.name, flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		runCmd := c.flags(fs, e)
+		printUsage := func(w io.Writer) {
+			fmt.Fprintf(w, "usage: webhook %s [flags] %s\n\n%s\n\nFlags:\n", c.name, c.args, c.long)
+			fs.SetOutput(w)
+			fs.PrintDefaults()
+			fs.SetOutput(io.Discard)
+		}
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printUsage(stdout)
+				return exitOK
+			}
+			fmt.Fprintf(stderr, "webhook %s: %s\n", c.name, redact.Printable(err.Error()))
+			fmt.Fprintf(stderr, "run 'webhook %s -h' for usage\n", c.name)
+			return exitUsage
+		}
+		return runCmd(ctx, fs.Args())
+	}
+	fmt.Fprintf(stderr, "webhook: unknown command %q\n", redact.PrintableCut(args[0], 40))
+	topUsage(stderr)
+	return exitUsage
+}
+
+func topUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: webhook <command> [flags] [arguments]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Build and debug a receiver of the service's signed webhooks. Commands:")
+	fmt.Fprintln(w)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.short)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'webhook <command> -h' for a command's flags. Exit status: 0 success,")
+	fmt.Fprintln(w, "1 did not verify or was not delivered, 2 usage error.")
+}
+
+// fail reports err and returns its exit status: 2 for a usage error, 1
+// otherwise.
+func (e *env) fail(name string, err error) int {
+	fmt.Fprintf(e.stderr, "webhook %s: %s\n", name, redact.Printable(err.Error()))
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitFailed
+}
+
+// secretFlags are where a command reads its secrets: never the command
+// line, where the shell's history and ps would show them.
+type secretFlags struct {
+	envName string
+	file    string
+}
+
+func (s *secretFlags) register(fs *flag.FlagSet, several bool) {
+	fs.StringVar(&s.envName, "secret-env", "WEBHOOK_SECRET", "the `name` of the environment variable holding the secret")
+	help := "a `file` holding the secret (instead of the environment variable)"
+	if several {
+		help = "a `file` holding the secrets, one a line: the old and the new one during a rotation (instead of the environment variable)"
+	}
+	fs.StringVar(&s.file, "secret-file", "", help)
+}
+
+// load returns the secrets: the lines of the file (blank lines and lines
+// starting with # skipped), or the environment variable's value. Its errors
+// name where it looked, never what it found.
+func (s *secretFlags) load(e *env, several bool) ([]string, error) {
+	if s.file != "" {
+		data, err := os.ReadFile(s.file)
+		if err != nil {
+			return nil, usagef("cannot read the secret file: %v", err)
+		}
+		var secrets []string
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line != "" && !strings.HasPrefix(line, "#") {
+				secrets = append(secrets, line)
+			}
+		}
+		switch {
+		case len(secrets) == 0:
+			return nil, usagef("the secret file %s holds no secret", redact.Printable(s.file))
+		case len(secrets) > 1 && !several:
+			return nil, usagef("the secret file %s holds %d lines; this command signs with one secret", redact.Printable(s.file), len(secrets))
+		}
+		return secrets, nil
+	}
+	secret := strings.TrimSpace(e.getenv(s.envName))
+	if secret == "" {
+		return nil, usagef("no secret: set the environment variable %s (\"Show Secret\" in the dashboard) or give -secret-file", redact.Printable(s.envName))
+	}
+	return []string{secret}, nil
+}
+
+// readInput reads name, or standard input for "-".
+func (e *env) readInput(name string) ([]byte, error) {
+	if name == "-" {
+		data, err := io.ReadAll(e.stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading standard input: %w", err)
+		}
+		return data, nil
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return data, nil
+}
+
+// headerFlags collects repeated -H "Name: value" flags.
+type headerFlags map[string]string
+
+func (h headerFlags) String() string { return "" }
+
+func (h headerFlags) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return errors.New("want Name: value")
+	}
+	h[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	return nil
+}

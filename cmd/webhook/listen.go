@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/internal/redact"
+)
+
+var listenCmd = &command{
+	name:  "listen",
+	short: "run a local verifying receiver; -forward URL passes deliveries on",
+	long: `Listen runs a receiver on this machine (plain HTTP, for use behind your own
+tunnel or proxy) that verifies every request as the library's Verifier does,
+replays refused, and prints each as it arrives: verified or refused and why,
+the event, the user, and how old it is. It answers 200 to what verifies and
+401 to the rest.
+
+With -forward URL it passes each verified delivery on to URL, byte for byte
+and with its headers, and answers what URL answered, as
+"stripe listen --forward-to" does; refused ones are not passed on. It runs
+until interrupted.`,
+	flags: func(fs *flag.FlagSet, e *env) func(context.Context, []string) int {
+		var secrets secretFlags
+		secrets.register(fs, true)
+		addr := fs.String("addr", "127.0.0.1:8080", "the `address` to listen on")
+		forward := fs.String("forward", "", "pass verified deliveries on to this `URL`")
+		tolerance := fs.Duration("tolerance", webhook.DefaultTolerance, "how far a timestamp may be from now, either way")
+		return func(ctx context.Context, args []string) int {
+			if len(args) != 0 {
+				return e.fail("listen", usagef("listen takes no arguments, got %d", len(args)))
+			}
+			if err := listen(ctx, e, &secrets, *addr, *forward, *tolerance); err != nil {
+				return e.fail("listen", err)
+			}
+			return exitOK
+		}
+	},
+}
+
+func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward string, tolerance time.Duration) error {
+	secrets, err := sf.load(e, true)
+	if err != nil {
+		return err
+	}
+	if tolerance <= 0 {
+		return usagef("-tolerance must be positive")
+	}
+	v, err := webhook.NewVerifier(secrets, &webhook.VerifierOptions{Tolerance: tolerance})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	l := &listener{e: e, v: v}
+	if forward != "" {
+		u, err := url.Parse(forward)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return usagef("-forward must be an absolute http:// or https:// URL")
+		}
+		l.forward = u
+		l.client = &http.Client{
+			Timeout:       webhook.DefaultAttemptTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+		defer l.client.CloseIdleConnections()
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	srv := &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(e.stdout, "listening on http://%s", ln.Addr())
+	if l.forward != nil {
+		fmt.Fprintf(e.stdout, ", forwarding verified deliveries to %s", redact.URL(forward))
+	}
+	fmt.Fprintln(e.stdout)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+		<-done
+		return nil
+	case err := <-done:
+		return err
+	}
+}
+
+// listener verifies, prints and forwards each request.
+type listener struct {
+	e       *env
+	v       *webhook.Verifier
+	forward *url.URL
+	client  *http.Client
+	mu      sync.Mutex // one printed line at a time
+}
+
+func (l *listener) printf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.e.stdout, format, args...)
+}
+
+func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	body, err := l.v.VerifyRequest(r)
+	head := fmt.Sprintf("%s  %s %s", arrived.Format("15:04:05.000"), redact.PrintableCut(r.Method, 10), redact.PrintableCut(r.URL.Path, 60))
+	if err != nil {
+		l.printf("%s  refused: %s\n", head, redact.Printable(err.Error()))
+		switch {
+		case errors.Is(err, webhook.ErrBodyTooLarge):
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		case errors.Is(err, webhook.ErrVerification):
+			http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
+		default:
+			http.Error(w, "bad request", http.StatusBadRequest)
+		}
+		return
+	}
+	what := "(not a payload)"
+	if p, err := webhook.ParsePayload(body); err == nil {
+		what = fmt.Sprintf("%s  %s <%s>", redact.PrintableCut(p.Event, 40), redact.PrintableCut(p.User.ID, 40), redact.PrintableCut(p.User.Email, 60))
+		if p.IsSendTest() {
+			what += " (Send Test)"
+		}
+	}
+	ts, _ := strconv.ParseInt(r.Header.Get(webhook.HeaderTimestamp), 10, 64)
+	line := fmt.Sprintf("%s  verified  %s  age %s", head, what, time.Duration(arrived.UnixMilli()-ts)*time.Millisecond)
+	if l.forward == nil {
+		l.printf("%s\n", line)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`)
+		return
+	}
+	status, err := l.pass(w, r, body)
+	if err != nil {
+		l.printf("%s  -> not forwarded: %s\n", line, redact.Printable(err.Error()))
+		http.Error(w, "forwarding failed", http.StatusBadGateway)
+		return
+	}
+	l.printf("%s  -> %s answered %d\n", line, redact.URL(l.forward.String()), status)
+}
+
+// hopByHop are the headers of one connection, not passed on.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// pass forwards the verified request with body, byte for byte with its
+// headers, and copies the answer to w. It returns the answer's status.
+func (l *listener) pass(w http.ResponseWriter, r *http.Request, body []byte) (int, error) {
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, l.forward.String(), bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	out.Header = r.Header.Clone()
+	for _, h := range hopByHop {
+		out.Header.Del(h)
+	}
+	resp, err := l.client.Do(out)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		return 0, ue.Err // without the URL: its path may be a credential
+	} else if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	for name, vs := range resp.Header {
+		w.Header()[name] = vs
+	}
+	for _, h := range hopByHop {
+		w.Header().Del(h)
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// shellWords splits a POSIX shell command line of single-quoted and plain
+// words, with backslash-newline continuations: what sign prints.
+func shellWords(t *testing.T, s string) []string {
+	t.Helper()
+	var words []string
+	var w strings.Builder
+	inWord, quoted := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quoted:
+			if c == '\'' {
+				quoted = false
+			} else {
+				w.WriteByte(c)
+			}
+		case c == '\'':
+			quoted, inWord = true, true
+		case c == '\\' && i+1 < len(s):
+			i++
+			if s[i] != '\n' {
+				w.WriteByte(s[i])
+				inWord = true
+			}
+		case c == ' ' || c == '\n' || c == '\t':
+			if inWord {
+				words = append(words, w.String())
+				w.Reset()
+				inWord = false
+			}
+		default:
+			w.WriteByte(c)
+			inWord = true
+		}
+	}
+	require.False(t, quoted, "unterminated quote")
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
+}
+
+// curlRequest parses the curl command sign printed into a request.
+func curlRequest(t *testing.T, out string) *http.Request {
+	t.Helper()
+	i := strings.Index(out, "curl ")
+	require.GreaterOrEqual(t, i, 0, out)
+	words := shellWords(t, out[i:])
+	require.Equal(t, "curl", words[0])
+	var method, target string
+	var body []byte
+	h := http.Header{}
+	for j := 1; j < len(words); j++ {
+		switch words[j] {
+		case "-sS":
+		case "-X":
+			j++
+			method = words[j]
+		case "-H":
+			j++
+			name, value, ok := strings.Cut(words[j], ": ")
+			require.True(t, ok, words[j])
+			h.Add(name, value)
+		case "--data-binary":
+			j++
+			if file, ok := strings.CutPrefix(words[j], "@"); ok {
+				data, err := os.ReadFile(file)
+				require.NoError(t, err)
+				body = data
+			} else {
+				body = []byte(words[j])
+			}
+		default:
+			require.Empty(t, target, "one URL: %q", words[j])
+			target = words[j]
+		}
+	}
+	r := httptest.NewRequest(method, target, bytes.NewReader(body))
+	r.Header = h
+	return r
+}
+
+func TestSign_CurlCommandVerifies(t *testing.T) {
+	odd := writeFile(t, "it's.json", []byte("{\"event\":\"user.identified\",\"note\":\"it's \\\"quoted\\\"\"}\n"))
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+	}{
+		{"sample payload", "", nil},
+		{"body from a file", "", []string{"-body", odd}},
+		{"body from standard input", "{\"event\":\"user.identified\",\n\"a\":\"it's\"}", []string{"-body", "-"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"sign", "-url", "https://127.0.0.1:8443/webhooks?k=1", "-method", "PUT"}, tc.args...)
+			res := runCmd(t, tc.stdin, args...)
+			require.Equal(t, exitOK, res.code, res.stderr)
+			for _, name := range []string{webhook.HeaderEvent, webhook.HeaderTimestamp, webhook.HeaderSignature} {
+				assert.Contains(t, res.stdout, name+": ")
+			}
+			r := curlRequest(t, res.stdout)
+			assert.Equal(t, http.MethodPut, r.Method)
+			assert.Equal(t, "/webhooks", r.URL.Path)
+			body, err := io.ReadAll(r.Body)
+			require.NoError(t, err)
+			require.NoError(t, webhook.Verify(testSecret, r.Header, body), "the curl command's headers verify")
+			assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+
+			// And a receiver accepts what curl would send.
+			v, err := webhook.NewVerifier([]string{testSecret}, nil)
+			require.NoError(t, err)
+			rec := httptest.NewRecorder()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, r)
+			assert.Equal(t, http.StatusOK, rec.Code)
+		})
+	}
+	res := runCmd(t, "ok\x1b[2J", "sign", "-body", "-")
+	assert.Equal(t, exitUsage, res.code, "a body with terminal escapes is not printed")
+	assert.NotContains(t, res.stdout+res.stderr, "\x1b")
+}
+
+// target is the customer's application behind listen -forward: it records
+// what it got and answers 202.
+type target struct {
+	mu  sync.Mutex
+	got []*http.Request
+	raw [][]byte
+}
+
+func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	tg.mu.Lock()
+	tg.got, tg.raw = append(tg.got, r), append(tg.raw, body)
+	tg.mu.Unlock()
+	w.Header().Set("X-App", "crm")
+	w.WriteHeader(http.StatusAccepted)
+	io.WriteString(w, `{"queued":true}`)
+}
+
+func (tg *target) received() ([]*http.Request, [][]byte) {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]*http.Request(nil), tg.got...), append([][]byte(nil), tg.raw...)
+}
+
+// startListen runs listen with args until the test ends, and returns its
+// base URL and its output.
+func startListen(t *testing.T, args ...string) (string, *lines) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := newLines()
+	done := make(chan int)
+	getenv := func(name string) string {
+		if name == "WEBHOOK_SECRET" {
+			return testSecret
+		}
+		return ""
+	}
+	go func() {
+		done <- run(ctx, append([]string{"listen", "-addr", "127.0.0.1:0"}, args...), strings.NewReader(""), out, out, getenv)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		assert.Equal(t, exitOK, <-done)
+		assert.NotContains(t, out.String(), testSecret)
+	})
+	first := <-out.each
+	addr, ok := strings.CutPrefix(first, "listening on ")
+	require.True(t, ok, first)
+	addr, _, _ = strings.Cut(addr, ",")
+	return addr, out
+}
+
+func post(t *testing.T, url string, h http.Header, body []byte) (*http.Response, []byte) {
+	t.Helper()
+	r, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	require.NoError(t, err)
+	r.Header = h
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(r)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, got
+}
+
+func TestListen_ForwardsVerifiedDeliveriesByteIdentical(t *testing.T) {
+	app := &target{}
+	appSrv := httptest.NewServer(app)
+	defer appSrv.Close()
+	base, out := startListen(t, "-forward", appSrv.URL+"/crm/hook")
+
+	body := []byte("{\"event\":\"user.identified\", \"user\":{\"id\":\"usr_1\",\"email\":\"ada@example.com\"}}\n")
+	h := webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now())
+	h.Set("Authorization", "Bearer k_123")
+	resp, answer := post(t, base+"/webhooks", h, body)
+	assert.Equal(t, http.StatusAccepted, resp.StatusCode, "what the target answered")
+	assert.Equal(t, `{"queued":true}`, string(answer))
+	assert.Equal(t, "crm", resp.Header.Get("X-App"))
+	line := <-out.each
+	assert.Contains(t, line, "verified")
+	assert.Contains(t, line, "usr_1 <ada@example.com>")
+	assert.Contains(t, line, "answered 202")
+
+	got, raw := app.received()
+	require.Len(t, got, 1)
+	assert.Equal(t, body, raw[0], "byte for byte")
+	assert.Equal(t, "/crm/hook", got[0].URL.Path)
+	for _, name := range []string{webhook.HeaderEvent, webhook.HeaderTimestamp, webhook.HeaderSignature, "Content-Type", "Authorization"} {
+		assert.Equal(t, h.Get(name), got[0].Header.Get(name), name)
+	}
+	assert.NoError(t, webhook.Verify(testSecret, got[0].Header, raw[0]), "the target can verify it too")
+
+	// A tampered delivery, and a replay of the first, are refused and not passed on.
+	tampered := bytes.Replace(body, []byte("ada@"), []byte("eve@"), 1)
+	resp, _ = post(t, base+"/webhooks", webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now()), tampered)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Contains(t, <-out.each, "refused: webhook: signature mismatch")
+	resp, _ = post(t, base+"/webhooks", h, body)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Contains(t, <-out.each, "refused: webhook: replayed delivery")
+	got, _ = app.received()
+	assert.Len(t, got, 1, "only the verified delivery reached the target")
+}
+
+func TestListen_WithoutForwardAnswers200(t *testing.T) {
+	base, out := startListen(t)
+	body := []byte(`{"event":"user.identified","user":{"id":"usr_2","email":"x\u001b[2J@example.com"}}`)
+	resp, _ := post(t, base+"/hooks", webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now()), body)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	line := <-out.each
+	assert.Contains(t, line, "verified")
+	assert.Contains(t, line, "age ")
+	assert.NotContains(t, line, "\x1b", "receiver text is printable")
+}

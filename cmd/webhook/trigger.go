@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/internal/redact"
+)
+
+// retryPolicy is the policy of trigger -retry: the service's schedule.
+// Tests replace it with a fast one.
+var retryPolicy = webhook.DefaultRetryPolicy
+
+var triggerCmd = &command{
+	name:  "trigger",
+	args:  "URL",
+	short: "send one delivery to URL, signed exactly as the service signs it",
+	long: `Trigger sends one delivery to URL as the service sends it: the connection's
+method and custom headers, the X-Service-* headers, a fresh millisecond
+timestamp and signature, and the sample payload (that of "Send Test"), or
+-payload FILE (- for standard input), checked to be a payload unless -raw.
+It prints each attempt as it happens, then the attempt log. With -retry it
+retries on the service's schedule: up to 3 retries, after 1 s, 2 s and 4 s,
+each attempt signed afresh.
+
+Like the service, it sends only to https:// URLs of public addresses, unless
+told otherwise: -allow-http for a plain http:// URL and -allow-private for
+loopback and private addresses, such as a receiver on this machine.`,
+	flags: func(fs *flag.FlagSet, e *env) func(context.Context, []string) int {
+		var secrets secretFlags
+		secrets.register(fs, false)
+		headers := headerFlags{}
+		payload := fs.String("payload", "", "send this `file`'s body (- for standard input) instead of the sample payload")
+		raw := fs.Bool("raw", false, "send -payload as given, without checking that it is a payload")
+		event := fs.String("event", "", "the X-Service-Event header (default: the payload's event)")
+		method := fs.String("method", "POST", "the connection's method: POST, PUT or PATCH")
+		fs.Var(headers, "H", "a custom `header` of the connection, \"Name: value\" (repeatable)")
+		retry := fs.Bool("retry", false, "retry failures on the service's schedule (1 s, 2 s, 4 s)")
+		allowHTTP := fs.Bool("allow-http", false, "allow a plain http:// URL")
+		allowPrivate := fs.Bool("allow-private", false, "allow loopback, private and other non-public addresses")
+		cacert := fs.String("cacert", "", "also trust the certificates of this PEM `file` (a receiver with a certificate of its own)")
+		timeout := fs.Duration("timeout", webhook.DefaultAttemptTimeout, "how long one attempt may take")
+		return func(ctx context.Context, args []string) int {
+			if len(args) != 1 {
+				return e.fail("trigger", usagef("want one URL, got %d arguments", len(args)))
+			}
+			t := trigger{e: e, url: args[0], method: *method, headers: headers, event: *event,
+				payload: *payload, raw: *raw, retry: *retry, allowHTTP: *allowHTTP,
+				allowPrivate: *allowPrivate, cacert: *cacert, timeout: *timeout}
+			code, err := t.run(ctx, &secrets)
+			if err != nil {
+				return e.fail("trigger", err)
+			}
+			return code
+		}
+	},
+}
+
+type trigger struct {
+	e                       *env
+	url, method, event      string
+	headers                 map[string]string
+	payload                 string
+	raw, retry              bool
+	allowHTTP, allowPrivate bool
+	cacert                  string
+	timeout                 time.Duration
+}
+
+func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
+	secrets, err := sf.load(t.e, false)
+	if err != nil {
+		return 0, err
+	}
+	u, err := url.Parse(t.url)
+	if err != nil || u.Host == "" {
+		return 0, usagef("%s is not an absolute URL", redact.PrintableCut(t.url, 80))
+	}
+	plain := false
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !t.allowHTTP {
+			return 0, usagef("%s is plain http://; the service sends only to https:// (give -allow-http for a receiver of your own)", redact.URL(t.url))
+		}
+		// The library's Sender sends only to https:// URLs: it is given
+		// the URL as https://, and the transport below sends it as http://.
+		plain, u.Scheme = true, "https"
+		if u.Port() == "" {
+			u.Host += ":80"
+		}
+	default:
+		return 0, usagef("%s: want an https:// URL", redact.URL(t.url))
+	}
+	event, body, err := t.body()
+	if err != nil {
+		return 0, err
+	}
+	client, err := t.client(plain)
+	if err != nil {
+		return 0, err
+	}
+	policy := &webhook.RetryPolicy{MaxRetries: 0}
+	if t.retry {
+		policy = retryPolicy()
+	}
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client:         client,
+		Retry:          policy,
+		AttemptTimeout: t.timeout,
+		OnAttempt: func(_ context.Context, _ webhook.Connection, a webhook.Attempt) {
+			fmt.Fprintln(t.e.stdout, a)
+		},
+	})
+	if err != nil {
+		return 0, usagef("%v", err)
+	}
+	defer s.CloseIdleConnections()
+	conn := webhook.Connection{Name: "webhook trigger", URL: u.String(), Method: t.method, Headers: t.headers, Secret: secrets[0]}
+	shown := redact.URL(t.url)
+	fmt.Fprintf(t.e.stdout, "sending %s to %s (%s, %d bytes)\n", redact.Printable(conn.Method), shown, redact.Printable(event), len(body))
+	res, err := s.SendBytes(ctx, conn, event, body)
+	if len(res.Attempts) == 0 { // nothing sent: an invalid connection or body
+		return 0, usagef("%v", err)
+	}
+	fmt.Fprintln(t.e.stdout)
+	res.WriteTable(t.e.stdout)
+	last := res.Attempts[len(res.Attempts)-1]
+	if err != nil {
+		fmt.Fprintf(t.e.stdout, "not delivered: %s\n", last.Diagnosis())
+		if errors.Is(last.Err, webhook.ErrBlockedDestination) {
+			fmt.Fprintln(t.e.stdout, "give -allow-private to send to a receiver on this machine or your network")
+		}
+		return exitFailed, nil
+	}
+	fmt.Fprintf(t.e.stdout, "delivered: %s answered %d\n", shown, last.StatusCode)
+	return exitOK, nil
+}
+
+// body returns the event and body to send: the sample payload, or the
+// -payload file checked to be a payload unless -raw.
+func (t *trigger) body() (string, []byte, error) {
+	if t.payload == "" {
+		p := webhook.SamplePayload(time.Now())
+		body, err := json.Marshal(p)
+		return firstOf(t.event, p.Event), body, err
+	}
+	body, err := t.e.readInput(t.payload)
+	if err != nil {
+		return "", nil, err
+	}
+	if t.raw {
+		return firstOf(t.event, webhook.EventUserIdentified), body, nil
+	}
+	p, err := webhook.ParsePayload(body)
+	if err == nil {
+		err = p.Validate()
+	}
+	if err != nil {
+		return "", nil, usagef("%v (give -raw to send it as it is)", err)
+	}
+	return firstOf(t.event, p.Event), body, nil
+}
+
+func firstOf(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// client returns the Sender's client: on the library's guarded transport,
+// trusting -cacert, allowing private addresses with -allow-private, and
+// sending https:// requests as http:// when plain.
+func (t *trigger) client(plain bool) (*http.Client, error) {
+	opts := &webhook.TransportOptions{AllowPrivateNetworks: t.allowPrivate}
+	if t.cacert != "" {
+		pem, err := os.ReadFile(t.cacert)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("%s holds no PEM certificate", redact.Printable(t.cacert))
+		}
+		opts.TLSClientConfig = &tls.Config{RootCAs: pool}
+	}
+	var rt http.RoundTripper = webhook.NewTransport(opts)
+	if plain {
+		rt = plainHTTP{rt}
+	}
+	return &http.Client{Transport: rt}, nil
+}
+
+// plainHTTP sends each request as http://: trigger -allow-http. It wraps
+// the library's transport, so it keeps its private-network guard.
+type plainHTTP struct{ rt http.RoundTripper }
+
+func (p plainHTTP) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.URL.Scheme = "http"
+	return p.rt.RoundTrip(r)
+}
+
+// CloseIdleConnections closes the idle connections of the wrapped
+// transport, for Sender.CloseIdleConnections.
+func (p plainHTTP) CloseIdleConnections() {
+	if c, ok := p.rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func customPayload(t *testing.T) []byte {
+	p := webhook.SamplePayload(time.Now())
+	p.User.ID = webhook.UserID("custom_42")
+	p.User.Email = "ada@example.com"
+	p.User.Metadata = webhook.Metadata{"plan": "pro", "source": "cli-test"}
+	body, err := json.MarshalIndent(p, "", "  ") // sent as given: not the service's compact form
+	require.NoError(t, err)
+	return body
+}
+
+func TestTrigger_CustomPayloadReachesVerifyingReceiver(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	body := customPayload(t)
+	for _, source := range []string{"file", "stdin"} {
+		t.Run(source, func(t *testing.T) {
+			srv.Clear()
+			args := []string{"trigger", "-allow-private", "-cacert", caFile(t, srv), "-method", "PUT", "-H", "Authorization: Bearer k_123"}
+			stdin := ""
+			if source == "file" {
+				args = append(args, "-payload", writeFile(t, "payload.json", body))
+			} else {
+				args, stdin = append(args, "-payload", "-"), string(body)
+			}
+			res := runCmd(t, stdin, append(args, srv.URL+"/webhooks")...)
+			require.Equal(t, exitOK, res.code, "stdout: %s\nstderr: %s", res.stdout, res.stderr)
+			assert.Contains(t, res.stdout, "delivered")
+			assert.Contains(t, res.stdout, "attempt 1")
+
+			got := srv.Deliveries()
+			require.Len(t, got, 1)
+			assert.NoError(t, got[0].Err, "the receiver verified it")
+			assert.Equal(t, body, got[0].Body, "byte for byte")
+			assert.Equal(t, http.MethodPut, got[0].Method)
+			assert.Equal(t, "Bearer k_123", got[0].Header.Get("Authorization"))
+			assert.Equal(t, webhook.EventUserIdentified, got[0].Header.Get(webhook.HeaderEvent))
+		})
+	}
+}
+
+func TestTrigger_PayloadIsCheckedUnlessRaw(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	notPayload := writeFile(t, "body.json", []byte(`{"hello":"world"}`))
+	res := runCmd(t, "", "trigger", "-allow-private", "-cacert", caFile(t, srv), "-payload", notPayload, srv.URL)
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, "-raw")
+	assert.Empty(t, srv.Deliveries())
+
+	res = runCmd(t, "", "trigger", "-allow-private", "-cacert", caFile(t, srv), "-payload", notPayload, "-raw", "-event", "custom.event", srv.URL)
+	require.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	got := srv.Deliveries()
+	require.Len(t, got, 1)
+	assert.NoError(t, got[0].Err)
+	assert.Equal(t, `{"hello":"world"}`, string(got[0].Body))
+	assert.Equal(t, "custom.event", got[0].Header.Get(webhook.HeaderEvent))
+}
+
+func TestTrigger_PlainHTTPAndPrivateAddressesOnlyWhenAsked(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{testSecret}, nil)
+	require.NoError(t, err)
+	var got atomic.Int32
+	plain := httptest.NewServer(v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Add(1) })))
+	defer plain.Close()
+
+	res := runCmd(t, "", "trigger", plain.URL)
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, "-allow-http")
+
+	res = runCmd(t, "", "trigger", "-allow-http", plain.URL)
+	assert.Equal(t, exitFailed, res.code, "loopback is private")
+	assert.Contains(t, res.stdout, "-allow-private")
+
+	res = runCmd(t, "", "trigger", "-allow-http", "-allow-private", plain.URL+"/hooks")
+	require.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	assert.Equal(t, int32(1), got.Load(), "verified by the receiver")
+
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	res = runCmd(t, "", "trigger", "-cacert", caFile(t, srv), srv.URL)
+	assert.Equal(t, exitFailed, res.code, "https to loopback needs -allow-private too")
+	assert.Empty(t, srv.Deliveries(), "nothing was sent")
+}
+
+func TestTrigger_RetryFollowsThePolicy(t *testing.T) {
+	retryPolicy = func() *webhook.RetryPolicy {
+		p := webhook.DefaultRetryPolicy()
+		p.Backoff = func(int, *http.Response) time.Duration { return 2 * time.Millisecond }
+		return p
+	}
+	defer func() { retryPolicy = webhook.DefaultRetryPolicy }()
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+
+	srv.Script(webhooktest.Status(503), webhooktest.Status(503))
+	res := runCmd(t, "", "trigger", "-allow-private", "-cacert", caFile(t, srv), srv.URL)
+	assert.Equal(t, exitFailed, res.code, "without -retry, one attempt")
+	assert.Len(t, srv.Deliveries(), 1)
+
+	srv.Clear()
+	srv.Script(webhooktest.Status(503), webhooktest.Status(500))
+	res = runCmd(t, "", "trigger", "-retry", "-allow-private", "-cacert", caFile(t, srv), srv.URL)
+	require.Equal(t, exitOK, res.code, res.stdout)
+	got := srv.Deliveries()
+	require.Len(t, got, 3)
+	for _, d := range got {
+		assert.NoError(t, d.Err, "every attempt signed afresh")
+	}
+	assert.NotEqual(t, got[0].Header.Get(webhook.HeaderSignature), got[2].Header.Get(webhook.HeaderSignature))
+
+	srv.Clear()
+	srv.Script(webhooktest.Status(503), webhooktest.Status(503), webhooktest.Status(503), webhooktest.Status(503))
+	res = runCmd(t, "", "trigger", "-retry", "-allow-private", "-cacert", caFile(t, srv), srv.URL)
+	assert.Equal(t, exitFailed, res.code)
+	assert.Len(t, srv.Deliveries(), 4, "1 attempt and the spec's 3 retries")
+	assert.Contains(t, res.stdout, "not delivered")
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// captured returns r as httputil.DumpRequest writes it.
+func captured(t *testing.T, h http.Header, body []byte) []byte {
+	t.Helper()
+	r, err := http.NewRequest(http.MethodPost, "http://receiver.example/webhooks", bytes.NewReader(body))
+	require.NoError(t, err)
+	r.Header = h
+	dump, err := httputil.DumpRequest(r, true)
+	require.NoError(t, err)
+	return dump
+}
+
+func TestVerify_NamesTheCause(t *testing.T) {
+	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	p := webhook.SamplePayload(now)
+	body, err := json.Marshal(p)
+	require.NoError(t, err)
+	indented, err := json.MarshalIndent(p, "", "  ")
+	require.NoError(t, err)
+	var asMap map[string]any
+	require.NoError(t, json.Unmarshal(body, &asMap))
+	sortedKeys, err := json.Marshal(asMap) // what a decode into a map and re-encode gives
+	require.NoError(t, err)
+	signed := func(secret string, at time.Time) http.Header {
+		return webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, at)
+	}
+	edit := func(h http.Header, name, value string) http.Header {
+		h = h.Clone()
+		if value == "" {
+			h.Del(name)
+		} else {
+			h.Set(name, value)
+		}
+		return h
+	}
+	inSeconds := edit(signed(testSecret, now), webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	inSeconds.Set(webhook.HeaderSignature, webhook.Sign(testSecret, now.Unix(), body)) // a sender that signs seconds
+
+	tests := []struct {
+		name   string
+		header http.Header
+		body   []byte
+		want   int
+		says   []string
+	}{
+		{"verifies", signed(testSecret, now.Add(-2*time.Second)), body, exitOK, []string{"verified", "secret 2 of 2", "2s old"}},
+		{"no secret matches", signed("whsec_another_connection", now), body, exitFailed, []string{"none of the 2 secret(s) matches", "Show Secret"}},
+		{"body re-serialised with white space", signed(testSecret, now), indented, exitFailed, []string{"body was changed", "re-serialised", "white space", "secret 2"}},
+		{"body re-serialised in another field order", signed(testSecret, now), sortedKeys, exitFailed, []string{"body was changed", "re-serialised", "field order"}},
+		{"body changed", signed(testSecret, now), bytes.Replace(body, []byte("Test User"), []byte("Eve"), 1), exitFailed, []string{"none of the 2 secret(s) matches"}},
+		{"trailing line break added", signed(testSecret, now), append(bytes.Clone(body), '\n'), exitFailed, []string{"trailing line break was added"}},
+		{"timestamp in seconds", inSeconds, body, exitFailed, []string{"Unix time in seconds", "milliseconds"}},
+		{"too old", signed(testSecret, now.Add(-7*time.Minute)), body, exitFailed, []string{"matches secret 2", "7m0s old, 2m0s past the 5m0s window"}},
+		{"ahead", signed(testSecret, now.Add(6*time.Minute)), body, exitFailed, []string{"6m0s ahead of this clock, 1m0s past", "NTP"}},
+		{"signature header missing", edit(signed(testSecret, now), webhook.HeaderSignature, ""), body, exitFailed, []string{"X-Service-Signature is missing"}},
+		{"event header missing", edit(signed(testSecret, now), webhook.HeaderEvent, ""), body, exitFailed, []string{"X-Service-Event is missing"}},
+		{"signature malformed", edit(signed(testSecret, now), webhook.HeaderSignature, "sha256=abc"), body, exitFailed, []string{`"sha256=" and 64 hex digits`}},
+		{"signature without prefix", edit(signed(testSecret, now), webhook.HeaderSignature, strings.Repeat("a", 64)), body, exitFailed, []string{`does not start with "sha256="`}},
+		{"timestamp malformed", edit(signed(testSecret, now), webhook.HeaderTimestamp, "2026-11-21T10:00:00Z"), body, exitFailed, []string{"want Unix time in milliseconds"}},
+	}
+	secrets := writeFile(t, "secrets", []byte("whsec_the_old_secret\n"+testSecret+"\n"))
+	at := strconv.FormatInt(now.UnixMilli(), 10)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runCmd(t, "", "verify", "-secret-file", secrets, "-now", at, "-request", writeFile(t, "req.http", captured(t, tc.header, tc.body)))
+			assert.Equal(t, tc.want, res.code, res.stdout+res.stderr)
+			for _, s := range tc.says {
+				assert.Contains(t, res.stdout, s)
+			}
+			assert.NotContains(t, res.stdout, "\x1b", "printable output only")
+
+			// The same from headers and body files.
+			var hdr bytes.Buffer
+			require.NoError(t, tc.header.Write(&hdr))
+			res2 := runCmd(t, "", "verify", "-secret-file", secrets, "-now", at,
+				"-headers", writeFile(t, "headers", hdr.Bytes()), "-body", writeFile(t, "body", tc.body))
+			assert.Equal(t, res.code, res2.code)
+			assert.Equal(t, res.stdout, res2.stdout)
+		})
+	}
+}
+
+func TestVerify_OutputIsPrintable(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	h := webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now())
+	h.Set(webhook.HeaderTimestamp, "\x1b]0;owned\x07\u202e1")
+	dump := captured(t, h, body)
+	res := runCmd(t, string(dump), "verify", "-request", "-")
+	assert.NotEqual(t, exitOK, res.code)
+	var hdr bytes.Buffer
+	require.NoError(t, h.Write(&hdr))
+	res2 := runCmd(t, "", "verify", "-headers", writeFile(t, "h", hdr.Bytes()), "-body", writeFile(t, "b", body))
+	assert.NotEqual(t, exitOK, res2.code)
+	for _, out := range []string{res.stdout, res.stderr, res2.stdout, res2.stderr} {
+		assert.NotContains(t, out, "\x1b")
+		assert.NotContains(t, out, "\u202e")
+	}
+}
+
+func TestVerify_Stdin(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	dump := captured(t, webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now()), body)
+	res := runCmd(t, string(dump), "verify", "-request", "-")
+	assert.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	assert.Equal(t, exitUsage, runCmd(t, "GARBAGE", "verify", "-request", "-").code)
+	assert.Equal(t, exitUsage, runCmd(t, "", "verify").code)
+}

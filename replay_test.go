@@ -1,0 +1,318 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestVerifier_RefusesReplay(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	ts := testNow.UnixMilli()
+	v := newTestVerifier(t)
+
+	require.NoError(t, v.Verify(signedHeader(testSecret, ts, body), body))
+	err := v.Verify(signedHeader(testSecret, ts, body), body)
+	require.ErrorIs(t, err, webhook.ErrReplayed)
+	assert.ErrorIs(t, err, webhook.ErrVerification)
+
+	upper := signedHeader(testSecret, ts, body)
+	upper.Set(webhook.HeaderSignature, "sha256="+strings.ToUpper(strings.TrimPrefix(upper.Get(webhook.HeaderSignature), "sha256=")))
+	assert.ErrorIs(t, v.Verify(upper, body), webhook.ErrReplayed, "the same digest in upper case is the same delivery")
+
+	// The sender's retry: the identical body, signed afresh a second later.
+	assert.NoError(t, v.Verify(signedHeader(testSecret, ts+1000, body), body))
+	// A failed verification remembers nothing.
+	tampered := append(bytes.Clone(body), ' ')
+	assert.ErrorIs(t, v.Verify(signedHeader(testSecret, ts+2000, body), tampered), webhook.ErrSignatureMismatch)
+	assert.NoError(t, v.Verify(signedHeader(testSecret, ts+2000, body), body))
+}
+
+func TestVerifier_AllowReplays(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+		Now:          func() time.Time { return testNow },
+		AllowReplays: true,
+		ReplayStore:  failingStore{}, // ignored
+	})
+	require.NoError(t, err)
+	for range 3 {
+		require.NoError(t, v.Verify(signedHeader(testSecret, testNow.UnixMilli(), body), body))
+	}
+}
+
+func TestMiddleware_AnswersAReplay401AndLogsIt(t *testing.T) {
+	var logs bytes.Buffer
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+		Now:    func() time.Time { return testNow },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	require.NoError(t, err)
+	body := readTestdata(t, "body_user_identified.json")
+	var calls atomic.Int32
+	handlers := map[string]http.Handler{
+		"Middleware": v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) })),
+		"NewHandler": webhook.NewHandler(v, func(context.Context, webhook.Payload) error { calls.Add(1); return nil }, nil),
+	}
+	for i, name := range []string{"Middleware", "NewHandler"} {
+		t.Run(name, func(t *testing.T) {
+			logs.Reset()
+			calls.Store(0)
+			ts := testNow.UnixMilli() + int64(i) // a delivery of each handler's own
+			var codes []int
+			for range 2 {
+				rec := httptest.NewRecorder()
+				handlers[name].ServeHTTP(rec, newSignedRequest(testSecret, ts, body))
+				codes = append(codes, rec.Code)
+			}
+			assert.Equal(t, []int{http.StatusOK, http.StatusUnauthorized}, codes)
+			assert.Equal(t, int32(1), calls.Load(), "the replay never reaches the handler")
+			assert.Contains(t, logs.String(), "webhook: replayed delivery refused")
+			assert.NotContains(t, logs.String(), testSecret)
+		})
+	}
+}
+
+// fakeStore is a shared store as a test sees it: a map under a lock,
+// recording each call.
+type fakeStore struct {
+	mu    sync.Mutex
+	until map[string]time.Time // key -> expiry by now
+	now   func() time.Time
+	calls []storeCall
+}
+
+type storeCall struct {
+	Key string
+	TTL time.Duration
+}
+
+func newFakeStore(now func() time.Time) *fakeStore {
+	return &fakeStore{until: map[string]time.Time{}, now: now}
+}
+
+func (s *fakeStore) Add(_ context.Context, key string, ttl time.Duration) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, storeCall{key, ttl})
+	if exp, ok := s.until[key]; ok && s.now().Before(exp) {
+		return false, nil
+	}
+	s.until[key] = s.now().Add(ttl)
+	return true, nil
+}
+
+type failingStore struct{}
+
+var errStoreDown = errors.New("store: connection refused")
+
+func (failingStore) Add(context.Context, string, time.Duration) (bool, error) {
+	return false, errStoreDown
+}
+
+// TestVerifier_SharedReplayStore shows two instances of a receiver sharing
+// one store: a delivery accepted by one is refused by the other, each
+// signature is remembered until it leaves the window, and the key is the
+// signature's digest.
+func TestVerifier_SharedReplayStore(t *testing.T) {
+	now := testNow
+	clock := func() time.Time { return now }
+	store := newFakeStore(clock)
+	instance := func() *webhook.Verifier {
+		v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{Now: clock, ReplayStore: store})
+		require.NoError(t, err)
+		return v
+	}
+	a, b := instance(), instance()
+	body := []byte(`{"event":"user.identified"}`)
+
+	onTime := signedHeader(testSecret, now.UnixMilli(), body)
+	require.NoError(t, a.Verify(onTime, body))
+	assert.ErrorIs(t, b.Verify(onTime, body), webhook.ErrReplayed)
+
+	early := signedHeader(testSecret, now.Add(-time.Minute).UnixMilli(), body) // a minute old: 4 minutes left
+	require.NoError(t, b.Verify(early, body))
+	assert.ErrorIs(t, a.Verify(early, body), webhook.ErrReplayed)
+
+	ahead := signedHeader(testSecret, now.Add(2*time.Minute).UnixMilli(), body) // the sender's clock is ahead
+	require.NoError(t, a.Verify(ahead, body))
+
+	digest := func(h http.Header) string { return strings.TrimPrefix(h.Get(webhook.HeaderSignature), "sha256=") }
+	const ms = time.Millisecond
+	want := []storeCall{
+		{digest(onTime), 5*time.Minute + ms},
+		{digest(onTime), 5*time.Minute + ms},
+		{digest(early), 4*time.Minute + ms},
+		{digest(early), 4*time.Minute + ms},
+		{digest(ahead), 7*time.Minute + ms},
+	}
+	assert.Equal(t, want, store.calls)
+
+	// Past the window, the store has forgotten it and the window refuses it.
+	now = now.Add(5*time.Minute + ms)
+	assert.ErrorIs(t, a.Verify(onTime, body), webhook.ErrTimestampExpired)
+	assert.Len(t, store.calls, len(want), "only fresh, authentic deliveries reach the store")
+}
+
+func TestVerifier_FailingReplayStore(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+		Now:         func() time.Time { return testNow },
+		ReplayStore: failingStore{},
+	})
+	require.NoError(t, err)
+	body := []byte(`{"event":"user.identified"}`)
+	err = v.Verify(signedHeader(testSecret, testNow.UnixMilli(), body), body)
+	require.ErrorIs(t, err, webhook.ErrReplayStore)
+	assert.ErrorIs(t, err, errStoreDown)
+	assert.NotErrorIs(t, err, webhook.ErrVerification, "the delivery may be authentic")
+
+	rec := httptest.NewRecorder()
+	v.Middleware(http.NotFoundHandler()).ServeHTTP(rec, newSignedRequest(testSecret, testNow.UnixMilli(), body))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "answered so that the sender retries")
+}
+
+// TestVerifier_ReplayEntryLeavesWithTheWindow runs the window's 5 minutes
+// on synctest's clock: a delivery is refused as a replay up to the last
+// millisecond of its window, as expired from then on, and the store forgets
+// it.
+func TestVerifier_ReplayEntryLeavesWithTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := webhook.NewMemoryReplayStore(nil)
+		require.NoError(t, err)
+		v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{ReplayStore: store})
+		require.NoError(t, err)
+		body := []byte(`{"event":"user.identified"}`)
+		onTime := signedHeader(testSecret, time.Now().UnixMilli(), body)
+		ahead := signedHeader(testSecret, time.Now().Add(webhook.DefaultTolerance).UnixMilli(), body) // as far ahead as accepted
+
+		require.NoError(t, v.Verify(onTime, body))
+		require.NoError(t, v.Verify(ahead, body))
+		assert.Equal(t, 2, store.Len())
+
+		time.Sleep(webhook.DefaultTolerance)
+		assert.ErrorIs(t, v.Verify(onTime, body), webhook.ErrReplayed, "exactly 5 minutes old is within the window")
+		time.Sleep(time.Millisecond)
+		assert.ErrorIs(t, v.Verify(onTime, body), webhook.ErrTimestampExpired)
+		assert.Equal(t, 1, store.Len(), "the entry left with the window")
+
+		time.Sleep(webhook.DefaultTolerance - time.Millisecond)
+		assert.ErrorIs(t, v.Verify(ahead, body), webhook.ErrReplayed, "a delivery from ahead is remembered for twice the tolerance")
+		time.Sleep(time.Millisecond)
+		assert.ErrorIs(t, v.Verify(ahead, body), webhook.ErrTimestampExpired)
+		assert.Equal(t, 0, store.Len())
+	})
+}
+
+func TestMemoryReplayStore_Add(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := webhook.NewMemoryReplayStore(nil)
+		require.NoError(t, err)
+		ctx := context.Background()
+		digest := strings.Repeat("ab", 32)
+		for _, tc := range []struct {
+			key   string
+			sleep time.Duration
+			want  bool
+		}{
+			{digest, 0, true},
+			{digest, 0, false},
+			{strings.ToUpper(digest), 0, false}, // the same 16 bytes
+			{"any other key", 0, true},
+			{"any other key", time.Second - time.Nanosecond, false},
+			{"any other key", time.Nanosecond, true}, // expired: recorded again
+			{digest, 0, true},
+		} {
+			time.Sleep(tc.sleep)
+			added, err := s.Add(ctx, tc.key, time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, added, "Add(%q)", tc.key)
+		}
+	})
+	_, err := webhook.NewMemoryReplayStore(&webhook.MemoryReplayStoreOptions{MaxEntries: -1})
+	assert.Error(t, err)
+}
+
+func TestMemoryReplayStore_IsBounded(t *testing.T) {
+	const max = 256
+	s, err := webhook.NewMemoryReplayStore(&webhook.MemoryReplayStoreOptions{MaxEntries: max})
+	require.NoError(t, err)
+	for i := range 100 * max {
+		added, _ := s.Add(context.Background(), fmt.Sprint(i), time.Hour)
+		require.True(t, added)
+		if i%max == 0 {
+			require.LessOrEqual(t, s.Len(), max)
+		}
+	}
+	assert.Equal(t, max, s.Len())
+	// A full shard forgets its oldest entry first: the newest are kept.
+	added, _ := s.Add(context.Background(), fmt.Sprint(100*max-1), time.Hour)
+	assert.False(t, added)
+}
+
+// TestVerifier_ReplayRefusalUnderConcurrency sends every delivery from
+// several goroutines at once: each is accepted exactly once.
+func TestVerifier_ReplayRefusalUnderConcurrency(t *testing.T) {
+	v := newTestVerifier(t)
+	body := []byte(`{"event":"user.identified"}`)
+	const deliveries, copies = 200, 8
+	var accepted [deliveries]atomic.Int32
+	var wg sync.WaitGroup
+	for range copies {
+		wg.Go(func() {
+			for i := range deliveries {
+				h := signedHeader(testSecret, testNow.UnixMilli()-int64(i), body)
+				switch err := v.Verify(h, body); {
+				case err == nil:
+					accepted[i].Add(1)
+				case !errors.Is(err, webhook.ErrReplayed):
+					t.Errorf("delivery %d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range accepted {
+		assert.Equal(t, int32(1), accepted[i].Load(), "delivery %d", i)
+	}
+}
+
+// TestMemoryReplayStore_MemoryPer1000PerSecond measures the figure the
+// documentation gives: 1,000 deliveries per second over a 5-minute window.
+func TestMemoryReplayStore_MemoryPer1000PerSecond(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills 300,000 entries")
+	}
+	const entries = 1000 * 300
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s, err := webhook.NewMemoryReplayStore(nil)
+	require.NoError(t, err)
+	var key [32]byte
+	for i := range entries {
+		key[0], key[1], key[2], key[3] = byte(i), byte(i>>8), byte(i>>16), byte(i>>24)
+		s.Add(context.Background(), hex.EncodeToString(key[:]), 5*time.Minute)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	used := after.HeapAlloc - before.HeapAlloc
+	t.Logf("%d entries: %.1f MiB, %d bytes each", s.Len(), float64(used)/(1<<20), used/entries)
+	assert.Less(t, used, uint64(16<<20), "the documentation says about 13 MiB")
+	runtime.KeepAlive(s)
+}
