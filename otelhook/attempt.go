@@ -31,8 +31,8 @@ const (
 
 // Values of OutcomeKey.
 const (
-	OutcomeDelivered = "delivered"
-	OutcomeFailed    = "failed"
+	OutcomeDelivered = "delivered" // the receiver answered 2xx
+	OutcomeFailed    = "failed"    // any other end: see FailureKindKey
 )
 
 // OnAttempt returns a SenderOptions.OnAttempt that records each attempt (its

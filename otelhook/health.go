@@ -11,8 +11,8 @@ import (
 
 // Values of EndpointScopeKey.
 const (
-	ScopeOrigin = "origin" // a host that cannot be connected to
-	ScopeURL    = "url"    // one URL that connects and does not answer
+	EndpointScopeOrigin = "origin" // a host that cannot be connected to
+	EndpointScopeURL    = "url"    // one URL that connects and does not answer
 )
 
 // OnChange returns a HealthOptions.OnChange that counts the endpoints down
@@ -24,8 +24,8 @@ const (
 // that nothing is sent to for a day is forgotten by its Sender without a
 // change being reported, and stays in the count.
 func (i *Instruments) OnChange(next func(webhook.EndpointHealth)) func(webhook.EndpointHealth) {
-	origin := metric.WithAttributes(EndpointScopeKey.String(ScopeOrigin))
-	perURL := metric.WithAttributes(EndpointScopeKey.String(ScopeURL))
+	origin := metric.WithAttributes(EndpointScopeKey.String(EndpointScopeOrigin))
+	perURL := metric.WithAttributes(EndpointScopeKey.String(EndpointScopeURL))
 	return func(h webhook.EndpointHealth) {
 		attrs := origin
 		if h.PerURL {

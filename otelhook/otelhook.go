@@ -37,7 +37,8 @@
 //     invalid connection, an endpoint down) or stopped while waiting for a
 //     retry makes no attempt that ends it and is not counted.
 //     With a durable queue calling [webhook.Sender.Attempt], an attempt
-//     that the queue does not retry ends the delivery in the same way.
+//     that the queue does not retry ends the delivery in the same way; a
+//     Send Test is a delivery of one attempt.
 //   - webhook.attempts.active (up-down counter): attempts in flight, from
 //     sending the request to the end of reading the answer.
 //   - webhook.endpoints.down (up-down counter): endpoints that endpoint
@@ -71,6 +72,16 @@
 // [webhook.NewTransport]: [Instruments.SenderOptions] wraps the Client's
 // transport, or a new one from NewTransport when there is no Client, and
 // never replaces it.
+//
+// # Durable deliveries
+//
+// With riverhook, River runs one [webhook.Sender.Attempt] per job, under
+// the job's context. River's own OpenTelemetry middleware, otelriver from
+// github.com/riverqueue/rivercontrib, set in river.Config's Middleware,
+// makes a span per job run, of which each attempt's span is then a child;
+// its EnableTracePropagation links the run to the span that inserted the
+// job. Give the worker's Sender the Instruments' options as above. otelhook
+// does not depend on rivercontrib: see this module's README.md.
 package otelhook
 
 import (
