@@ -564,3 +564,38 @@ func TestNew_Defaults(t *testing.T) {
 	}
 	inst.OnAttempt(nil)(context.Background(), webhook.Connection{URL: "https://example.com/x"}, webhook.Attempt{N: 1, StatusCode: 200})
 }
+
+func TestSendAll_AttributesEachAttemptToItsEndpoint(t *testing.T) {
+	tm := newTelemetry(t, nil)
+	ok, failing := newReceiver(t), newReceiver(t, http.StatusInternalServerError)
+	pool := x509.NewCertPool()
+	pool.AddCert(ok.Certificate()) // httptest's servers share one certificate
+	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	t.Cleanup(tr.CloseIdleConnections)
+	s := newSender(t, tm.inst.SenderOptions(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: noWait(0)}))
+
+	ctx, parent := tm.tracer.Start(context.Background(), "fan out")
+	results := s.SendAll(ctx, []webhook.Connection{ok.connection(), failing.connection()}, webhook.SamplePayload(time.Now()))
+	parent.End()
+	if results[0].Err != nil || results[1].Err == nil {
+		t.Fatalf("SendAll: errors %v and %v, want nil then a failure", results[0].Err, results[1].Err)
+	}
+
+	okEp := "server.address=127.0.0.1,server.port=" + strconv.Itoa(ok.port(t))
+	failingEp := "server.address=127.0.0.1,server.port=" + strconv.Itoa(failing.port(t))
+	if got, want := tm.sums(t, "webhook.deliveries"), map[string]int64{
+		okEp + ",webhook.outcome=delivered":                               1,
+		failingEp + ",webhook.failure_kind=status,webhook.outcome=failed": 1,
+	}; !mapsEqual(got, want) {
+		t.Errorf("webhook.deliveries:\ngot  %v\nwant %v", got, want)
+	}
+	children := 0
+	for _, sp := range tm.spans.GetSpans() {
+		if sp.Parent.SpanID() == parent.SpanContext().SpanID() {
+			children++
+		}
+	}
+	if children != 2 {
+		t.Errorf("got %d attempt spans under the caller's, want 2", children)
+	}
+}
