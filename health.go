@@ -158,6 +158,11 @@ type EndpointHealth struct {
 	// not shown (Endpoint ends in "/…"): it may be a credential.
 	PerURL bool
 
+	// Confirmed reports that this is not a change but an endpoint that
+	// answered, confirmed up (HealthOptions.ConfirmUpEvery): it may have
+	// been up all along. Down is false.
+	Confirmed bool
+
 	// URLKey is, for a URL's change (PerURL) and for an endpoint
 	// confirmed up (HealthOptions.ConfirmUpEvery), the key of that URL:
 	// what [Connection.URLKey] returns for it, never the URL itself.

@@ -83,7 +83,7 @@ func (h *health) confirm(t ticket, a *Attempt, now time.Time, reports []*endpoin
 	}
 	h.confirmed[t.origin] = now
 	st := e.state()
-	st.Changed, st.URLKey = now, urlKey(t.url)
+	st.Changed, st.URLKey, st.Confirmed = now, urlKey(t.url), true
 	e.changes = append(e.changes, st)
 	if e.reporting {
 		return reports

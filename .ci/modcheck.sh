@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Shows that riverhook resolves for someone outside the repository: no
-# go.work, no replace, only what a module proxy would serve. It builds a
-# file:// module proxy from this repository's git history (the root module at
-# the version riverhook/go.mod requires, riverhook at HEAD), then builds a
-# throwaway module that imports riverhook. Any other module comes from the
-# usual proxy. Run from the repository root; used by .ci/run.
+# Shows that each nested module a user imports (riverhook, otelhook) resolves
+# for someone outside the repository: no go.work, no replace, only what a
+# module proxy would serve. It builds a file:// module proxy from this
+# repository's git history (the root module at the version each one's go.mod
+# requires, the nested modules at HEAD), then builds, for each, a throwaway
+# module that imports it. Any other module comes from the usual proxy. Run
+# from the repository root; used by .ci/run.
 set -euo pipefail
 root=$(pwd)
 work=$(mktemp -d)
@@ -23,6 +24,9 @@ pseudo() {
 # COMMIT to the proxy, as VERSION; the root's zip leaves out the nested modules.
 serve() {
 	local mod=$1 dir=$2 commit=$3 ver=$4 d="$proxy/$1/@v" tree=$3
+	if [ -e "$d/$ver.zip" ]; then
+		return # served already, for another nested module
+	fi
 	mkdir -p "$d"
 	echo "$ver" >>"$d/list"
 	printf '{"Version":"%s","Time":"%s"}\n' "$ver" "$(TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ "$commit")" >"$d/$ver.info"
@@ -56,26 +60,40 @@ if ! grep -q "^replace github.com/signedhook/webhook $req => ./\$" go.work; then
 	echo "modcheck: go.work does not replace github.com/signedhook/webhook $req with ./ (run .ci/bump-root.sh)"
 	exit 1
 fi
-serve github.com/signedhook/webhook . "$rcommit" "$req"
+export GOWORK=off GOFLAGS=-mod=mod GONOSUMDB=github.com/signedhook GONOSUMCHECK=1 GOPRIVATE= \
+	GOPROXY="file://$proxy,file://$(go env GOMODCACHE)/cache/download,$(go env GOPROXY)" GOMODCACHE="$work/modcache"
 head=$(pseudo HEAD)
-serve github.com/signedhook/webhook/riverhook riverhook HEAD "$head"
 
-mkdir -p "$work/consumer"
-cd "$work/consumer"
-cat >main.go <<'GO'
+# check DIR EXPR: serves the nested module at DIR and the root version its
+# go.mod requires, then builds a module outside the tree whose main prints
+# EXPR, an expression using the package DIR.
+check() {
+	local dir=$1 expr=$2 mod="github.com/signedhook/webhook/$1" req rcommit
+	req=$(awk '$1 == "github.com/signedhook/webhook" { print $2 }' "$root/$dir/go.mod")
+	rcommit=${req##*-}
+	if ! git -C "$root" cat-file -e "$rcommit^{commit}" 2>/dev/null; then
+		echo "modcheck: $dir/go.mod requires github.com/signedhook/webhook $req, a commit this repository does not have"
+		exit 1
+	fi
+	(cd "$root" && serve github.com/signedhook/webhook . "$rcommit" "$req" && serve "$mod" "$dir" HEAD "$head")
+	mkdir -p "$work/consumer-$dir"
+	cd "$work/consumer-$dir"
+	cat >main.go <<GO
 package main
 
 import (
 	"fmt"
 
-	"github.com/signedhook/webhook/riverhook"
+	"$mod"
 )
 
-func main() { fmt.Println(riverhook.Args{}.Kind()) }
+func main() { fmt.Println($expr) }
 GO
-export GOWORK=off GOFLAGS=-mod=mod GONOSUMDB=github.com/signedhook GONOSUMCHECK=1 GOPRIVATE= \
-	GOPROXY="file://$proxy,file://$(go env GOMODCACHE)/cache/download,$(go env GOPROXY)" GOMODCACHE="$work/modcache"
-go mod init example.com/consumer >/dev/null 2>&1
-go get "github.com/signedhook/webhook/riverhook@$head" >/dev/null
-go build -o /dev/null .
-echo "modcheck: a module outside the repository builds riverhook $head with github.com/signedhook/webhook $req"
+	go mod init example.com/consumer >/dev/null 2>&1
+	go get "$mod@$head" >/dev/null
+	go build -o /dev/null .
+	echo "modcheck: a module outside the repository builds $dir $head with github.com/signedhook/webhook $req"
+}
+
+check riverhook 'riverhook.Args{}.Kind()'
+check otelhook 'otelhook.ScopeName'
