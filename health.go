@@ -117,73 +117,15 @@ type HealthOptions struct {
 	// while it answers, with the URL that answered (URLKey). With several
 	// processes, a down mark written by one that then died is cleared
 	// within ConfirmUpEvery of another's next answer from that endpoint.
-	// It costs one OnChange per endpoint answering, per ConfirmUpEvery.
+	// Clear only a mark written before the confirmation's Changed: reports
+	// of several processes may arrive out of order. It costs one OnChange
+	// per endpoint answering, per ConfirmUpEvery.
 	ConfirmUpEvery time.Duration
 }
 
 // OnChangeTimeout bounds each call of HealthOptions.OnChange: its context
 // ends then.
 const OnChangeTimeout = 10 * time.Second
-
-// EndpointHealth is what a [Sender] knows of an endpoint that is failing or
-// down.
-type EndpointHealth struct {
-	// Endpoint is the origin that identifies it, such as
-	// "https://hooks.example.com:443".
-	Endpoint string
-
-	// Down reports whether deliveries to it are held back.
-	Down bool
-
-	// Since is when its run of failures began.
-	Since time.Time
-
-	// Changed is when it last went down or came back up; zero while it
-	// fails without being down.
-	Changed time.Time
-
-	// Failures is how many attempts in a row failed without a
-	// connection.
-	Failures int
-
-	// LastFailure is the last of them.
-	LastFailure Attempt
-
-	// NextProbe is, while it is down, when the next probe may go.
-	NextProbe time.Time
-
-	// PerURL reports whether this is one URL of Endpoint, not the whole
-	// origin: a URL whose attempts connect and then get no answer, isolated
-	// alone so that the origin's other paths are unaffected. Its path is
-	// not shown (Endpoint ends in "/…"): it may be a credential.
-	PerURL bool
-
-	// Confirmed reports that this is not a change but an endpoint that
-	// answered, confirmed up (HealthOptions.ConfirmUpEvery): it may have
-	// been up all along. Down is false.
-	Confirmed bool
-
-	// URLKey is, for a URL's change (PerURL) and for an endpoint
-	// confirmed up (HealthOptions.ConfirmUpEvery), the key of that URL:
-	// what [Connection.URLKey] returns for it, never the URL itself.
-	URLKey string
-}
-
-// String describes h on one line for people.
-func (h EndpointHealth) String() string {
-	state := "failing"
-	if h.Down {
-		state = "down"
-	}
-	if h.PerURL {
-		state = "not answering"
-		if h.Down {
-			state = "isolated, not answering"
-		}
-	}
-	return fmt.Sprintf("%s %s since %s: %d failed attempt(s) in a row, the last %s",
-		h.Endpoint, state, h.Since.UTC().Format(time.RFC3339), h.Failures, h.LastFailure.Kind)
-}
 
 // health is a Sender's view of its endpoints: the origins failing or down,
 // and the URLs with attempts in flight or failing. Only those are kept, and

@@ -22,14 +22,18 @@ import (
 type marks struct {
 	mu      sync.Mutex
 	down    map[string]bool
-	changed chan struct{} // a token after each change, for waitFor
+	at      map[string]time.Time // when each mark was written: EndpointHealth.Changed
+	changed chan struct{}        // a token after each change, for waitFor
 }
 
 func (m *marks) onChange(_ context.Context, h webhook.EndpointHealth) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down == nil {
-		m.down = map[string]bool{}
+		m.down, m.at = map[string]bool{}, map[string]time.Time{}
+	}
+	set := func(key string, down bool) {
+		m.down[key], m.at[key] = down, h.Changed
 	}
 	defer func() {
 		select {
@@ -39,14 +43,17 @@ func (m *marks) onChange(_ context.Context, h webhook.EndpointHealth) {
 	}()
 	switch {
 	case h.PerURL:
-		m.down[h.URLKey] = h.Down
-	case h.Down:
-		m.down[h.Endpoint] = true
-	default: // up: the origin, and the URL that answered
-		m.down[h.Endpoint] = false
-		if h.URLKey != "" {
-			m.down[h.URLKey] = false
+		set(h.URLKey, h.Down)
+	case h.Confirmed:
+		// It clears only a mark written before the answer: another
+		// process's report may arrive after a later one of ours.
+		for _, key := range []string{h.Endpoint, h.URLKey} {
+			if m.down[key] && m.at[key].Before(h.Changed) {
+				set(key, false)
+			}
 		}
+	default:
+		set(h.Endpoint, h.Down)
 	}
 }
 
@@ -103,6 +110,7 @@ func TestHealth_AMarkLeftByADeadProcessClearsOnceAnotherReachesTheEndpoint(t *te
 			require.True(t, table.isDown(fakeConn.Endpoint()), "A marked it down")
 			// A is killed now: it never reports the endpoint up.
 
+			time.Sleep(time.Second) // on the bubble's clock
 			ep.set(http.StatusOK, false)
 			_, err := b.Send(context.Background(), fakeConn, samplePayload())
 			require.NoError(t, err)
@@ -130,7 +138,10 @@ func TestHealth_AnIsolatedURLsMarkClearsOnceAnotherProcessReachesIt(t *testing.T
 	defer srv.Close()
 	table := marks{changed: make(chan struct{}, 1)}
 	sender := func() *webhook.Sender {
-		return srv.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 100 * time.Millisecond,
+		// Long enough for a TLS handshake under the race detector on a
+		// loaded machine: an attempt cut before it connected would count
+		// against the origin, not the URL.
+		return srv.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: time.Second,
 			Health: &webhook.HealthOptions{DownAfter: 2, ConfirmUpEvery: time.Minute, OnChange: table.onChange}})
 	}
 	a, b := sender(), sender()

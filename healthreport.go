@@ -3,14 +3,75 @@ package webhook
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"time"
 )
 
-// This file holds how endpoint health reports: OnChange, in order, off the
+// This file holds how endpoint health reports: EndpointHealth; OnChange, in order, off the
 // lock; the log lines; the snapshot Sender.Health returns.
+
+// EndpointHealth is what a [Sender] knows of an endpoint that is failing or
+// down.
+type EndpointHealth struct {
+	// Endpoint is the origin that identifies it, such as
+	// "https://hooks.example.com:443".
+	Endpoint string
+
+	// Down reports whether deliveries to it are held back.
+	Down bool
+
+	// Since is when its run of failures began.
+	Since time.Time
+
+	// Changed is when it last went down or came back up; zero while it
+	// fails without being down.
+	Changed time.Time
+
+	// Failures is how many attempts in a row failed without a
+	// connection.
+	Failures int
+
+	// LastFailure is the last of them.
+	LastFailure Attempt
+
+	// NextProbe is, while it is down, when the next probe may go.
+	NextProbe time.Time
+
+	// PerURL reports whether this is one URL of Endpoint, not the whole
+	// origin: a URL whose attempts connect and then get no answer, isolated
+	// alone so that the origin's other paths are unaffected. Its path is
+	// not shown (Endpoint ends in "/…"): it may be a credential.
+	PerURL bool
+
+	// Confirmed reports that this is not a change but an endpoint that
+	// answered, confirmed up (HealthOptions.ConfirmUpEvery): it may have
+	// been up all along. Down is false.
+	Confirmed bool
+
+	// URLKey is, for a URL's change (PerURL) and for an endpoint
+	// confirmed up (HealthOptions.ConfirmUpEvery), the key of that URL:
+	// what [Connection.URLKey] returns for it, never the URL itself.
+	URLKey string
+}
+
+// String describes h on one line for people.
+func (h EndpointHealth) String() string {
+	state := "failing"
+	if h.Down {
+		state = "down"
+	}
+	if h.PerURL {
+		state = "not answering"
+		if h.Down {
+			state = "isolated, not answering"
+		}
+	}
+	return fmt.Sprintf("%s %s since %s: %d failed attempt(s) in a row, the last %s",
+		h.Endpoint, state, h.Since.UTC().Format(time.RFC3339), h.Failures, h.LastFailure.Kind)
+}
 
 // queue logs e's new state, at, and adds it to the changes to report; it
 // returns reports with e added when the caller is to report them. Under

@@ -236,6 +236,9 @@ type Delivery struct {
 	// delivery's first job.
 	ResentFrom   int64
 	ResendReason string
+
+	// Erased reports that the delivery's body was erased ([EraseBodies]).
+	Erased bool
 }
 
 // Attempt is one entry of a [Delivery]'s attempt log: the attempt, and the
@@ -268,7 +271,7 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	entries = append(entries, interrupted(job, entries, last)...)
 	d := &Delivery{JobID: job.ID, ConnectionID: args.ConnectionID, DeliveryID: args.DeliveryID, Event: args.Event,
 		Status: statusOf(job), State: job.State, CreatedAt: job.CreatedAt, Attempts: make([]Attempt, len(entries)),
-		ResentFrom: args.JobResent, ResendReason: args.JobResentWhy}
+		ResentFrom: args.JobResent, ResendReason: args.JobResentWhy, Erased: args.Erased}
 	for i, e := range entries {
 		d.Attempts[i] = Attempt{Attempt: e.attempt(), Run: e.Run}
 	}

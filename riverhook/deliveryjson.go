@@ -62,8 +62,8 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 //	 "next_at":"2026-11-24T18:08:07.215Z","attempts_left":4,"reason":"...",
 //	 "resent_from":41,"resend_reason":"...","attempts":[...]}
 //
-// Times are RFC 3339 in UTC with milliseconds; next_at, reason, resent_from
-// and resend_reason are left out when empty. The attempts are those of
+// Times are RFC 3339 in UTC with milliseconds; next_at, reason, resent_from,
+// resend_reason and erased are left out when empty. The attempts are those of
 // [Attempt.MarshalJSON]. Text is printable, as in the attempt log.
 func (d *Delivery) MarshalJSON() ([]byte, error) {
 	type delivery struct {
@@ -79,12 +79,13 @@ func (d *Delivery) MarshalJSON() ([]byte, error) {
 		Reason       string            `json:"reason,omitempty"`
 		ResentFrom   int64             `json:"resent_from,omitempty"`
 		ResendReason string            `json:"resend_reason,omitempty"`
+		Erased       bool              `json:"erased,omitempty"`
 		Attempts     []Attempt         `json:"attempts"`
 	}
 	v := delivery{JobID: d.JobID, ConnectionID: redact.Printable(d.ConnectionID), DeliveryID: redact.Printable(d.DeliveryID),
 		Event: redact.Printable(d.Event), Status: d.Status, State: string(d.State), CreatedAt: webhook.JSONTime(d.CreatedAt),
 		AttemptsLeft: d.AttemptsLeft, Reason: redact.Printable(d.Reason), ResentFrom: d.ResentFrom,
-		ResendReason: redact.Printable(d.ResendReason), Attempts: d.Attempts}
+		ResendReason: redact.Printable(d.ResendReason), Erased: d.Erased, Attempts: d.Attempts}
 	if !d.NextAt.IsZero() {
 		t := webhook.JSONTime(d.NextAt)
 		v.NextAt = &t

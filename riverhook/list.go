@@ -186,10 +186,7 @@ func count(ctx context.Context, exec riverdriver.Executor, schema, connectionID 
 	for _, s := range Statuses {
 		cols = append(cols, fmt.Sprintf("least(count(*) FILTER (WHERE %s), %d)", statusWhere[s], MaxCounted))
 	}
-	table := "river_job"
-	if schema != "" {
-		table = `"` + strings.ReplaceAll(schema, `"`, `""`) + `".river_job`
-	}
+	table := jobTable(schema)
 	// At most MaxCounted rows of each status are read: the inner query
 	// stops at MaxCounted times the number of statuses.
 	sql := `SELECT ` + strings.Join(cols, ", ") + ` FROM (SELECT state, errors FROM ` + table +

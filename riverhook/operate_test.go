@@ -3,6 +3,7 @@ package riverhook_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -236,6 +237,36 @@ func TestOperatingDeliveries(t *testing.T) {
 		counts, err = riverhook.Count(ctx, s.client, "crm", time.Time{})
 		require.NoError(t, err)
 		assert.Equal(t, 2, counts[riverhook.StatusWaiting])
+	})
+	t.Run("ErasesTheBodiesOfEndedDeliveriesOnly", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		n, err := riverhook.EraseBodies(ctx, s.client, []string{"given-up", "delivered", "waiting", "unknown"})
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "the waiting delivery keeps its body: its attempt sends it")
+		for d, erased := range map[string]bool{"given-up": true, "delivered": true, "waiting": false, "retrying": false} {
+			job, err := s.client.JobGet(ctx, s.jobs[d])
+			require.NoError(t, err)
+			assert.Equal(t, erased, !strings.Contains(string(job.EncodedArgs), "payload_base64"), "%s: %s", d, job.EncodedArgs)
+			got, err := riverhook.DeliveryOf(job)
+			require.NoError(t, err)
+			assert.Equal(t, erased, got.Erased, d)
+			assert.Equal(t, d, got.DeliveryID, "the ids stay")
+		}
+		job, err := s.client.JobGet(ctx, s.jobs["given-up"])
+		require.NoError(t, err)
+		d, err := riverhook.DeliveryOf(job)
+		require.NoError(t, err)
+		assert.Len(t, d.Attempts, 2, "the attempt log stays")
+
+		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["given-up"], "why", nil)
+		assert.ErrorIs(t, err, riverhook.ErrErased)
+		res, err := riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "x"}, nil)
+		require.NoError(t, err)
+		assert.Equal(t, &riverhook.RecoverResult{GivenUp: 1, Erased: 1}, res)
+		n, err = riverhook.EraseBodies(ctx, s.client, []string{"given-up"})
+		require.NoError(t, err)
+		assert.Zero(t, n, "erased once")
 	})
 	t.Run("MarshalsADeliveryForADashboard", func(t *testing.T) {
 		t.Parallel()

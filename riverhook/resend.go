@@ -83,6 +83,9 @@ func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (ri
 	if err := args.UnmarshalJSON(job.EncodedArgs); err != nil {
 		return river.InsertManyParams{}, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 	}
+	if args.Erased || len(args.Body) == 0 {
+		return river.InsertManyParams{}, fmt.Errorf("%w: job %d", ErrErased, job.ID)
+	}
 	args.JobResent, args.JobResentWhy = job.ID, reason
 	return insertParams(args, opts), nil
 }
@@ -116,6 +119,7 @@ type RecoverResult struct {
 	GivenUp int  // given-up deliveries found since RecoverParams.Since, at most MaxRecovered
 	Resent  int  // resends inserted; in a dry run, those that would be
 	Pending int  // of GivenUp, those resent already, under way or delivered: not sent again
+	Erased  int  // of GivenUp, those whose body was erased (EraseBodies): nothing to send
 	More    bool // more than MaxRecovered gave up: call Recover again once these are resent
 	Jobs    []int64
 }
@@ -198,8 +202,12 @@ func recoverDeliveries(_ context.Context, connectionID string, p RecoverParams, 
 	for _, job := range jobs {
 		var a Args
 		_ = a.UnmarshalJSON(job.EncodedArgs) // read above
-		if newest[a.DeliveryID] != job.ID {
+		switch {
+		case newest[a.DeliveryID] != job.ID:
 			res.Pending++
+			continue
+		case a.Erased || len(a.Body) == 0:
+			res.Erased++
 			continue
 		}
 		a.JobResent, a.JobResentWhy = job.ID, p.Reason

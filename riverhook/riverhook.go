@@ -14,26 +14,57 @@
 //     one job per connection; a repeated insert is skipped.
 //   - [Worker], built by [NewWorker] from a [webhook.Sender] and a
 //     [Resolver], makes one [webhook.Sender.Attempt] per run of a job and
-//     hands the policy's wait to River. Register it with river.AddWorker.
-//   - [Worker.RescueStuckJobsAfter] gives River's RescueStuckJobsAfter, so a
-//     delivery cut by a crash runs again within about a minute and a half
-//     instead of River's hour. A crash costs no attempt of the policy's
-//     ([MaxInterruptedRuns] bounds the runs spent on them).
-//   - [DeliveryOf] and [ListDeliveries] read a delivery's attempt log, kept
-//     as the job's River output.
+//     hands the policy's wait to River. [Register] adds it to a River
+//     client's configuration and sets the rescue it needs;
+//     [Worker.InsertOptions] inserts with its Sender's retry policy, so
+//     that River and the Sender count one policy.
+//   - A crash costs no attempt of the policy's ([MaxInterruptedRuns] bounds
+//     the runs spent on them), and a delivery cut by one runs again within
+//     about a minute and a half ([Worker.RescueStuckJobsAfter]).
+//   - [List] and [Count] serve a dashboard's delivery log: pages filtered
+//     by [Status], event and time, and counts per status. [DeliveryOf] reads
+//     one job's [Delivery], which marshals to a stable JSON shape.
+//   - [Resend] sends one delivery again, [Recover] a connection's given-up
+//     deliveries since a time (with a dry run); both insert new jobs,
+//     idempotently, with the caller's reason.
+//   - [EraseBodies] removes a user's personal data from ended jobs.
 //   - [DurableRetryPolicy] waits hours rather than seconds.
 //
 // Register the Worker in every River client you start on the database, also
-// in those that work other queues only, with the same RescueStuckJobsAfter:
-// River's rescuer runs on whichever client is the elected leader, and it
-// discards a stuck job of a kind its own client has no worker for. A client
-// that must not register it sets River's LeaderElectionDisabled. Leave the
-// client-wide JobTimeout alone: the Worker bounds its own jobs
-// ([Worker.Timeout]).
+// in those that work other queues only: River's rescuer runs on whichever
+// client is the elected leader, and it discards a stuck job of a kind its
+// own client has no worker for. A client that must not register it sets
+// River's LeaderElectionDisabled. Leave the client-wide JobTimeout alone:
+// the Worker bounds its own jobs ([Worker.Timeout]).
 //
 // With the Sender's endpoint health on (webhook.SenderOptions.Health), a
 // delivery to an endpoint that is down is snoozed until the endpoint's next
-// probe, costing no attempt.
+// probe, costing no attempt. Store OnChange's reports by
+// webhook.Connection.Endpoint and URLKey, and set ConfirmUpEvery when
+// several processes deliver: a mark left by one that died then clears.
+//
+// # Retention and personal data
+//
+// The jobs are the attempt log: River deletes them after its retention
+// periods, and the log with them. River's defaults keep a completed
+// delivery 24 hours, a cancelled one 24 hours and a given-up one 7 days.
+// To keep the log 30 days, set them on the client that runs River's
+// maintenance (the elected leader: set them alike on every client):
+//
+//	config.CompletedJobRetentionPeriod = 30 * 24 * time.Hour
+//	config.CancelledJobRetentionPeriod = 30 * 24 * time.Hour
+//	config.DiscardedJobRetentionPeriod = 30 * 24 * time.Hour
+//
+// A job's args hold the delivery's body, with the user's email, name and
+// phone, as exact bytes (base64 in JSON): anyone who reads River's tables,
+// or opens River UI, reads them. They are not sealed: the Worker must sign
+// and send those exact bytes, and a key of the service's in the job
+// options would only move the question. Keep them out of sight instead by
+// ending their life early: [EraseBodies] removes the body of ended
+// deliveries (their log stays), for one user who asked to be forgotten or
+// for every delivery once it ends (an OnAttempt of the last attempt, or a
+// periodic job); and keep River UI, which shows args, to operators who may
+// read personal data. A customer-facing log never shows the body.
 //
 // No job row holds a URL's path or query, a header value or a secret.
 package riverhook
@@ -86,6 +117,9 @@ type Args struct {
 	// under way or done at a time.
 	JobResent    int64  `json:"job_resent,omitempty" river:"unique"`
 	JobResentWhy string `json:"job_resent_why,omitempty"`
+
+	// Erased reports that [EraseBodies] removed Body.
+	Erased bool `json:"erased,omitempty"`
 }
 
 // Kind returns [Kind].

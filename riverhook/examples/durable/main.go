@@ -6,6 +6,11 @@
 //	durable enqueue    -db postgres://localhost/app -connections conns.json -n 10
 //	durable work       -db postgres://localhost/app -connections conns.json
 //	durable deliveries -db postgres://localhost/app -connection crm
+//	durable deliveries -db postgres://localhost/app -connection crm -json -status given_up
+//	durable recover    -db postgres://localhost/app -connection crm -since 24h -reason "endpoint fixed" -dry-run
+//	durable resend     -db postgres://localhost/app -job 42 -reason "ana: the customer asked"
+//	durable health     -db postgres://localhost/app -connections conns.json
+//	durable erase      -db postgres://localhost/app -delivery dlv_1,dlv_2
 //
 // conns.json is a JSON array of connections, the example's resolver:
 //
@@ -19,7 +24,12 @@
 // SIGTERM) lets the attempts in flight end (as long as -attempt-timeout
 // and some room), and a second stops at once, putting them back uncounted.
 // deliveries prints a connection's recent deliveries and their attempt
-// logs, from River. -ca adds a root certificate to the library's guarded
+// logs, from River; with -json, the page and the counts per status as a
+// dashboard's API serves them. recover and resend send given-up deliveries
+// again; health prints each connection's endpoint marks, which work's
+// endpoint health writes to the table durable_endpoint_health (migrate
+// creates it); erase removes the bodies of ended deliveries. work keeps
+// the log 30 days (-retention). -ca adds a root certificate to the library's guarded
 // transport; -allow-private lifts the guard for local receivers. Kill a
 // worker in the middle of an attempt (kill -9) and start another: once
 // River's rescuer has found the job (a minute after the attempt started,
@@ -61,8 +71,12 @@ import (
 const usage = `usage:
   durable migrate    -db URL
   durable enqueue    -db URL -connections FILE [-n N]
-  durable work       -db URL -connections FILE [-workers N] [-attempt-timeout D] [-rescue-after D] [-ca PEM] [-allow-private]
-  durable deliveries -db URL -connection ID [-n N]
+  durable work       -db URL -connections FILE [-workers N] [-attempt-timeout D] [-rescue-after D] [-retention D] [-ca PEM] [-allow-private]
+  durable deliveries -db URL -connection ID [-n N] [-json] [-status S] [-after CURSOR]
+  durable recover    -db URL -connection ID -since D -reason TEXT [-dry-run]
+  durable resend     -db URL -job ID -reason TEXT
+  durable health     -db URL -connections FILE
+  durable erase      -db URL -delivery ID,ID...
 Every command takes -schema; "durable COMMAND -h" prints its flags.`
 
 // errUsage is a command line that is not one: its message is printed
@@ -127,7 +141,8 @@ type command struct {
 	caFile, connectionID     *string
 	allowPrivate             *bool
 	attemptTimeout, rescueAt *time.Duration
-	maxWait                  *time.Duration
+	maxWait, retention       *time.Duration
+	ops                      opFlags
 }
 
 // newCommand returns the flags of the named command, or nil for none.
@@ -150,11 +165,17 @@ func newCommand(name string, stderr io.Writer) *command {
 		c.attemptTimeout = fs.Duration("attempt-timeout", webhook.DefaultAttemptTimeout, "timeout of each attempt")
 		c.maxWait = fs.Duration("max-wait", riverhook.DefaultMaxWait, "how long a delivery waits for an endpoint that is down or not answering before it is discarded")
 		c.rescueAt = fs.Duration("rescue-after", 0, "how long a job may run before River's rescuer runs it again, as a process that died left it\n(default: derived from -attempt-timeout, 1m0s for 30s)")
+		c.retention = fs.Duration("retention", 30*24*time.Hour, "how long River keeps ended deliveries, and their logs")
 	case "deliveries":
 		c.connectionID = fs.String("connection", "", "id of the connection")
-		c.n = fs.Int("n", 20, "deliveries to list, newest first (at most 10000)")
+		c.n = fs.Int("n", 20, "deliveries to list, newest first (at most 1000)")
+		c.ops.deliveries(fs)
 	default:
-		return nil
+		if !c.ops.define(name, fs) {
+			return nil
+		}
+		c.connectionID = fs.String("connection", "", "id of the connection")
+		c.connsFile = fs.String("connections", "", "JSON file of connections")
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage of durable %s:\n", name)
@@ -205,6 +226,9 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
+		if _, err := pool.Exec(ctx, marksTable); err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "migrated: %d migration(s) applied\n", len(res.Versions))
 		return nil
 	case "enqueue":
@@ -217,17 +241,22 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 		if *c.connectionID == "" {
 			return errUsage{msg: "-connection is required"}
 		}
+		if *c.ops.json {
+			return deliveriesJSON(ctx, pool, *c.schema, *c.connectionID, *c.n, &c.ops, stdout)
+		}
 		return deliveries(ctx, pool, *c.schema, *c.connectionID, *c.n, stdout)
+	case "recover", "resend", "health", "erase":
+		return c.ops.run(ctx, args[0], pool, *c.schema, *c.connectionID, *c.connsFile, stdout)
 	}
 	conns, err := readConnections(*c.connsFile)
 	if err != nil {
 		return err
 	}
-	sender, err := newSender(*c.caFile, *c.allowPrivate, *c.attemptTimeout)
+	sender, err := newSender(*c.caFile, *c.allowPrivate, *c.attemptTimeout, markWriter(pool, logger))
 	if err != nil {
 		return err
 	}
-	return work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, *c.maxWait, logger, stdout)
+	return work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, *c.maxWait, *c.retention, logger, stdout)
 }
 
 func readConnections(path string) (map[string]webhook.Connection, error) {
@@ -290,7 +319,7 @@ func newDeliveryID() string {
 	return "dlv_" + hex.EncodeToString(b[:])
 }
 
-func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration) (*webhook.Sender, error) {
+func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration, onChange func(context.Context, webhook.EndpointHealth)) (*webhook.Sender, error) {
 	tlsConfig := &tls.Config{}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
@@ -310,14 +339,17 @@ func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration) (
 	// Endpoint health on: an endpoint that cannot be reached, or a URL that
 	// connects and never answers, is isolated, and its deliveries wait
 	// without spending attempts (at most -max-wait) while the others go on.
+	// Its changes are marked in a table; with several workers, each confirms
+	// the endpoints it reaches every minute, so a mark left by a worker that
+	// died clears.
 	return webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: attemptTimeout,
-		Health: &webhook.HealthOptions{}})
+		Health: &webhook.HealthOptions{OnChange: onChange, ConfirmUpEvery: time.Minute}})
 }
 
 // work runs a River client with the delivery worker until ctx is done, then
 // stops it gracefully, or at once when now is done.
 func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection,
-	sender *webhook.Sender, workers int, rescueAfter, maxWait time.Duration, logger *slog.Logger, out io.Writer) error {
+	sender *webhook.Sender, workers int, rescueAfter, maxWait, retention time.Duration, logger *slog.Logger, out io.Writer) error {
 	var mu sync.Mutex // one line at a time
 	resolve := func(_ context.Context, id string) (webhook.Connection, error) {
 		c, ok := conns[id]
@@ -346,20 +378,23 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 			return err
 		},
 	})
-	if rescueAfter == 0 {
-		rescueAfter = worker.RescueStuckJobsAfter(0)
-	}
-	registry := river.NewWorkers()
-	river.AddWorker(registry, worker)
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+	config := &river.Config{
 		Schema:               schema,
-		Workers:              registry,
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
 		FetchCooldown:        10 * time.Millisecond, // the default 100 ms caps a client at MaxWorkers jobs per 100 ms
 		FetchPollInterval:    100 * time.Millisecond,
-		RescueStuckJobsAfter: rescueAfter,
+		RescueStuckJobsAfter: rescueAfter, // 0: Register sets the Worker's
 		Logger:               logger,
-	})
+		// The jobs are the attempt log: keep ended deliveries -retention.
+		CompletedJobRetentionPeriod: retention,
+		CancelledJobRetentionPeriod: retention,
+		DiscardedJobRetentionPeriod: retention,
+	}
+	if err := riverhook.Register(config, worker); err != nil {
+		return err
+	}
+	rescueAfter = config.RescueStuckJobsAfter
+	client, err := river.NewClient(riverpgxv5.New(pool), config)
 	if err != nil {
 		return err
 	}
