@@ -97,7 +97,7 @@ func newFixture(t *testing.T, handler http.Handler) *fixture {
 
 func (f *fixture) args(cmd string, more ...string) []string {
 	args := []string{cmd, "-db", f.db, "-schema", f.schema}
-	if cmd == "enqueue" || cmd == "work" {
+	if cmd == "enqueue" || cmd == "work" || cmd == "health" {
 		args = append(args, "-connections", f.conns)
 	}
 	return append(args, more...)
@@ -204,6 +204,14 @@ func TestDurable_EnqueueAndWork(t *testing.T) {
 	f := newFixture(t, c)
 	assert.Equal(t, "enqueued 5 deliveries to 1 connection(s)\n", f.durable(t, "enqueue", "-n", "5"))
 
+	// A down mark a worker left as it died: the next worker's first answer
+	// from the endpoint clears it.
+	endpoint := f.srv.Connection().Endpoint()
+	_, err := f.pool.Exec(context.Background(), `INSERT INTO durable_endpoint_health (key, shown, down, since, changed)
+		VALUES ($1, $1, true, now() - interval '1 hour', now() - interval '1 hour')`, endpoint)
+	require.NoError(t, err)
+	assert.Contains(t, f.durable(t, "health"), endpoint+"  down")
+
 	w := f.startWorker(t)
 	select {
 	case <-c.done:
@@ -232,6 +240,42 @@ func TestDurable_EnqueueAndWork(t *testing.T) {
 	out := f.durable(t, "deliveries", "-connection", "crm")
 	assert.Equal(t, 5, strings.Count(out, "completed"), out)
 	assert.Equal(t, 5, strings.Count(out, "200 delivered"), out)
+
+	var page struct {
+		Counts     map[string]int `json:"counts_24h"`
+		Deliveries []struct {
+			JobID    int64  `json:"job_id"`
+			Status   string `json:"status"`
+			Attempts []struct {
+				Outcome string `json:"outcome"`
+				Run     int    `json:"run"`
+			} `json:"attempts"`
+		} `json:"deliveries"`
+		Next string `json:"next"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(f.durable(t, "deliveries", "-connection", "crm", "-json", "-n", "3")), &page))
+	assert.Equal(t, 5, page.Counts["delivered"])
+	require.Len(t, page.Deliveries, 3)
+	assert.NotEmpty(t, page.Next, "two more on the next page")
+	assert.Equal(t, "delivered", page.Deliveries[0].Status)
+	assert.Equal(t, "delivered", page.Deliveries[0].Attempts[0].Outcome)
+	assert.Equal(t, 1, page.Deliveries[0].Attempts[0].Run)
+
+	assert.Contains(t, f.durable(t, "health"), endpoint+"  up", "the dead worker's mark cleared")
+	job := fmt.Sprint(page.Deliveries[0].JobID)
+	assert.Contains(t, f.durable(t, "resend", "-job", job, "-reason", "test: the customer asked"), "job "+job+" resent as job ")
+	assert.Contains(t, f.durable(t, "resend", "-job", job, "-reason", "a double click"), "resent already")
+	assert.Equal(t, "0 given up since 24h0m0s: would resend 0, 0 resent already, 0 erased, more: false\n",
+		f.durable(t, "recover", "-connection", "crm", "-reason", "x", "-dry-run"))
+	assert.Equal(t, "erased the bodies of 1 job(s)\n", f.durable(t, "erase", "-delivery", "nope,"+deliveryIDOf(t, f, page.Deliveries[1].JobID)))
+}
+
+// deliveryIDOf returns the delivery id of job id.
+func deliveryIDOf(t *testing.T, f *fixture, id int64) string {
+	t.Helper()
+	var d string
+	require.NoError(t, f.pool.QueryRow(context.Background(), "SELECT args->>'delivery_id' FROM "+f.schema+".river_job WHERE id = $1", id).Scan(&d))
+	return d
 }
 
 func TestDurable_Help(t *testing.T) {
