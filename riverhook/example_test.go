@@ -23,7 +23,7 @@ import (
 
 // databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
 // skips them, saying so, where there is none and CI is not set.
-const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleListDeliveries)$"
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleListDeliveries|ExampleRecover)$"
 
 // exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
 // one Example, and a func that drops the schema and closes the pool. A
@@ -269,4 +269,112 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// Register sets up a River client's configuration for the deliveries: the
+// Worker registered, and the rescue it needs, in River's own *river.Config.
+// Worker.InsertOptions inserts with the Sender's policy: River's runs and
+// the Sender's attempts are one policy.
+func ExampleRegister() {
+	sender, err := webhook.NewSender(nil) // the spec's policy: 3 retries
+	if err != nil {
+		log.Fatal(err)
+	}
+	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+		return webhook.Connection{}, riverhook.ErrConnectionGone // your connections' table
+	}, nil)
+	config := &river.Config{Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}}}
+	if err := riverhook.Register(config, worker); err != nil {
+		log.Fatal(err)
+	}
+	// river.NewClient(riverpgxv5.New(pool), config) ...
+	params, err := riverhook.InsertParams("evt_42", []string{"crm"}, webhook.SamplePayload(time.Now()), worker.InsertOptions(nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("rescue after:", config.RescueStuckJobsAfter)
+	fmt.Println("runs per delivery:", params[0].InsertOpts.MaxAttempts, "= 4 attempts +", riverhook.MaxInterruptedRuns, "crashes")
+	// Output:
+	// rescue after: 1m0s
+	// runs per delivery: 9 = 4 attempts + 5 crashes
+}
+
+// A dashboard's delivery log: a page of a connection's given-up deliveries,
+// the counts per status of the last day, and a recover once the customer
+// fixed the endpoint, first as a dry run.
+func ExampleRecover() {
+	ctx := context.Background()
+	pool, schema, done := exampleDatabase(ctx)
+	defer done()
+	migrate(ctx, pool, schema)
+	receiver := webhooktest.NewServer("whsec_example", nil)
+	defer receiver.Close()
+	receiver.Script(webhooktest.Status(http.StatusInternalServerError)) // broken, then fixed
+	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}}) // one attempt, for the example
+	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+		return receiver.Connection(), nil
+	}, nil)
+	config := &river.Config{Schema: schema, FetchCooldown: 10 * time.Millisecond,
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}}}
+	if err := riverhook.Register(config, worker); err != nil {
+		log.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), config)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ended, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+	defer cancel()
+	if err := client.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer client.Stop(ctx)
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := riverhook.InsertTx(ctx, client, tx, "evt_42", []string{"crm"}, webhook.SamplePayload(time.Now()), worker.InsertOptions(nil))
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	<-ended
+
+	page, err := riverhook.List(ctx, client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{riverhook.StatusGivenUp}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	counts, err := riverhook.Count(ctx, client, "crm", time.Now().Add(-24*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	d := page.Deliveries[0]
+	fmt.Println(d.DeliveryID, d.Status, d.Attempts[0].Outcome(), d.Attempts[0].StatusCode, "| given up in 24 h:", counts[riverhook.StatusGivenUp])
+
+	p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "ana@example.com: the customer fixed the endpoint", DryRun: true}
+	res, err := riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("dry run: would resend", res.Resent)
+	p.DryRun = false
+	if res, err = riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil)); err != nil {
+		log.Fatal(err)
+	}
+	<-ended
+	if res, err = riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil)); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("again: resent", res.Resent, "| resent already:", res.Pending)
+	page, err = riverhook.List(ctx, client, "crm", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, d := range page.Deliveries {
+		fmt.Println(d.DeliveryID, d.Status, d.ResendReason)
+	}
+	// Output:
+	// evt_42 given_up status 500 | given up in 24 h: 1
+	// dry run: would resend 1
+	// again: resent 0 | resent already: 1
+	// evt_42 delivered ana@example.com: the customer fixed the endpoint
+	// evt_42 given_up
 }
