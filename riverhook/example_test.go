@@ -309,7 +309,7 @@ func ExampleRecover() {
 	migrate(ctx, pool, schema)
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
-	receiver.Script(webhooktest.Status(http.StatusInternalServerError)) // broken, then fixed
+	receiver.Script(webhooktest.Status(http.StatusInternalServerError))              // broken, then fixed
 	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}}) // one attempt, for the example
 	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
 		return receiver.Connection(), nil
