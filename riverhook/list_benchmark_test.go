@@ -1,0 +1,80 @@
+package riverhook_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook/riverhook"
+)
+
+// BenchmarkList measures a dashboard's queries on a table of 50,000
+// deliveries, 10,000 of them to the connection listed: the first page of
+// 50, a page 7,500 deliveries deep (by cursor), a page filtered by status,
+// and the counts per status. A page costs the same however deep it is; the
+// counts cost in proportion to the connection's jobs River holds (its
+// retention bounds them).
+//
+// Measured on 2026-11-24 at a8b0f47 (2 cores of a shared Intel Xeon VM,
+// PostgreSQL 15 on the same machine; medians of 3 runs, each page's 50
+// attempt logs decoded): first page 1.89 ms, 7,500 deep 1.82 ms, filtered
+// by status 1.81 ms; counts 30.3 ms, about 3 µs per job of the connection.
+func BenchmarkList(b *testing.B) {
+	if testing.Short() {
+		b.Skip("inserts 50,000 jobs")
+	}
+	pool, schema := testDB(b)
+	client := newClient(b, pool, schema, nil, nil)
+	const total, mine = 50_000, 10_000
+	insertMany(b, client, "d", total, func(i int) string {
+		if i%(total/mine) == 0 {
+			return "crm"
+		}
+		return "other-" + string(rune('a'+i%26))
+	})
+	if _, err := pool.Exec(context.Background(), "ANALYZE "+schema+".river_job"); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := riverhook.List(ctx, client, "crm", &riverhook.ListParams{Limit: 50})
+	if err != nil || len(first.Deliveries) != 50 {
+		b.Fatalf("first page: %v, %v", first, err)
+	}
+	deep := first.Next
+	for range 150 { // 7,500 deliveries down
+		page, err := riverhook.List(ctx, client, "crm", &riverhook.ListParams{Limit: 50, After: deep})
+		if err != nil {
+			b.Fatal(err)
+		}
+		deep = page.Next
+	}
+	for _, bc := range []struct {
+		name string
+		run  func() error
+	}{
+		{"page=first", func() error {
+			_, err := riverhook.List(ctx, client, "crm", &riverhook.ListParams{Limit: 50})
+			return err
+		}},
+		{"page=7500-deep", func() error {
+			_, err := riverhook.List(ctx, client, "crm", &riverhook.ListParams{Limit: 50, After: deep})
+			return err
+		}},
+		{"page=waiting", func() error {
+			_, err := riverhook.List(ctx, client, "crm", &riverhook.ListParams{Limit: 50, Statuses: []riverhook.Status{riverhook.StatusWaiting}})
+			return err
+		}},
+		{"count=24h", func() error {
+			_, err := riverhook.Count(ctx, client, "crm", time.Now().Add(-24*time.Hour))
+			return err
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := bc.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
