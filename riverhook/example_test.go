@@ -23,7 +23,7 @@ import (
 
 // databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
 // skips them, saying so, where there is none and CI is not set.
-const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleListDeliveries|ExampleRecover)$"
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleListDeliveries|ExampleRecover|ExampleResend|ExampleEraseBodies)$"
 
 // exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
 // one Example, and a func that drops the schema and closes the pool. A
@@ -377,4 +377,96 @@ func ExampleRecover() {
 	// again: resent 0 | resent already: 1
 	// evt_42 delivered ana@example.com: the customer fixed the endpoint
 	// evt_42 given_up
+}
+
+// exampleClient starts a River client working the deliveries to receiver on
+// a fresh schema, and returns it with its Worker and the events of ended
+// jobs, and a func that stops it and drops the schema.
+func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*river.Client[pgx.Tx], *riverhook.Worker, <-chan *river.Event, func()) {
+	pool, schema, drop := exampleDatabase(ctx)
+	migrate(ctx, pool, schema)
+	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}}) // one attempt, for the examples
+	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+		return receiver.Connection(), nil
+	}, nil)
+	config := &river.Config{Schema: schema, FetchCooldown: 10 * time.Millisecond,
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}}}
+	if err := riverhook.Register(config, worker); err != nil {
+		log.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), config)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ended, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+	if err := client.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := riverhook.InsertTx(ctx, client, tx, "evt_42", []string{"crm"}, webhook.SamplePayload(time.Now()), worker.InsertOptions(nil))
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return client, worker, ended, func() {
+		client.Stop(ctx)
+		cancel()
+		drop()
+	}
+}
+
+// A dashboard's Resend button: one ended delivery sent again, with who
+// asked and why; a double click sends once.
+func ExampleResend() {
+	ctx := context.Background()
+	receiver := webhooktest.NewServer("whsec_example", nil)
+	defer receiver.Close()
+	client, worker, ended, done := exampleClient(ctx, receiver)
+	defer done()
+	first := (<-ended).Job // delivered
+
+	job, inserted, err := riverhook.Resend(ctx, client, first.ID, "ana@example.com: the customer lost it", worker.InsertOptions(nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, again, err := riverhook.Resend(ctx, client, first.ID, "a double click", worker.InsertOptions(nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := riverhook.DeliveryOf((<-ended).Job)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("inserted:", inserted, "| again:", again, "| same job:", d.JobID == job.ID)
+	fmt.Println(d.DeliveryID, d.Status, "resent from the first:", d.ResentFrom == first.ID, "|", d.ResendReason)
+	fmt.Println("the receiver got it", len(receiver.Deliveries()), "times")
+	// Output:
+	// inserted: true | again: false | same job: true
+	// evt_42 delivered resent from the first: true | ana@example.com: the customer lost it
+	// the receiver got it 2 times
+}
+
+// A user asked to be forgotten: the bodies of their ended deliveries (their
+// email, name and phone) leave River's rows; the attempt logs stay.
+func ExampleEraseBodies() {
+	ctx := context.Background()
+	receiver := webhooktest.NewServer("whsec_example", nil)
+	defer receiver.Close()
+	client, _, ended, done := exampleClient(ctx, receiver)
+	defer done()
+	<-ended
+
+	n, err := riverhook.EraseBodies(ctx, client, []string{"evt_42"}) // the user's deliveries, as the service knows them
+	if err != nil {
+		log.Fatal(err)
+	}
+	page, err := riverhook.List(ctx, client, "crm", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	d := page.Deliveries[0]
+	fmt.Println("erased:", n, d.Erased, "| log kept:", len(d.Attempts), d.Attempts[0].Outcome())
+	// Output:
+	// erased: 1 true | log kept: 1 delivered
 }
