@@ -121,6 +121,14 @@ var funcs = template.FuncMap{
 		}
 		return d.Round(10 * time.Millisecond).String()
 	},
+	"wait": func(d time.Duration) string {
+		s := d.Round(time.Second).String()
+		if d >= time.Minute {
+			s = strings.TrimSuffix(strings.TrimSuffix(s, "0s"), "0m")
+		}
+		return s
+	},
+	"plain": func(s string) string { return strings.TrimPrefix(s, "riverhook: ") },
 	"word": func(s riverhook.Status) string { return strings.ReplaceAll(string(s), "_", " ") },
 }
 
