@@ -129,7 +129,7 @@ var funcs = template.FuncMap{
 		return s
 	},
 	"plain": func(s string) string { return strings.TrimPrefix(s, "riverhook: ") },
-	"word": func(s riverhook.Status) string { return strings.ReplaceAll(string(s), "_", " ") },
+	"word":  func(s riverhook.Status) string { return strings.ReplaceAll(string(s), "_", " ") },
 }
 
 // base returns the relative path from r's page to where the console is
