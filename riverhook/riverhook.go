@@ -28,6 +28,10 @@
 //     deliveries since a time (with a dry run); both insert new jobs,
 //     idempotently, with the caller's reason.
 //   - [EraseBodies] removes a user's personal data from ended jobs.
+//   - Package console (riverhook/console) serves a connection's log to the
+//     service's customers, scoped to their own connections, with the Send
+//     Test ([Worker.SendTest]) and the endpoint's health
+//     ([Worker.EndpointHealth]).
 //   - [DurableRetryPolicy] waits hours rather than seconds.
 //
 // Register the Worker in every River client you start on the database, also

@@ -4,7 +4,7 @@
 //
 //	durable migrate    -db postgres://localhost/app
 //	durable enqueue    -db postgres://localhost/app -connections conns.json -n 10
-//	durable work       -db postgres://localhost/app -connections conns.json
+//	durable work       -db postgres://localhost/app -connections conns.json -console 127.0.0.1:8081
 //	durable deliveries -db postgres://localhost/app -connection crm
 //	durable deliveries -db postgres://localhost/app -connection crm -json -status given_up
 //	durable recover    -db postgres://localhost/app -connection crm -since 24h -reason "endpoint fixed" -dry-run
@@ -29,7 +29,9 @@
 // again; health prints each connection's endpoint marks, which work's
 // endpoint health writes to the table durable_endpoint_health (migrate
 // creates it); erase removes the bodies of ended deliveries. work keeps
-// the log 30 days (-retention). -ca adds a root certificate to the library's guarded
+// the log 30 days (-retention); with -console ADDR it serves the customers'
+// delivery log (riverhook/console) at http://ADDR/console/, its scope a
+// demo's: every connection, without sign-in. -ca adds a root certificate to the library's guarded
 // transport; -allow-private lifts the guard for local receivers. Kill a
 // worker in the middle of an attempt (kill -9) and start another: once
 // River's rescuer has found the job (a minute after the attempt started,
@@ -71,7 +73,7 @@ import (
 const usage = `usage:
   durable migrate    -db URL
   durable enqueue    -db URL -connections FILE [-n N]
-  durable work       -db URL -connections FILE [-workers N] [-attempt-timeout D] [-rescue-after D] [-retention D] [-ca PEM] [-allow-private]
+  durable work       -db URL -connections FILE [-workers N] [-attempt-timeout D] [-rescue-after D] [-retention D] [-ca PEM] [-allow-private] [-console ADDR]
   durable deliveries -db URL -connection ID [-n N] [-json] [-status S] [-after CURSOR]
   durable recover    -db URL -connection ID -since D -reason TEXT [-dry-run]
   durable resend     -db URL -job ID -reason TEXT
@@ -142,6 +144,7 @@ type command struct {
 	allowPrivate             *bool
 	attemptTimeout, rescueAt *time.Duration
 	maxWait, retention       *time.Duration
+	consoleAddr              *string
 	ops                      opFlags
 }
 
@@ -166,6 +169,7 @@ func newCommand(name string, stderr io.Writer) *command {
 		c.maxWait = fs.Duration("max-wait", riverhook.DefaultMaxWait, "how long a delivery waits for an endpoint that is down or not answering before it is discarded")
 		c.rescueAt = fs.Duration("rescue-after", 0, "how long a job may run before River's rescuer runs it again, as a process that died left it\n(default: derived from -attempt-timeout, 1m0s for 30s)")
 		c.retention = fs.Duration("retention", 30*24*time.Hour, "how long River keeps ended deliveries, and their logs")
+		c.consoleAddr = fs.String("console", "", "serve the delivery log (riverhook/console) on this address, such as 127.0.0.1:8081, under /console/;\na demo's scope: every connection, without sign-in")
 	case "deliveries":
 		c.connectionID = fs.String("connection", "", "id of the connection")
 		c.n = fs.Int("n", 20, "deliveries to list, newest first (at most 1000)")
@@ -256,7 +260,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, *c.maxWait, *c.retention, logger, stdout)
+	return work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, *c.maxWait, *c.retention, *c.consoleAddr, logger, stdout)
 }
 
 func readConnections(path string) (map[string]webhook.Connection, error) {
@@ -349,7 +353,7 @@ func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration, o
 // work runs a River client with the delivery worker until ctx is done, then
 // stops it gracefully, or at once when now is done.
 func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection,
-	sender *webhook.Sender, workers int, rescueAfter, maxWait, retention time.Duration, logger *slog.Logger, out io.Writer) error {
+	sender *webhook.Sender, workers int, rescueAfter, maxWait, retention time.Duration, consoleAddr string, logger *slog.Logger, out io.Writer) error {
 	var mu sync.Mutex // one line at a time
 	resolve := func(_ context.Context, id string) (webhook.Connection, error) {
 		c, ok := conns[id]
@@ -397,6 +401,13 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 	client, err := river.NewClient(riverpgxv5.New(pool), config)
 	if err != nil {
 		return err
+	}
+	if consoleAddr != "" {
+		stop, err := serveConsole(consoleAddr, client, worker, conns, logger, out)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	// Started apart from ctx: an interrupt stops the client gracefully
 	// below, letting the attempts in flight end, instead of cancelling them.

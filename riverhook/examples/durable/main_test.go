@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -489,4 +490,35 @@ func TestDurable_SIGKILLDuringTheLastAttemptLosesNothing(t *testing.T) {
 		"attempt 1: 500 status", "attempt 2: 500 status", "attempt 3: 500 status",
 		"attempt 4: interrupted", "attempt 4: 200 delivered",
 	}, log)
+}
+
+func TestDurable_WorkServesTheConsole(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	f.durable(t, "enqueue", "-n", "2")
+	w := f.startWorker(t, "-console", "127.0.0.1:0")
+	line := w.waitLine(t, "console on http://")
+	url := strings.Fields(strings.TrimPrefix(line, "console on "))[0]
+	w.waitLine(t, "kind=delivered")
+	w.waitLine(t, "kind=delivered")
+
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) { // the jobs complete after OnAttempt
+		res, err := http.Get(url + "connections/crm")
+		require.NoError(t, err)
+		body, err = io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		if strings.Count(string(body), "status-delivered") == 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	assert.Equal(t, 2, strings.Count(string(body), "status-delivered"), "%s", body)
+	assert.NotContains(t, string(body), "Bearer k")
+	res, err := http.Get(url + "connections/erp")
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusNotFound, res.StatusCode)
+	require.NoError(t, w.interrupt(t, time.Minute))
 }

@@ -1,0 +1,71 @@
+package riverhook
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/signedhook/webhook"
+)
+
+// This file holds what a dashboard asks the Worker of one connection: its
+// Send Test, and its endpoint's health, both through the Worker's Sender
+// and Resolver.
+
+// SendTest is the dashboard's "Send Test" for the connection with the
+// given id: it resolves the connection with the Worker's [Resolver] and
+// makes [webhook.Sender.SendTest]'s one attempt with the Worker's Sender,
+// the same attempt as a real delivery's (signed alike, through the same
+// transport and guard), whose [webhook.Attempt.Diagnosis] says what
+// happened. The Result and error are SendTest's. When the connection does
+// not resolve, the error names it by id alone (the Resolver's error, which
+// may quote a URL, goes to [WorkerOptions.Logger] and is wrapped, for
+// errors.Is and errors.As); it matches [ErrConnectionGone] for one that is
+// gone. It blocks for the attempt, at most the Sender's attempt timeout,
+// and is safe for concurrent use.
+func (w *Worker) SendTest(ctx context.Context, connectionID string) (*webhook.Result, error) {
+	conn, err := w.connection(ctx, connectionID)
+	if err != nil {
+		return nil, err
+	}
+	return w.sender.SendTest(ctx, conn)
+}
+
+// EndpointHealth returns the endpoint of the connection with the given id,
+// its origin as [webhook.Connection.Endpoint] names it (never its path), and
+// what the Worker's Sender knows of it ([webhook.Sender.Health]): the
+// entries for that origin and for the connection's own URL (by
+// [webhook.Connection.URLKey]), those failing or down. failing is empty
+// when the endpoint answers, or when the Sender's endpoint health is off.
+// The error is as for [Worker.SendTest]. It is safe for concurrent use.
+func (w *Worker) EndpointHealth(ctx context.Context, connectionID string) (endpoint string, failing []webhook.EndpointHealth, err error) {
+	conn, err := w.connection(ctx, connectionID)
+	if err != nil {
+		return "", nil, err
+	}
+	endpoint, key := conn.Endpoint(), conn.URLKey()
+	for _, h := range w.sender.Health() {
+		if h.Endpoint == endpoint && !h.PerURL || h.PerURL && h.URLKey == key {
+			failing = append(failing, h)
+		}
+	}
+	return endpoint, failing, nil
+}
+
+// connection resolves the connection with the given id outside a job, its
+// Resolver's error or panic logged and wrapped in a *resolveError.
+func (w *Worker) connection(ctx context.Context, id string) (webhook.Connection, error) {
+	conn, panicVal, err := w.callResolver(ctx, id)
+	if err == nil {
+		return conn, nil
+	}
+	re := &resolveError{id: id, errs: []error{err}, gone: errors.Is(err, ErrConnectionGone), panicked: panicVal != nil}
+	attrs := []any{slog.String("connection_id", id), slog.String("error", err.Error())}
+	if re.panicked {
+		attrs = append(attrs, slog.Any("panic", panicVal))
+	}
+	if !re.gone {
+		w.logger.WarnContext(ctx, "riverhook: the Resolver failed outside a delivery", attrs...)
+	}
+	return webhook.Connection{}, re
+}

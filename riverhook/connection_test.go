@@ -1,0 +1,97 @@
+package riverhook_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+func TestWorker_SendTestMakesTheSenderAttemptToTheResolvedConnection(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	t.Cleanup(srv.Close)
+	srv.Script(webhooktest.Status(503))
+	w := newTestWorker(srv, nil, nil)
+	ctx := context.Background()
+
+	res, err := w.SendTest(ctx, "crm")
+	var de *webhook.DeliveryError
+	require.ErrorAs(t, err, &de, "a failed test is the Sender's failure")
+	require.Len(t, res.Attempts, 1, "a test is never retried")
+	assert.Equal(t, 503, res.Attempts[0].StatusCode)
+	assert.Contains(t, res.Attempts[0].Diagnosis(), "503")
+
+	res, err = w.SendTest(ctx, "crm")
+	require.NoError(t, err)
+	require.Len(t, res.Attempts, 1)
+	assert.True(t, res.Attempts[0].OK())
+	got := srv.Deliveries()
+	require.Len(t, got, 2)
+	require.NoError(t, got[1].Err, "signed as a delivery is")
+	p, err := webhook.ParsePayload(got[1].Body)
+	require.NoError(t, err)
+	assert.True(t, p.IsSendTest())
+}
+
+func TestWorker_SendTestNamesAConnectionThatDoesNotResolveByIDAlone(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	t.Cleanup(srv.Close)
+	leak := errors.New("select failed for https://crm.example/hook/s3cr3t")
+	w := riverhook.NewWorker(srv.Sender(nil), func(_ context.Context, id string) (webhook.Connection, error) {
+		if id == "gone" {
+			return webhook.Connection{}, riverhook.ErrConnectionGone
+		}
+		return webhook.Connection{}, leak
+	}, &riverhook.WorkerOptions{Logger: quietLogger()})
+	ctx := context.Background()
+
+	_, err := w.SendTest(ctx, "gone")
+	require.ErrorIs(t, err, riverhook.ErrConnectionGone)
+	_, err = w.SendTest(ctx, "broken")
+	require.ErrorIs(t, err, leak, "wrapped, for errors.Is")
+	assert.NotContains(t, err.Error(), "s3cr3t")
+	assert.Contains(t, err.Error(), `"broken"`)
+	_, _, err = w.EndpointHealth(ctx, "broken")
+	require.ErrorIs(t, err, leak)
+	assert.Empty(t, srv.Deliveries())
+}
+
+func TestWorker_EndpointHealthReportsTheConnectionsOriginAndURLOnly(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	t.Cleanup(srv.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := srv.Connection()
+	dead.URL = "https://" + ln.Addr().String() + "/hooks/s3cr3t-path"
+	require.NoError(t, ln.Close()) // refused from now on
+	sender := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}})
+	w := riverhook.NewWorker(sender, newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "dead": dead}).resolve, nil)
+	ctx := context.Background()
+
+	a := sender.Attempt(ctx, dead, webhook.EventUserIdentified, []byte(`{}`), 1)
+	require.Equal(t, webhook.KindRefused, a.Kind)
+
+	endpoint, failing, err := w.EndpointHealth(ctx, "dead")
+	require.NoError(t, err)
+	assert.Equal(t, "https://"+ln.Addr().String(), endpoint)
+	require.Len(t, failing, 1)
+	assert.True(t, failing[0].Down)
+	assert.Equal(t, endpoint, failing[0].Endpoint)
+	assert.False(t, strings.Contains(failing[0].String(), "s3cr3t"))
+
+	endpoint, failing, err = w.EndpointHealth(ctx, "crm")
+	require.NoError(t, err)
+	assert.Equal(t, srv.Connection().Endpoint(), endpoint)
+	assert.Empty(t, failing, "another endpoint's failures are not this one's")
+}

@@ -1,0 +1,349 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/internal/redact"
+	"github.com/signedhook/webhook/riverhook"
+)
+
+// This file holds the JSON API, and what the pages share with it: reading
+// a listing's query, a recover's form, an endpoint's health.
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v) //nolint:errcheck // the client went away
+}
+
+func writeError(w http.ResponseWriter, status int, text string) {
+	writeJSON(w, status, map[string]string{"error": text})
+}
+
+// listQuery reads a listing's filters and page from q.
+func listQuery(q url.Values, now time.Time) (*riverhook.ListParams, error) {
+	p := &riverhook.ListParams{Event: q.Get("event"), After: q.Get("after")}
+	for _, v := range q["status"] {
+		for s := range strings.SplitSeq(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				p.Statuses = append(p.Statuses, riverhook.Status(s))
+			}
+		}
+	}
+	for _, s := range p.Statuses {
+		if !validStatus(s) {
+			return nil, fmt.Errorf("unknown status %q", redact.PrintableCut(string(s), 40))
+		}
+	}
+	var err error
+	if p.Since, err = timeParam(q, "since", now); err != nil {
+		return nil, err
+	}
+	if p.Until, err = timeParam(q, "until", now); err != nil {
+		return nil, err
+	}
+	if v := q.Get("limit"); v != "" {
+		if p.Limit, err = strconv.Atoi(v); err != nil || p.Limit < 1 {
+			return nil, errors.New("limit must be a positive number")
+		}
+	}
+	if p.After != "" {
+		if id, err := strconv.ParseInt(p.After, 10, 64); err != nil || id <= 0 {
+			return nil, errors.New("after must be the next cursor of a page")
+		}
+	}
+	return p, nil
+}
+
+func validStatus(s riverhook.Status) bool {
+	for _, v := range riverhook.Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// timeParam reads q's name as RFC 3339 or as a duration before now, such as
+// 24h; empty is the zero time.
+func timeParam(q url.Values, name string, now time.Time) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s must be an RFC 3339 time or a duration such as 24h", name)
+	}
+	return t, nil
+}
+
+// listing is a connection's page of deliveries, as the API serves it.
+type listing struct {
+	ConnectionID string                   `json:"connection_id"`
+	Deliveries   []*riverhook.Delivery    `json:"deliveries"`
+	Next         string                   `json:"next,omitempty"`
+	Counts       map[riverhook.Status]int `json:"counts"` // since the listing's since
+}
+
+func (c *console[TTx]) list(r *http.Request, req request) (*listing, error) {
+	p, err := listQuery(r.URL.Query(), time.Now())
+	if err != nil {
+		return nil, &badRequest{err}
+	}
+	page, err := riverhook.List(r.Context(), c.client, req.conn, p)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := riverhook.Count(r.Context(), c.client, req.conn, p.Since)
+	if err != nil {
+		return nil, err
+	}
+	return &listing{ConnectionID: req.conn, Deliveries: page.Deliveries, Next: page.Next, Counts: counts}, nil
+}
+
+// badRequest is an error of the request's, answered 400 with its text.
+type badRequest struct{ err error }
+
+func (e *badRequest) Error() string { return e.err.Error() }
+
+func (c *console[TTx]) apiList(w http.ResponseWriter, r *http.Request, req request) {
+	l, err := c.list(r, req)
+	var bad *badRequest
+	switch {
+	case errors.As(err, &bad):
+		writeError(w, http.StatusBadRequest, bad.Error())
+	case err != nil:
+		c.fail(w, r, req, err)
+	default:
+		if l.Deliveries == nil {
+			l.Deliveries = []*riverhook.Delivery{}
+		}
+		writeJSON(w, http.StatusOK, l)
+	}
+}
+
+// deliveryJSON is a delivery with, when shown, its payload.
+type deliveryJSON struct {
+	*riverhook.Delivery
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+func (d deliveryJSON) MarshalJSON() ([]byte, error) {
+	b, err := d.Delivery.MarshalJSON()
+	if err != nil || d.Payload == nil {
+		return b, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["payload"] = d.Payload
+	return json.Marshal(m)
+}
+
+// payload returns job's body when it is shown, and nil otherwise: without
+// Options.ShowPayload, erased, or not JSON.
+func (c *console[TTx]) payload(job *rivertype.JobRow) json.RawMessage {
+	if !c.opts.ShowPayload {
+		return nil
+	}
+	var a riverhook.Args
+	if err := a.UnmarshalJSON(job.EncodedArgs); err != nil || a.Erased || !json.Valid(a.Body) {
+		return nil
+	}
+	return json.RawMessage(a.Body)
+}
+
+func (c *console[TTx]) apiDelivery(w http.ResponseWriter, r *http.Request, req request) {
+	job, d, ok := c.job(w, r, req)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, deliveryJSON{Delivery: d, Payload: c.payload(job)})
+}
+
+// resend resends the request's job; status is the answer's on error.
+func (c *console[TTx]) resend(w http.ResponseWriter, r *http.Request, req request) (job *rivertype.JobRow, inserted bool, status int, err error) {
+	row, _, ok := c.job(w, r, req)
+	if !ok {
+		return nil, false, 0, nil
+	}
+	job, inserted, err = riverhook.Resend(r.Context(), c.client, row.ID, "resent from the console by "+c.actor(r), c.worker.InsertOptions(nil))
+	switch {
+	case errors.Is(err, riverhook.ErrUnderWay):
+		return nil, false, http.StatusConflict, errors.New("the delivery is still under way: it can be resent once it has ended")
+	case errors.Is(err, riverhook.ErrErased):
+		return nil, false, http.StatusConflict, errors.New("the delivery's body was erased: there is nothing to resend")
+	case err != nil:
+		return nil, false, http.StatusInternalServerError, err
+	}
+	return job, inserted, http.StatusOK, nil
+}
+
+func (c *console[TTx]) apiResend(w http.ResponseWriter, r *http.Request, req request) {
+	job, inserted, status, err := c.resend(w, r, req)
+	switch {
+	case status == 0:
+	case status == http.StatusInternalServerError:
+		c.fail(w, r, req, err)
+	case err != nil:
+		writeError(w, status, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"job_id": job.ID, "inserted": inserted})
+	}
+}
+
+// recoverResult is what a recover answers.
+type recoverResult struct {
+	DryRun  bool    `json:"dry_run"`
+	GivenUp int     `json:"given_up"`
+	Resent  int     `json:"resent"`
+	Pending int     `json:"pending"`
+	Erased  int     `json:"erased"`
+	More    bool    `json:"more"`
+	Jobs    []int64 `json:"jobs"`
+}
+
+// runRecover runs the request's recover; status is the answer's on error.
+func (c *console[TTx]) runRecover(w http.ResponseWriter, r *http.Request, req request) (*recoverResult, int, error) {
+	since, err := timeParam(url.Values{"since": {r.FormValue("since")}}, "since", time.Now())
+	switch {
+	case err != nil:
+		return nil, http.StatusBadRequest, err
+	case since.IsZero():
+		return nil, http.StatusBadRequest, errors.New("since is required: the given-up deliveries since when (RFC 3339, or a duration such as 24h)")
+	}
+	dry, _ := strconv.ParseBool(r.FormValue("dry_run"))
+	action := actionRecover
+	if dry {
+		action = actionDryRun
+	}
+	if wait, ok := c.limits.allow(action, req.conn); !ok {
+		c.tooSoon(w, r, req, wait)
+		return nil, 0, nil
+	}
+	res, err := riverhook.Recover(r.Context(), c.client, req.conn, riverhook.RecoverParams{Since: since,
+		Reason: "recovered from the console by " + c.actor(r), DryRun: dry}, c.worker.InsertOptions(nil))
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	out := &recoverResult{DryRun: dry, GivenUp: res.GivenUp, Resent: res.Resent, Pending: res.Pending, Erased: res.Erased,
+		More: res.More, Jobs: res.Jobs}
+	if out.Jobs == nil {
+		out.Jobs = []int64{}
+	}
+	return out, http.StatusOK, nil
+}
+
+func (c *console[TTx]) apiRecover(w http.ResponseWriter, r *http.Request, req request) {
+	res, status, err := c.runRecover(w, r, req)
+	switch {
+	case status == 0:
+	case status == http.StatusInternalServerError:
+		c.fail(w, r, req, err)
+	case err != nil:
+		writeError(w, status, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// test runs the request's Send Test, rate-limited; ok is false once it
+// has answered.
+func (c *console[TTx]) test(w http.ResponseWriter, r *http.Request, req request) (testResult, bool) {
+	if wait, ok := c.limits.allow(actionTest, req.conn); !ok {
+		c.tooSoon(w, r, req, wait)
+		return testResult{}, false
+	}
+	t, err := c.sendTest(r.Context(), req.conn)
+	if err != nil {
+		c.fail(w, r, req, err)
+		return testResult{}, false
+	}
+	return t, true
+}
+
+func (c *console[TTx]) apiTest(w http.ResponseWriter, r *http.Request, req request) {
+	t, ok := c.test(w, r, req)
+	if !ok {
+		return
+	}
+	v := map[string]any{"delivered": t.OK, "outcome": t.Outcome, "duration_ms": webhook.Milliseconds(t.Took),
+		"diagnosis": t.Diagnosis, "start": webhook.JSONTime(t.At)}
+	if t.Status != 0 {
+		v["status"] = t.Status
+	}
+	if t.Response != "" {
+		v["response"] = t.Response
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// health is an endpoint's health, as the API serves it.
+type health struct {
+	Endpoint string `json:"endpoint"` // its origin
+	// State is "up" (answering, or unknown to this process), "failing"
+	// (attempts failing without a connection, not yet down), "down"
+	// (deliveries wait for the endpoint's probe) or "isolated" (the
+	// connection's URL connects and does not answer; it alone waits).
+	State     string            `json:"state"`
+	Since     *webhook.JSONTime `json:"since,omitempty"`
+	NextProbe *webhook.JSONTime `json:"next_probe,omitempty"`
+	Failures  int               `json:"failures,omitempty"`
+	LastKind  string            `json:"last_failure,omitempty"`
+}
+
+// health returns the health of the request's connection's endpoint.
+func (c *console[TTx]) health(r *http.Request, req request) (health, error) {
+	endpoint, failing, err := c.worker.EndpointHealth(r.Context(), req.conn)
+	if err != nil {
+		return health{}, err
+	}
+	h := health{Endpoint: redact.URL(endpoint), State: "up"}
+	rank := map[string]int{"up": 0, "failing": 1, "down": 2, "isolated": 3}
+	for _, e := range failing {
+		state := "failing"
+		switch {
+		case e.Down && e.PerURL:
+			state = "isolated"
+		case e.Down:
+			state = "down"
+		}
+		if rank[state] < rank[h.State] {
+			continue
+		}
+		h.State, h.Failures, h.LastKind = state, e.Failures, string(e.LastFailure.Kind)
+		since := webhook.JSONTime(e.Since)
+		h.Since, h.NextProbe = &since, nil
+		if !e.NextProbe.IsZero() {
+			next := webhook.JSONTime(e.NextProbe)
+			h.NextProbe = &next
+		}
+	}
+	return h, nil
+}
+
+func (c *console[TTx]) apiHealth(w http.ResponseWriter, r *http.Request, req request) {
+	h, err := c.health(r, req)
+	if err != nil {
+		c.fail(w, r, req, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}

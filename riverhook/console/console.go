@@ -1,0 +1,385 @@
+// Package console is a delivery log a service mounts for its customers: an
+// [http.Handler] with a JSON API and server-rendered pages on the
+// deliveries riverhook keeps in River, scoped to the connections each
+// request may see.
+//
+// Mount it under a path of its own, behind the service's authentication:
+//
+//	h, err := console.New(riverClient, worker, &console.Options{
+//		Connections: func(r *http.Request) ([]string, error) {
+//			return connectionsOf(r.Context(), userFrom(r)) // the customer's own
+//		},
+//		Actor: func(r *http.Request) string { return userFrom(r).Email },
+//	})
+//	mux.Handle("/webhooks/log/", requireLogin(http.StripPrefix("/webhooks/log", h)))
+//
+// # Pages
+//
+//   - GET / lists the connections the request may see.
+//   - GET /connections/{id} lists a connection's deliveries, newest first: a
+//     row per delivery with its status, last answer and time, filters by
+//     status and time, counts per status, a banner when the endpoint is down
+//     or isolated, and the Send Test and Recover buttons.
+//   - GET /connections/{id}/deliveries/{job} shows one delivery: its
+//     attempts with status, time taken and response excerpt, interrupted
+//     runs marked, the next attempt as a time, the attempts the policy has
+//     left, and the Resend button.
+//
+// The buttons are forms that POST to the routes below without /api and
+// redirect back (303).
+//
+// # JSON API
+//
+//   - GET /api/connections/{id}/deliveries: a page of deliveries, each in
+//     [riverhook.Delivery.MarshalJSON]'s shape, with "next" (the cursor for
+//     after=) and "counts" per status. Query: status (repeated or
+//     comma-separated), event, since and until (RFC 3339, or a duration such
+//     as 24h meaning that long ago), after, limit.
+//   - GET /api/connections/{id}/deliveries/{job}: one delivery.
+//   - POST /api/connections/{id}/deliveries/{job}/resend: [riverhook.Resend].
+//   - POST /api/connections/{id}/recover: [riverhook.Recover] of the
+//     given-up deliveries since (required), a dry run with dry_run=true.
+//   - POST /api/connections/{id}/test: [riverhook.Worker.SendTest].
+//   - GET /api/connections/{id}/health: the endpoint's health.
+//
+// Errors are {"error": "..."} with 400, 404, 409 (a resend of a delivery
+// under way or erased), 429 (with Retry-After) or 500.
+//
+// # Security
+//
+//   - Scope: [Options.Connections] is required; a connection the request may
+//     not see is answered 404, exactly like one that does not exist, and so
+//     is a job of another connection, however its id was guessed.
+//   - Cross-site request forgery: every state-changing request goes through
+//     net/http's [http.CrossOriginProtection], which refuses a browser's
+//     cross-origin POST (by Sec-Fetch-Site, or Origin against Host). A
+//     request without either header (curl, a server) is let through: it
+//     carries no browser's cookies unless its author put them there.
+//   - What receivers answered is shown as text: html/template escapes it, and
+//     the pages send Content-Security-Policy: default-src 'self', load
+//     nothing from another origin and run no script.
+//   - No secret, header value or URL path appears in a page or the JSON: an
+//     endpoint is named by its origin. The payload, which holds a user's
+//     personal data, is shown only with [Options.ShowPayload].
+//   - Send Test and Recover are rate-limited per connection.
+package console
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/signedhook/webhook/riverhook"
+)
+
+// DefaultRateInterval is the default of [Options.TestEvery] and
+// [Options.RecoverEvery].
+const DefaultRateInterval = 10 * time.Second
+
+// Options configures [New]. Connections is required; every other zero field
+// selects its documented default.
+type Options struct {
+	// Connections returns the ids of the connections the request may see
+	// and act on: the customer's own, as the service's authentication
+	// knows them. Required: without it New returns an error, and nothing
+	// is served. Any other connection, and any job of one, is answered 404.
+	// An error is answered 500 (and logged). It is called once per request,
+	// concurrently.
+	Connections func(r *http.Request) ([]string, error)
+
+	// Actor names who acts in a request, for the reason recorded with a
+	// resend or a recover ("resent from the console by ..."). Nil means
+	// "a customer".
+	Actor func(r *http.Request) string
+
+	// ShowPayload shows each delivery's body (the JSON sent, with the
+	// user's email, name and phone) in the delivery's page and JSON. False,
+	// the default, never shows it.
+	ShowPayload bool
+
+	// TestEvery is how often a connection may be sent a test, and
+	// RecoverEvery how often its recover (and, apart, its dry run) may
+	// run: a request sooner is answered 429 with Retry-After. Zero means
+	// [DefaultRateInterval]; a negative value, no limit.
+	TestEvery, RecoverEvery time.Duration
+
+	// Logger receives the errors answered 500, as they are. Nil means no
+	// logging.
+	Logger *slog.Logger
+}
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// console is the handler New returns.
+type console[TTx any] struct {
+	client *river.Client[TTx]
+	worker *riverhook.Worker
+	opts   Options
+	logger *slog.Logger
+	pages  *template.Template
+	limits *limiter
+
+	mu    sync.Mutex
+	tests map[string]testResult // connection id -> its last Send Test, for its page
+}
+
+// New returns the console on the deliveries of client, a River client on the
+// database (an insert-only one will do), acting through worker: its Sender
+// and Resolver make the Send Test and tell the endpoint's health, and its
+// policy sizes resends. opts.Connections is required. The handler serves
+// the routes of the package documentation relative to where it is mounted
+// (use [http.StripPrefix]), guarded by [http.CrossOriginProtection]. It is
+// safe for concurrent use.
+func New[TTx any](client *river.Client[TTx], worker *riverhook.Worker, opts *Options) (http.Handler, error) {
+	if client == nil || worker == nil {
+		return nil, errors.New("console: New needs a River client and the riverhook Worker")
+	}
+	if opts == nil || opts.Connections == nil {
+		return nil, errors.New("console: Options.Connections is required: it says which connections a request may see")
+	}
+	pages, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: parsing the templates: %w", err)
+	}
+	c := &console[TTx]{client: client, worker: worker, opts: *opts, pages: pages, tests: map[string]testResult{},
+		logger: opts.Logger}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	c.limits = newLimiter(map[string]time.Duration{
+		actionTest:    rateOf(opts.TestEvery),
+		actionRecover: rateOf(opts.RecoverEvery),
+		actionDryRun:  rateOf(opts.RecoverEvery),
+	})
+	mux := http.NewServeMux()
+	static := http.FileServerFS(assets)
+	mux.Handle("GET /static/", static)
+	mux.HandleFunc("GET /{$}", c.index)
+	mux.HandleFunc("GET /connections/{conn}", c.scoped(c.connectionPage))
+	mux.HandleFunc("GET /connections/{conn}/deliveries/{job}", c.scoped(c.deliveryPage))
+	mux.HandleFunc("POST /connections/{conn}/deliveries/{job}/resend", c.scoped(c.resendForm))
+	mux.HandleFunc("POST /connections/{conn}/recover", c.scoped(c.recoverForm))
+	mux.HandleFunc("POST /connections/{conn}/test", c.scoped(c.testForm))
+	mux.HandleFunc("GET /api/connections/{conn}/deliveries", c.scoped(c.apiList))
+	mux.HandleFunc("GET /api/connections/{conn}/deliveries/{job}", c.scoped(c.apiDelivery))
+	mux.HandleFunc("POST /api/connections/{conn}/deliveries/{job}/resend", c.scoped(c.apiResend))
+	mux.HandleFunc("POST /api/connections/{conn}/recover", c.scoped(c.apiRecover))
+	mux.HandleFunc("POST /api/connections/{conn}/test", c.scoped(c.apiTest))
+	mux.HandleFunc("GET /api/connections/{conn}/health", c.scoped(c.apiHealth))
+	return http.NewCrossOriginProtection().Handler(secureHeaders(mux)), nil
+}
+
+func rateOf(d time.Duration) time.Duration { return cmp.Or(d, DefaultRateInterval) }
+
+// secureHeaders sets the headers of every answer: nothing from another
+// origin, no framing by one, no sniffing, no referrer elsewhere.
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'self'; form-action 'self'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// request is one scoped request: its connection, allowed.
+type request struct {
+	conn string
+	api  bool
+}
+
+// scoped answers 404 to a request for a connection it may not see, and
+// hands the others on.
+func (c *console[TTx]) scoped(next func(http.ResponseWriter, *http.Request, request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req := request{conn: r.PathValue("conn"), api: strings.HasPrefix(r.URL.Path, "/api/")}
+		allowed, err := c.opts.Connections(r)
+		if err != nil {
+			c.fail(w, r, req, err)
+			return
+		}
+		if !slices.Contains(allowed, req.conn) {
+			c.notFound(w, r, req)
+			return
+		}
+		next(w, r, req)
+	}
+}
+
+// job returns the delivery of the request's job, and false, having answered
+// 404, when there is none of the request's connection.
+func (c *console[TTx]) job(w http.ResponseWriter, r *http.Request, req request) (*rivertype.JobRow, *riverhook.Delivery, bool) {
+	id, err := strconv.ParseInt(r.PathValue("job"), 10, 64)
+	if err != nil || id <= 0 {
+		c.notFound(w, r, req)
+		return nil, nil, false
+	}
+	row, err := c.client.JobGet(r.Context(), id)
+	if errors.Is(err, river.ErrNotFound) || err == nil && row.Kind != riverhook.Kind {
+		c.notFound(w, r, req)
+		return nil, nil, false
+	}
+	if err != nil {
+		c.fail(w, r, req, err)
+		return nil, nil, false
+	}
+	d, err := riverhook.DeliveryOf(row)
+	if err != nil {
+		c.fail(w, r, req, err)
+		return nil, nil, false
+	}
+	if d.ConnectionID != req.conn {
+		c.notFound(w, r, req) // another's, exactly as a job that does not exist
+		return nil, nil, false
+	}
+	return row, d, true
+}
+
+func (c *console[TTx]) actor(r *http.Request) string {
+	who := "a customer"
+	if c.opts.Actor != nil {
+		who = cmp.Or(c.opts.Actor(r), who)
+	}
+	return cut(who, 200)
+}
+
+// cut returns s cut to at most n bytes at a rune boundary.
+func cut(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+func (c *console[TTx]) notFound(w http.ResponseWriter, r *http.Request, req request) {
+	if req.api {
+		writeError(w, http.StatusNotFound, "not found")
+		return
+	}
+	c.errorPage(w, r, http.StatusNotFound, "Not found", "There is no such page.", "")
+}
+
+// fail answers 500, logging err: its text may name what a customer must not
+// read.
+func (c *console[TTx]) fail(w http.ResponseWriter, r *http.Request, req request, err error) {
+	c.logger.ErrorContext(r.Context(), "console: answering 500", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+	if req.api {
+		writeError(w, http.StatusInternalServerError, "internal error")
+		return
+	}
+	c.errorPage(w, r, http.StatusInternalServerError, "Something went wrong", "The delivery log could not be read. Try again in a moment.", "")
+}
+
+// tooSoon answers 429, with Retry-After in whole seconds.
+func (c *console[TTx]) tooSoon(w http.ResponseWriter, r *http.Request, req request, wait time.Duration) {
+	secs := int((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	if req.api {
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("too soon: try again in %d s", max(secs, 1)))
+		return
+	}
+	c.errorPage(w, r, http.StatusTooManyRequests, "Too soon", fmt.Sprintf("That was done a moment ago for this connection. Try again in %d seconds.", max(secs, 1)), connOf(req.conn).Path)
+}
+
+// Actions that are rate-limited per connection.
+const (
+	actionTest    = "test"
+	actionRecover = "recover"
+	actionDryRun  = "dry-run"
+)
+
+// limiter allows one action per connection per interval.
+type limiter struct {
+	every map[string]time.Duration // by action; negative: no limit
+	now   func() time.Time
+
+	mu   sync.Mutex
+	last map[[2]string]time.Time // action, connection -> when last allowed
+}
+
+func newLimiter(every map[string]time.Duration) *limiter {
+	return &limiter{every: every, now: time.Now, last: map[[2]string]time.Time{}}
+}
+
+// allow reports whether action may run for conn now, and if not, how long
+// until it may.
+func (l *limiter) allow(action, conn string) (time.Duration, bool) {
+	every := l.every[action]
+	if every < 0 {
+		return 0, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	key := [2]string{action, conn}
+	if last, ok := l.last[key]; ok && now.Sub(last) < every {
+		return every - now.Sub(last), false
+	}
+	if len(l.last) >= 10_000 { // forget what no longer limits
+		for k, at := range l.last {
+			if now.Sub(at) >= l.every[k[0]] {
+				delete(l.last, k)
+			}
+		}
+	}
+	l.last[key] = now
+	return 0, true
+}
+
+// testResult is a connection's last Send Test, shown on its page.
+type testResult struct {
+	At        time.Time
+	OK        bool
+	Status    int
+	Outcome   string
+	Took      time.Duration
+	Diagnosis string
+	Response  string
+}
+
+// sendTest runs the connection's Send Test and keeps its result.
+func (c *console[TTx]) sendTest(ctx context.Context, conn string) (testResult, error) {
+	res, err := c.worker.SendTest(ctx, conn)
+	if res == nil || len(res.Attempts) == 0 {
+		if err == nil {
+			err = errors.New("console: Send Test made no attempt")
+		}
+		return testResult{}, err
+	}
+	a := res.Attempts[0]
+	t := testResult{At: a.Start, OK: a.OK(), Status: a.StatusCode, Outcome: string(a.Outcome()), Took: a.Duration,
+		Diagnosis: a.Diagnosis(), Response: a.ResponseText()}
+	c.mu.Lock()
+	c.tests[conn] = t
+	c.mu.Unlock()
+	return t, nil
+}
+
+func (c *console[TTx]) lastTest(conn string) (testResult, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.tests[conn]
+	return t, ok
+}

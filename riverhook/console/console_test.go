@@ -1,0 +1,414 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/riverhook/console"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+func decode[T any](t *testing.T, body string) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal([]byte(body), &v), body)
+	return v
+}
+
+type listJSON struct {
+	Deliveries []struct {
+		JobID        int64  `json:"job_id"`
+		DeliveryID   string `json:"delivery_id"`
+		ConnectionID string `json:"connection_id"`
+		Status       string `json:"status"`
+	} `json:"deliveries"`
+	Next   string         `json:"next"`
+	Counts map[string]int `json:"counts"`
+}
+
+type deliveryJSON struct {
+	JobID        int64  `json:"job_id"`
+	Status       string `json:"status"`
+	NextAt       string `json:"next_at"`
+	AttemptsLeft int    `json:"attempts_left"`
+	Attempts     []struct {
+		N        int    `json:"n"`
+		Run      int    `json:"run"`
+		Outcome  string `json:"outcome"`
+		Status   int    `json:"status"`
+		Response string `json:"response"`
+	} `json:"attempts"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+func ids(l listJSON) []string {
+	var out []string
+	for _, d := range l.Deliveries {
+		out = append(out, d.DeliveryID)
+	}
+	return out
+}
+
+func TestNew_RefusesToServeWithoutAScope(t *testing.T) {
+	t.Parallel()
+	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
+	require.NoError(t, err)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	w := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) {
+		return srv.Connection(), nil
+	}, nil)
+	for _, opts := range []*console.Options{nil, {}, {ShowPayload: true}} {
+		h, err := console.New(client, w, opts)
+		require.Error(t, err)
+		assert.Nil(t, h)
+		assert.Contains(t, err.Error(), "Connections is required")
+	}
+}
+
+func TestConsole_AnswersAnotherCustomersConnectionAndJobsAsUnknown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	other := strconv.FormatInt(f.jobs["other"], 10) // erp's job: not the request's
+	mine := strconv.FormatInt(f.jobs["given-up"], 10)
+	unknown := f.do(t, "GET", "/api/connections/nope/deliveries", "")
+	require.Equal(t, http.StatusNotFound, unknown.Code)
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/api/connections/erp/deliveries"},
+		{"GET", "/api/connections/erp/deliveries/" + other},
+		{"GET", "/api/connections/crm/deliveries/" + other}, // a guessed job id of another connection
+		{"GET", "/api/connections/erp/deliveries/" + mine},  // a job of its own, under another's connection
+		{"GET", "/api/connections/crm/deliveries/999999"},
+		{"GET", "/api/connections/crm/deliveries/abc"},
+		{"GET", "/api/connections/erp/health"},
+		{"POST", "/api/connections/erp/test"},
+		{"POST", "/api/connections/erp/recover"},
+		{"POST", "/api/connections/crm/deliveries/" + other + "/resend"},
+		{"POST", "/api/connections/erp/deliveries/" + other + "/resend"},
+		{"GET", "/connections/erp"},
+		{"GET", "/connections/crm/deliveries/" + other},
+		{"POST", "/connections/crm/deliveries/" + other + "/resend"},
+		{"POST", "/connections/erp/test"},
+	} {
+		got := f.do(t, tc.method, tc.path, "since=24h")
+		assert.Equal(t, http.StatusNotFound, got.Code, "%s %s", tc.method, tc.path)
+		if strings.HasPrefix(tc.path, "/api/") {
+			assert.Equal(t, unknown.Body.String(), got.Body.String(), "%s %s: as an unknown one", tc.method, tc.path)
+		}
+		assert.NotContains(t, got.Body.String(), "erp")
+	}
+	assert.Len(t, f.srv.Deliveries(), 8, "no test sent, nothing resent")
+
+	got := f.do(t, "GET", "/api/connections/erp/deliveries/"+other, "", "X-Customer", "both")
+	require.Equal(t, http.StatusOK, got.Code, "the customer of both sees erp's")
+	got = f.do(t, "GET", "/", "", "X-Customer", "both")
+	require.Equal(t, http.StatusOK, got.Code)
+	assert.Contains(t, got.Body.String(), `href="connections/erp"`)
+}
+
+func TestConsole_APIListsPagesFiltersAndCountsAConnectionsDeliveries(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	get := func(query string) listJSON {
+		t.Helper()
+		got := f.do(t, "GET", "/api/connections/crm/deliveries"+query, "")
+		require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+		assert.Equal(t, "application/json; charset=utf-8", got.Header().Get("Content-Type"))
+		assertClean(t, got.Body.String(), false)
+		return decode[listJSON](t, got.Body.String())
+	}
+	all := get("")
+	assert.Equal(t, []string{"waiting", "cancelled", "hostile", "interrupted", "delivered", "retrying", "given-up"}, ids(all))
+	assert.Equal(t, map[string]int{"delivered": 2, "retrying": 1, "waiting": 1, "given_up": 2, "cancelled": 1}, all.Counts)
+	assert.Empty(t, all.Next)
+
+	assert.Equal(t, []string{"hostile", "given-up"}, ids(get("?status=given_up")))
+	assert.Equal(t, []string{"hostile", "retrying", "given-up"}, ids(get("?status=given_up,retrying")))
+	assert.Equal(t, []string{"hostile", "retrying", "given-up"}, ids(get("?status=given_up&status=retrying")))
+	assert.Len(t, get("?event=user.identified").Deliveries, 7)
+	assert.Empty(t, get("?event=user.deleted").Deliveries)
+	assert.Len(t, get("?since=1h").Deliveries, 7)
+	assert.Empty(t, get("?until=2000-01-01T00:00:00Z").Deliveries)
+
+	first := get("?limit=3")
+	assert.Equal(t, []string{"waiting", "cancelled", "hostile"}, ids(first))
+	require.NotEmpty(t, first.Next)
+	second := get("?limit=3&after=" + first.Next)
+	assert.Equal(t, []string{"interrupted", "delivered", "retrying"}, ids(second))
+
+	for _, bad := range []string{"?status=lost", "?since=yesterday", "?limit=-1", "?after=x"} {
+		got := f.do(t, "GET", "/api/connections/crm/deliveries"+bad, "")
+		assert.Equal(t, http.StatusBadRequest, got.Code, bad)
+		assert.Contains(t, got.Body.String(), `"error"`)
+	}
+}
+
+func TestConsole_APIShowsOneDeliveryWithItsAttempts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	get := func(d string) deliveryJSON {
+		t.Helper()
+		got := f.do(t, "GET", "/api/connections/crm/deliveries/"+strconv.FormatInt(f.jobs[d], 10), "")
+		require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+		assertClean(t, got.Body.String(), false)
+		return decode[deliveryJSON](t, got.Body.String())
+	}
+	retrying := get("retrying")
+	assert.Equal(t, "retrying", retrying.Status)
+	assert.Equal(t, 1, retrying.AttemptsLeft, "by the policy's two attempts, not River's runs")
+	assert.NotEmpty(t, retrying.NextAt)
+	require.Len(t, retrying.Attempts, 1)
+	assert.Equal(t, 503, retrying.Attempts[0].Status)
+	assert.Nil(t, retrying.Payload, "no payload without ShowPayload")
+
+	interrupted := get("interrupted")
+	require.Len(t, interrupted.Attempts, 2)
+	assert.Equal(t, "interrupted", interrupted.Attempts[0].Outcome)
+	assert.Equal(t, "delivered", interrupted.Attempts[1].Outcome)
+	assert.Equal(t, 1, interrupted.Attempts[1].N, "the cut run cost no attempt")
+	assert.Equal(t, 2, interrupted.Attempts[1].Run)
+
+	hostileJSON := get("hostile")
+	require.Len(t, hostileJSON.Attempts, 2)
+	assert.Equal(t, hostile, hostileJSON.Attempts[1].Response, "JSON carries the text, escaped by encoding/json")
+
+	shown := newFixture(t, &console.Options{Connections: customerConnections, ShowPayload: true}, false)
+	got := shown.do(t, "GET", "/api/connections/crm/deliveries/"+strconv.FormatInt(shown.jobs["delivered"], 10), "")
+	require.Equal(t, http.StatusOK, got.Code)
+	d := decode[deliveryJSON](t, got.Body.String())
+	var p webhook.Payload
+	require.NoError(t, json.Unmarshal(d.Payload, &p))
+	assert.Equal(t, "usr_delivered", p.User.ID)
+	assertClean(t, got.Body.String(), true)
+	page := shown.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(shown.jobs["delivered"], 10), "")
+	assert.Contains(t, page.Body.String(), personal, "the page shows the payload with ShowPayload")
+}
+
+func TestConsole_APIResendsAnEndedDeliveryOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, Actor: func(*http.Request) string { return "ann@customer" }}, false)
+	path := "/api/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "/resend"
+	type resent struct {
+		JobID    int64 `json:"job_id"`
+		Inserted bool  `json:"inserted"`
+	}
+	got := f.do(t, "POST", path, "")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	first := decode[resent](t, got.Body.String())
+	assert.True(t, first.Inserted)
+	again := decode[resent](t, f.do(t, "POST", path, "").Body.String())
+	assert.Equal(t, resent{first.JobID, false}, again, "a double click sends once")
+
+	job, err := f.client.JobGet(context.Background(), first.JobID)
+	require.NoError(t, err)
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	assert.Equal(t, f.jobs["given-up"], d.ResentFrom)
+	assert.Equal(t, "resent from the console by ann@customer", d.ResendReason)
+
+	got = f.do(t, "POST", "/api/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["retrying"], 10)+"/resend", "")
+	assert.Equal(t, http.StatusConflict, got.Code, "under way")
+}
+
+func TestConsole_APIRecoversGivenUpDeliveriesWithADryRunAndALimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	type recovered struct {
+		DryRun  bool    `json:"dry_run"`
+		GivenUp int     `json:"given_up"`
+		Resent  int     `json:"resent"`
+		Jobs    []int64 `json:"jobs"`
+	}
+	got := f.do(t, "POST", "/api/connections/crm/recover", "")
+	assert.Equal(t, http.StatusBadRequest, got.Code, "since is required")
+	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run=true")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	assert.Equal(t, recovered{DryRun: true, GivenUp: 2, Resent: 2, Jobs: []int64{}}, decode[recovered](t, got.Body.String()))
+
+	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	r := decode[recovered](t, got.Body.String())
+	assert.Equal(t, 2, r.Resent)
+	assert.Len(t, r.Jobs, 2)
+
+	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code)
+	assert.Equal(t, "10", got.Header().Get("Retry-After"))
+	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run=true")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code, "a dry run is limited too")
+}
+
+func TestConsole_APISendsATestThroughTheWorkerRateLimitedPerConnection(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	before := len(f.srv.Deliveries())
+	got := f.do(t, "POST", "/api/connections/crm/test", "")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	v := decode[map[string]any](t, got.Body.String())
+	assert.Equal(t, true, v["delivered"])
+	assert.Equal(t, float64(200), v["status"])
+	assert.Contains(t, v["diagnosis"], "delivered")
+	assertClean(t, got.Body.String(), false)
+	ds := f.srv.Deliveries()
+	require.Len(t, ds, before+1)
+	assert.True(t, strings.HasSuffix(ds[before].Path, secretPath), "to the connection's URL, signed: %s", ds[before].Path)
+	require.NoError(t, ds[before].Err)
+
+	got = f.do(t, "POST", "/api/connections/crm/test", "")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code)
+	assert.Equal(t, "10", got.Header().Get("Retry-After"))
+	got = f.do(t, "POST", "/api/connections/erp/test", "", "X-Customer", "both")
+	assert.Equal(t, http.StatusOK, got.Code, "per connection")
+	got = f.do(t, "POST", "/connections/crm/test", "")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code, "the page's button shares the limit")
+	assert.Len(t, f.srv.Deliveries(), before+2)
+
+	unlimited := newFixture(t, &console.Options{Connections: customerConnections, TestEvery: -1}, false)
+	for range 2 {
+		assert.Equal(t, http.StatusOK, unlimited.do(t, "POST", "/api/connections/crm/test", "").Code)
+	}
+}
+
+func TestConsole_RefusesACrossOriginPOST(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	resend := "/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "/resend"
+	for _, tc := range []struct {
+		name   string
+		header []string
+	}{
+		{"SecFetchSite", []string{"Sec-Fetch-Site", "cross-site"}},
+		{"SameSiteOtherOrigin", []string{"Sec-Fetch-Site", "same-site"}},
+		{"Origin", []string{"Origin", "https://evil.example"}},
+	} {
+		for _, path := range []string{resend, "/api" + resend, "/connections/crm/test", "/api/connections/crm/recover"} {
+			got := f.do(t, "POST", path, "since=24h", tc.header...)
+			assert.Equal(t, http.StatusForbidden, got.Code, "%s: %s", tc.name, path)
+		}
+	}
+	assert.Len(t, f.srv.Deliveries(), 8, "no test sent")
+	l := decode[listJSON](t, f.do(t, "GET", "/api/connections/crm/deliveries", "", "Sec-Fetch-Site", "cross-site").Body.String())
+	assert.Len(t, l.Deliveries, 7, "nothing resent or recovered; a GET is served")
+
+	got := f.do(t, "POST", resend, "", "Sec-Fetch-Site", "same-origin", "Origin", "http://example.com")
+	assert.Equal(t, http.StatusSeeOther, got.Code, "the page's own form")
+}
+
+func TestConsole_PagesShowAHostileReceiversAnswerAsText(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	for _, path := range []string{"/", "/connections/crm", "/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["hostile"], 10)} {
+		got := f.do(t, "GET", path, "")
+		require.Equal(t, http.StatusOK, got.Code, path)
+		assert.Equal(t, "text/html; charset=utf-8", got.Header().Get("Content-Type"))
+		assert.Contains(t, got.Header().Get("Content-Security-Policy"), "default-src 'self'")
+		body := got.Body.String()
+		assert.NotContains(t, body, "<script", path)
+		assert.NotContains(t, body, "<img", path)
+		assert.NotRegexp(t, `(src|href|action)="[a-z]+:`, body, "%s: nothing from another origin", path)
+		assertClean(t, body, false)
+	}
+	page := f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["hostile"], 10), "").Body.String()
+	assert.Contains(t, page, "&lt;script&gt;document.title=&#34;pwned&#34;")
+}
+
+func TestConsole_PagesListDeliveriesAndTheirAttempts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	list := f.do(t, "GET", "/connections/crm", "").Body.String()
+	for _, want := range []string{"status-given_up", "status-retrying", "status-delivered", "status-waiting", "status-cancelled",
+		"503 Service Unavailable", `class="tag interrupted"`, `href="../static/console.css"`, `action="../connections/crm/test"`,
+		`Endpoint <span class="origin">` + f.srv.Connection().Endpoint() + `</span>`, "given up (2)"} {
+		assert.Contains(t, list, want)
+	}
+	assert.Equal(t, 7, strings.Count(list, "<tr data-job="))
+
+	page := f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["retrying"], 10), "").Body.String()
+	assert.Contains(t, page, `<dd id="left">1</dd>`, "attempts left by the policy")
+	assert.Contains(t, page, `<dd id="next"><time`)
+	assert.Contains(t, page, " UTC</time>", "the next attempt as an absolute time")
+	page = f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["interrupted"], 10), "").Body.String()
+	assert.Contains(t, page, `<tr class="interrupted">`)
+	assert.Contains(t, page, "cost no attempt")
+
+	got := f.do(t, "GET", "/static/console.css", "")
+	assert.Equal(t, http.StatusOK, got.Code)
+	assert.Contains(t, got.Header().Get("Content-Type"), "text/css")
+}
+
+func TestConsole_FormsRedirectBackUnderTheMount(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	base, _ := url.Parse("https://service.example/console/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "/resend")
+	got := f.do(t, "POST", strings.TrimPrefix(base.Path, "/console"), "")
+	require.Equal(t, http.StatusSeeOther, got.Code, got.Body.String())
+	loc, err := base.Parse(got.Header().Get("Location"))
+	require.NoError(t, err)
+	assert.Regexp(t, `^/console/connections/crm/deliveries/\d+$`, loc.Path)
+	assert.Equal(t, "resent", loc.Query().Get("done"))
+	page := f.do(t, "GET", strings.TrimPrefix(loc.RequestURI(), "/console"), "").Body.String()
+	assert.Contains(t, page, `id="done"`)
+	assert.Contains(t, page, "waiting")
+
+	base, _ = url.Parse("https://service.example/console/connections/crm/recover")
+	got = f.do(t, "POST", "/connections/crm/recover", "since=168h&dry_run=true")
+	require.Equal(t, http.StatusSeeOther, got.Code)
+	loc, err = base.Parse(got.Header().Get("Location"))
+	require.NoError(t, err)
+	assert.Equal(t, "/console/connections/crm", loc.Path)
+	page = f.do(t, "GET", strings.TrimPrefix(loc.RequestURI(), "/console"), "").Body.String()
+	assert.Contains(t, page, "1 given-up deliveries would be resent", "the given-up one resent above is pending")
+
+	got = f.do(t, "POST", "/connections/crm/test", "")
+	require.Equal(t, http.StatusSeeOther, got.Code)
+	page = f.do(t, "GET", "/connections/crm", "").Body.String()
+	assert.Contains(t, page, "delivered: the endpoint answered 200")
+}
+
+func TestConsole_BannerWhenTheEndpointIsDown(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, "console", true)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := srv.Connection()
+	dead.URL = "https://" + ln.Addr().String() + secretPath
+	require.NoError(t, ln.Close())
+	sender := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}})
+	w := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return dead, nil }, nil)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	h, err := console.New[pgx.Tx](client, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil }})
+	require.NoError(t, err)
+	f := &fixture{handler: h}
+
+	health := decode[map[string]any](t, f.do(t, "GET", "/api/connections/dead/health", "").Body.String())
+	assert.Equal(t, map[string]any{"endpoint": "https://" + ln.Addr().String(), "state": "up"}, health)
+	sender.Attempt(context.Background(), dead, webhook.EventUserIdentified, []byte(`{}`), 1)
+
+	got := f.do(t, "GET", "/api/connections/dead/health", "")
+	assertClean(t, got.Body.String(), false)
+	health = decode[map[string]any](t, got.Body.String())
+	assert.Equal(t, "down", health["state"])
+	assert.Equal(t, "refused", health["last_failure"])
+	assert.NotEmpty(t, health["next_probe"])
+	page := f.do(t, "GET", "/connections/dead", "").Body.String()
+	assert.Contains(t, page, `<div class="banner down" role="alert"><strong>Your endpoint is down.</strong>`)
+	assertClean(t, page, false)
+}

@@ -1,0 +1,337 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+)
+
+// This file holds the HTML pages, server-rendered with html/template (which
+// escapes what receivers answered), and the forms' redirects.
+
+// common is what every page's layout reads.
+type common struct {
+	Base  string // the relative path back to where the console is mounted, such as "../../"
+	Title string
+}
+
+type errorPage struct {
+	common
+	Text string
+	Back string // the page to go back to, under the mount; empty for none
+}
+
+func (c *console[TTx]) errorPage(w http.ResponseWriter, r *http.Request, status int, title, text, back string) {
+	c.render(w, r, status, "error.html", errorPage{common: common{Base: base(r), Title: title}, Text: text, Back: back})
+}
+
+type indexPage struct {
+	common
+	Connections []connLink
+}
+
+type connLink struct{ ID, Path string }
+
+type connectionPage struct {
+	common
+	Conn      connLink
+	Health    health
+	HealthOK  bool
+	Rows      []row
+	Counts    []count
+	Filters   []filter // by status
+	Periods   []filter // by time
+	Older     string   // the next page's link, or empty
+	Test      *testResult
+	Recovered *recoverResult
+}
+
+type count struct {
+	Status riverhook.Status
+	N      int
+}
+
+type filter struct {
+	Label, Link string
+	On          bool
+}
+
+// row is a delivery in its connection's list.
+type row struct {
+	JobID       int64
+	Link        string
+	Status      riverhook.Status
+	Event       string
+	Created     time.Time
+	LastAnswer  string
+	LastAt      time.Time
+	Attempts    int
+	Interrupted bool
+	NextAt      time.Time
+}
+
+type deliveryPage struct {
+	common
+	Conn     connLink
+	D        *riverhook.Delivery
+	Attempts []attemptRow
+	Payload  string // indented JSON, with Options.ShowPayload
+	Done     string // the resend just made: "resent" or "pending"
+}
+
+type attemptRow struct {
+	N, Run      int
+	Outcome     string
+	Answer      string
+	Start       time.Time
+	Took        time.Duration
+	Response    string
+	Diagnosis   string
+	RetryIn     time.Duration
+	Retry       bool
+	Interrupted bool
+}
+
+var funcs = template.FuncMap{
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	},
+	"jt": func(t *webhook.JSONTime) time.Time {
+		if t == nil {
+			return time.Time{}
+		}
+		return time.Time(*t)
+	},
+	"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"took": func(d time.Duration) string {
+		if d < time.Second {
+			return strconv.FormatFloat(webhook.Milliseconds(d), 'f', 0, 64) + " ms"
+		}
+		return d.Round(10 * time.Millisecond).String()
+	},
+	"wait": func(d time.Duration) string {
+		s := d.Round(time.Second).String()
+		if d >= time.Minute {
+			s = strings.TrimSuffix(strings.TrimSuffix(s, "0s"), "0m")
+		}
+		return s
+	},
+	"plain": func(s string) string { return strings.TrimPrefix(s, "riverhook: ") },
+	"word":  func(s riverhook.Status) string { return strings.ReplaceAll(string(s), "_", " ") },
+}
+
+// base returns the relative path from r's page to where the console is
+// mounted: it works under any prefix http.StripPrefix took away.
+func base(r *http.Request) string {
+	return strings.Repeat("../", max(strings.Count(r.URL.EscapedPath(), "/")-1, 0))
+}
+
+func connOf(id string) connLink {
+	return connLink{ID: id, Path: "connections/" + url.PathEscape(id)}
+}
+
+func (c *console[TTx]) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
+	var buf bytes.Buffer
+	if err := c.pages.ExecuteTemplate(&buf, name, data); err != nil {
+		c.logger.ErrorContext(r.Context(), "console: rendering a page", "page", name, "error", err.Error())
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes()) //nolint:errcheck // the client went away
+}
+
+// seeOther redirects, after a form's POST, to path under the console's mount.
+func seeOther(w http.ResponseWriter, r *http.Request, path string) {
+	w.Header().Set("Location", base(r)+path)
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+func (c *console[TTx]) index(w http.ResponseWriter, r *http.Request) {
+	req := request{}
+	ids, err := c.opts.Connections(r)
+	if err != nil {
+		c.fail(w, r, req, err)
+		return
+	}
+	p := indexPage{common: common{Base: base(r), Title: "Webhook deliveries"}}
+	for _, id := range ids {
+		p.Connections = append(p.Connections, connOf(id))
+	}
+	c.render(w, r, http.StatusOK, "index.html", p)
+}
+
+// periods are the connection page's time filters.
+var periods = []struct{ label, since string }{{"24 hours", "24h"}, {"7 days", "168h"}, {"30 days", "720h"}, {"all", ""}}
+
+func (c *console[TTx]) connectionPage(w http.ResponseWriter, r *http.Request, req request) {
+	l, err := c.list(r, req)
+	if err != nil {
+		if bad, ok := err.(*badRequest); ok {
+			c.errorPage(w, r, http.StatusBadRequest, "Bad request", bad.Error(), connOf(req.conn).Path)
+			return
+		}
+		c.fail(w, r, req, err)
+		return
+	}
+	q := r.URL.Query()
+	p := connectionPage{common: common{Base: base(r), Title: "Deliveries to " + req.conn}, Conn: connOf(req.conn)}
+	p.Health, err = c.health(r, req)
+	p.HealthOK = err == nil
+	if err != nil {
+		c.logger.WarnContext(r.Context(), "console: the connection's health", "connection_id", req.conn, "error", err.Error())
+	}
+	link := func(set map[string]string) string {
+		v := url.Values{}
+		for _, k := range []string{"status", "since"} {
+			if s := q.Get(k); s != "" {
+				v.Set(k, s)
+			}
+		}
+		for k, s := range set {
+			if s == "" {
+				v.Del(k)
+			} else {
+				v.Set(k, s)
+			}
+		}
+		if len(v) == 0 {
+			return url.PathEscape(req.conn)
+		}
+		return url.PathEscape(req.conn) + "?" + v.Encode()
+	}
+	status := q.Get("status")
+	p.Filters = append(p.Filters, filter{Label: "all", Link: link(map[string]string{"status": ""}), On: status == ""})
+	for _, s := range riverhook.Statuses {
+		p.Counts = append(p.Counts, count{s, l.Counts[s]})
+		p.Filters = append(p.Filters, filter{Label: fmt.Sprintf("%s (%d)", strings.ReplaceAll(string(s), "_", " "), l.Counts[s]),
+			Link: link(map[string]string{"status": string(s)}), On: status == string(s)})
+	}
+	for _, per := range periods {
+		p.Periods = append(p.Periods, filter{Label: per.label, Link: link(map[string]string{"since": per.since}), On: q.Get("since") == per.since})
+	}
+	if l.Next != "" {
+		p.Older = link(map[string]string{"after": l.Next})
+	}
+	for _, d := range l.Deliveries {
+		p.Rows = append(p.Rows, rowOf(req.conn, d))
+	}
+	if t, ok := c.lastTest(req.conn); ok {
+		p.Test = &t
+	}
+	if q.Has("recovered") {
+		p.Recovered = &recoverResult{DryRun: q.Get("dry") == "1"}
+		p.Recovered.Resent, _ = strconv.Atoi(q.Get("recovered"))
+		p.Recovered.GivenUp, _ = strconv.Atoi(q.Get("given_up"))
+		p.Recovered.More = q.Get("more") == "1"
+	}
+	c.render(w, r, http.StatusOK, "connection.html", p)
+}
+
+func rowOf(conn string, d *riverhook.Delivery) row {
+	rw := row{JobID: d.JobID, Status: d.Status, Event: d.Event, Created: d.CreatedAt, NextAt: d.NextAt,
+		Link: url.PathEscape(conn) + "/deliveries/" + strconv.FormatInt(d.JobID, 10), LastAnswer: "no attempt yet"}
+	for _, a := range d.Attempts {
+		if a.Kind == webhook.KindInterrupted {
+			rw.Interrupted = true
+			continue
+		}
+		rw.Attempts++
+	}
+	if n := len(d.Attempts); n > 0 {
+		last := d.Attempts[n-1]
+		rw.LastAnswer, rw.LastAt = answer(last.Attempt), last.Start
+	}
+	return rw
+}
+
+// answer says in a few words what an attempt got.
+func answer(a webhook.Attempt) string {
+	switch {
+	case a.Kind == webhook.KindInterrupted:
+		return "interrupted"
+	case a.StatusCode != 0:
+		return strings.TrimSpace(fmt.Sprintf("%d %s", a.StatusCode, http.StatusText(a.StatusCode)))
+	}
+	return string(a.Outcome())
+}
+
+func (c *console[TTx]) deliveryPage(w http.ResponseWriter, r *http.Request, req request) {
+	job, d, ok := c.job(w, r, req)
+	if !ok {
+		return
+	}
+	p := deliveryPage{common: common{Base: base(r), Title: "Delivery " + d.DeliveryID}, Conn: connOf(req.conn), D: d,
+		Done: r.URL.Query().Get("done")}
+	if p.Done != "resent" && p.Done != "pending" {
+		p.Done = ""
+	}
+	for _, a := range d.Attempts {
+		p.Attempts = append(p.Attempts, attemptRow{N: a.N, Run: a.Run, Outcome: string(a.Outcome()), Answer: answer(a.Attempt),
+			Start: a.Start, Took: a.Duration, Response: a.ResponseText(), Diagnosis: a.Diagnosis(), Retry: a.Retry,
+			RetryIn: a.RetryIn, Interrupted: a.Kind == webhook.KindInterrupted})
+	}
+	if body := c.payload(job); body != nil {
+		var buf bytes.Buffer
+		if json.Indent(&buf, body, "", "  ") == nil {
+			p.Payload = buf.String()
+		}
+	}
+	c.render(w, r, http.StatusOK, "delivery.html", p)
+}
+
+func (c *console[TTx]) resendForm(w http.ResponseWriter, r *http.Request, req request) {
+	job, inserted, status, err := c.resend(w, r, req)
+	switch {
+	case status == 0:
+	case status == http.StatusInternalServerError:
+		c.fail(w, r, req, err)
+	case err != nil:
+		c.errorPage(w, r, status, "Not resent", err.Error(), connOf(req.conn).Path)
+	default:
+		done := "resent"
+		if !inserted {
+			done = "pending"
+		}
+		seeOther(w, r, connOf(req.conn).Path+"/deliveries/"+strconv.FormatInt(job.ID, 10)+"?done="+done)
+	}
+}
+
+func (c *console[TTx]) recoverForm(w http.ResponseWriter, r *http.Request, req request) {
+	res, status, err := c.runRecover(w, r, req)
+	switch {
+	case status == 0:
+	case status == http.StatusInternalServerError:
+		c.fail(w, r, req, err)
+	case err != nil:
+		c.errorPage(w, r, status, "Not recovered", err.Error(), connOf(req.conn).Path)
+	default:
+		v := url.Values{"recovered": {strconv.Itoa(res.Resent)}, "given_up": {strconv.Itoa(res.GivenUp)}}
+		if res.DryRun {
+			v.Set("dry", "1")
+		}
+		if res.More {
+			v.Set("more", "1")
+		}
+		seeOther(w, r, connOf(req.conn).Path+"?"+v.Encode())
+	}
+}
+
+func (c *console[TTx]) testForm(w http.ResponseWriter, r *http.Request, req request) {
+	if _, ok := c.test(w, r, req); ok {
+		seeOther(w, r, connOf(req.conn).Path+"#test")
+	}
+}
