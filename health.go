@@ -110,6 +110,7 @@ type HealthOptions struct {
 	// endpoint are reported in order, one at a time; those of different
 	// endpoints may be reported concurrently. A panic in it is logged
 	// (SenderOptions.Logger), and the changes after it are still reported.
+	// On shutdown, [Sender.Flush] waits for the reports under way.
 	OnChange func(ctx context.Context, h EndpointHealth)
 
 	// ConfirmUpEvery, if not zero, also reports an endpoint up (Down
@@ -132,6 +133,7 @@ const OnChangeTimeout = 10 * time.Second
 // only while attempts are made to them, so a Sender reaching thousands of
 // healthy hosts keeps little.
 type health struct {
+	reports       sync.WaitGroup // the reports under way, for Sender.Flush
 	policy        healthPolicy
 	maxUnanswered int
 	quietMax      time.Duration // the longest silence before a URL's attempts in flight are bounded
@@ -357,7 +359,11 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 	reports = h.recordOrigin(t, originOutcome(a.Kind, connected), a, now, reports)
 	h.mu.Unlock()
 	for _, e := range reports {
-		go h.report(e)
+		h.reports.Add(1) // before the attempt returns: Sender.Flush waits for it
+		go func() {
+			defer h.reports.Done()
+			h.report(e)
+		}()
 	}
 }
 

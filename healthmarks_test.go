@@ -175,3 +175,27 @@ func TestConnection_EndpointAndURLKey(t *testing.T) {
 	other.URL += "x"
 	assert.NotEqual(t, c.URLKey(), other.URLKey())
 }
+
+// Flush waits for the reports an attempt started: after it, OnChange has
+// seen the endpoint go down, whatever the scheduler did.
+func TestSender_FlushWaitsForTheReportsUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &flakyEndpoint{} // refused
+		release := make(chan struct{})
+		var seen atomic.Int32
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, Retry: &webhook.RetryPolicy{},
+			Health: &webhook.HealthOptions{DownAfter: 1, OnChange: func(context.Context, webhook.EndpointHealth) {
+				<-release // the service's database, slow
+				seen.Add(1)
+			}}})
+		require.NoError(t, err)
+		s.Send(context.Background(), fakeConn, samplePayload())
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		assert.ErrorIs(t, s.Flush(ctx), context.DeadlineExceeded, "the report is still under way")
+		close(release)
+		require.NoError(t, s.Flush(context.Background()))
+		assert.EqualValues(t, 1, seen.Load(), "reported before Flush returned")
+	})
+}

@@ -196,6 +196,28 @@ func (s *Sender) AttemptTimeout() time.Duration { return s.timeout }
 // it, so that the queue and the Sender never count two policies.
 func (s *Sender) MaxRetries() int { return s.policy.MaxRetries }
 
+// Flush waits until the endpoint-health reports under way
+// (HealthOptions.OnChange, which runs off the attempt path) have returned,
+// or ctx is done. Call it on shutdown, after the last delivery: a process
+// that exits at once may cut the report of its last attempts, such as an
+// endpoint coming back up. Each report is bounded by OnChangeTimeout.
+func (s *Sender) Flush(ctx context.Context) error {
+	if s.health == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		s.health.reports.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 // CloseIdleConnections closes the idle connections of the Sender's pool.
 // Deliveries in progress are not affected.
 func (s *Sender) CloseIdleConnections() {

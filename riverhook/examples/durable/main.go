@@ -260,7 +260,15 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, *c.maxWait, *c.retention, *c.consoleAddr, logger, stdout)
+	err = work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, *c.maxWait, *c.retention, *c.consoleAddr, logger, stdout)
+	// The endpoint marks of the last attempts are written off their path:
+	// let them land before the process exits.
+	flushCtx, cancel := context.WithTimeout(context.Background(), webhook.OnChangeTimeout)
+	defer cancel()
+	if ferr := sender.Flush(flushCtx); ferr != nil {
+		logger.Error("durable: endpoint marks not all written", slog.String("error", ferr.Error()))
+	}
+	return err
 }
 
 func readConnections(path string) (map[string]webhook.Connection, error) {
