@@ -9,7 +9,7 @@ require (
 	github.com/riverqueue/river/riverdriver v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/riverqueue/river/rivertype v0.51.1
-	github.com/signedhook/webhook v0.0.0-20261124182917-f7f00f86ae3b
+	github.com/signedhook/webhook v0.0.0-20261124185525-4591ace18354
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
