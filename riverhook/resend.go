@@ -90,6 +90,16 @@ func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (ri
 	return insertParams(args, opts), nil
 }
 
+// laterJob is SQL selecting a later job of the delivery of River's job row
+// river_job (a resend, or the delivery inserted again) in table: a job that
+// has one is no longer the delivery's to resend.
+func laterJob(table string) string {
+	return `SELECT 1 FROM ` + table + ` AS later WHERE later.kind = river_job.kind AND later.id > river_job.id
+		AND (later.args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
+			OR later.args @> jsonb_build_object('connection', @riverhook_connection_id::text))
+		AND coalesce(later.args->>'delivery_id', later.args->>'delivery') = coalesce(river_job.args->>'delivery_id', river_job.args->>'delivery')`
+}
+
 func checkReason(reason string) error {
 	switch {
 	case reason == "":
@@ -116,11 +126,11 @@ type RecoverParams struct {
 
 // RecoverResult says what a [Recover] found and did.
 type RecoverResult struct {
-	GivenUp int  // given-up deliveries found since RecoverParams.Since, at most MaxRecovered
+	GivenUp int  // given-up deliveries found since RecoverParams.Since and not resent since, at most MaxRecovered
 	Resent  int  // resends inserted; in a dry run, those that would be
-	Pending int  // of GivenUp, those resent already, under way or delivered: not sent again
+	Pending int  // of GivenUp, those another resend or insert reached first: not sent again
 	Erased  int  // of GivenUp, those whose body was erased (EraseBodies): nothing to send
-	More    bool // more than MaxRecovered gave up: call Recover again once these are resent
+	More    bool // more than MaxRecovered gave up: call Recover again once these are resent (or erased)
 	Jobs    []int64
 }
 
@@ -130,9 +140,11 @@ type RecoverResult struct {
 // only if it gave up, so a delivery resent before is not sent twice; a
 // second Recover, or one racing it, inserts nothing for the deliveries the
 // first resent (River's unique insert). At most [MaxRecovered] are resent
-// per call. With p.DryRun it only counts. Jobs lists the jobs inserted.
+// per call; a job that has a later job of its delivery is not listed, so a
+// next call goes on with the deliveries the last one did not reach. With
+// p.DryRun it only counts. Jobs lists the jobs inserted.
 func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, connectionID, p, opts,
+	return recoverDeliveries(ctx, jobTable(client.Schema()), connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobList(ctx, params) },
 		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
 			return client.InsertMany(ctx, params)
@@ -141,7 +153,7 @@ func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connection
 
 // RecoverTx is [Recover] in tx: its resends exist once tx commits.
 func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, connectionID, p, opts,
+	return recoverDeliveries(ctx, jobTable(client.Schema()), connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) {
 			return client.JobListTx(ctx, tx, params)
 		},
@@ -150,7 +162,7 @@ func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, 
 		})
 }
 
-func recoverDeliveries(_ context.Context, connectionID string, p RecoverParams, opts *InsertOptions,
+func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverParams, opts *InsertOptions,
 	listJobs func(*river.JobListParams) (*river.JobListResult, error),
 	insert func([]river.InsertManyParams) ([]*rivertype.JobInsertResult, error)) (*RecoverResult, error) {
 	if p.Since.IsZero() {
@@ -161,7 +173,7 @@ func recoverDeliveries(_ context.Context, connectionID string, p RecoverParams, 
 	}
 	args := river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": p.Since.UTC()}
 	gaveUp, err := listJobs(river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
-		Where(connectionWhere+` AND finalized_at >= @riverhook_since`, args).
+		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND NOT EXISTS (`+laterJob(table)+`)`, args).
 		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(MaxRecovered + 1))
 	if err != nil {
 		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
