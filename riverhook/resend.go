@@ -31,8 +31,10 @@ var ErrUnderWay = errors.New("riverhook: the delivery is still under way")
 // why), in its log ([Delivery.ResendReason], ResentFrom). The job must have
 // ended, delivered or not; [ErrUnderWay] otherwise. Resending a job twice
 // while its first resend is under way or delivered inserts nothing and
-// returns that resend, with inserted false: a double click sends once.
-// Resend the new job to send once more after that.
+// returns that resend, with inserted false: a double click sends once. So
+// does resending a job while a later job of its delivery (a resend of a
+// resend, or the delivery inserted again) is under way or delivered: it
+// returns that job. Resend the new job to send once more after that.
 func Resend[TTx any](ctx context.Context, client *river.Client[TTx], jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
 	row, err := client.JobGet(ctx, jobID)
 	if err != nil {
@@ -41,6 +43,10 @@ func Resend[TTx any](ctx context.Context, client *river.Client[TTx], jobID int64
 	p, err := resendParams(row, reason, opts)
 	if err != nil {
 		return nil, false, err
+	}
+	later, err := client.JobList(ctx, laterParams(row.ID, p.Args.(Args)))
+	if err != nil || len(later.Jobs) > 0 {
+		return laterResult(jobID, later, err)
 	}
 	res, err := client.Insert(ctx, p.Args, p.InsertOpts)
 	return insertResult(jobID, res, err)
@@ -56,8 +62,31 @@ func ResendTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, j
 	if err != nil {
 		return nil, false, err
 	}
+	later, err := client.JobListTx(ctx, tx, laterParams(row.ID, p.Args.(Args)))
+	if err != nil || len(later.Jobs) > 0 {
+		return laterResult(jobID, later, err)
+	}
 	res, err := client.InsertTx(ctx, tx, p.Args, p.InsertOpts)
 	return insertResult(jobID, res, err)
+}
+
+// laterParams lists the newest job of the delivery of args later than job
+// jobID that is under way or delivered: one that sends the delivery
+// already, which a resend of jobID would send a second time.
+func laterParams(jobID int64, args Args) *river.JobListParams {
+	return river.NewJobListParams().Kinds(Kind).
+		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning,
+			rivertype.JobStateScheduled, rivertype.JobStateCompleted).
+		Where(connectionWhere+` AND coalesce(args->>'delivery_id', args->>'delivery') = @riverhook_delivery_id AND id > @riverhook_job`,
+			river.NamedArgs{"riverhook_connection_id": args.ConnectionID, "riverhook_delivery_id": args.DeliveryID, "riverhook_job": jobID}).
+		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(1)
+}
+
+func laterResult(jobID int64, later *river.JobListResult, err error) (*rivertype.JobRow, bool, error) {
+	if err != nil {
+		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
+	}
+	return later.Jobs[0], false, nil
 }
 
 func insertResult(jobID int64, res *rivertype.JobInsertResult, err error) (*rivertype.JobRow, bool, error) {
