@@ -363,7 +363,7 @@ func ExampleRecover() {
 	if res, err = riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil)); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("again: resent", res.Resent, "| resent already:", res.Pending)
+	fmt.Println("again: given up and not resent", res.GivenUp, "| resent", res.Resent)
 	page, err = riverhook.List(ctx, client, "crm", nil)
 	if err != nil {
 		log.Fatal(err)
@@ -374,7 +374,7 @@ func ExampleRecover() {
 	// Output:
 	// evt_42 given_up status 500 | given up in 24 h: 1
 	// dry run: would resend 1
-	// again: resent 0 | resent already: 1
+	// again: given up and not resent 0 | resent 0
 	// evt_42 delivered ana@example.com: the customer fixed the endpoint
 	// evt_42 given_up
 }

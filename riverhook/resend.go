@@ -31,8 +31,10 @@ var ErrUnderWay = errors.New("riverhook: the delivery is still under way")
 // why), in its log ([Delivery.ResendReason], ResentFrom). The job must have
 // ended, delivered or not; [ErrUnderWay] otherwise. Resending a job twice
 // while its first resend is under way or delivered inserts nothing and
-// returns that resend, with inserted false: a double click sends once.
-// Resend the new job to send once more after that.
+// returns that resend, with inserted false: a double click sends once. So
+// does resending a job while a later job of its delivery (a resend of a
+// resend, or the delivery inserted again) is under way or delivered: it
+// returns that job. Resend the new job to send once more after that.
 func Resend[TTx any](ctx context.Context, client *river.Client[TTx], jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
 	row, err := client.JobGet(ctx, jobID)
 	if err != nil {
@@ -41,6 +43,10 @@ func Resend[TTx any](ctx context.Context, client *river.Client[TTx], jobID int64
 	p, err := resendParams(row, reason, opts)
 	if err != nil {
 		return nil, false, err
+	}
+	later, err := client.JobList(ctx, laterParams(row.ID, p.Args.(Args)))
+	if err != nil || len(later.Jobs) > 0 {
+		return laterResult(jobID, later, err)
 	}
 	res, err := client.Insert(ctx, p.Args, p.InsertOpts)
 	return insertResult(jobID, res, err)
@@ -56,8 +62,31 @@ func ResendTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, j
 	if err != nil {
 		return nil, false, err
 	}
+	later, err := client.JobListTx(ctx, tx, laterParams(row.ID, p.Args.(Args)))
+	if err != nil || len(later.Jobs) > 0 {
+		return laterResult(jobID, later, err)
+	}
 	res, err := client.InsertTx(ctx, tx, p.Args, p.InsertOpts)
 	return insertResult(jobID, res, err)
+}
+
+// laterParams lists the newest job of the delivery of args later than job
+// jobID that is under way or delivered: one that sends the delivery
+// already, which a resend of jobID would send a second time.
+func laterParams(jobID int64, args Args) *river.JobListParams {
+	return river.NewJobListParams().Kinds(Kind).
+		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning,
+			rivertype.JobStateScheduled, rivertype.JobStateCompleted).
+		Where(connectionWhere+` AND coalesce(args->>'delivery_id', args->>'delivery') = @riverhook_delivery_id AND id > @riverhook_job`,
+			river.NamedArgs{"riverhook_connection_id": args.ConnectionID, "riverhook_delivery_id": args.DeliveryID, "riverhook_job": jobID}).
+		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(1)
+}
+
+func laterResult(jobID int64, later *river.JobListResult, err error) (*rivertype.JobRow, bool, error) {
+	if err != nil {
+		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
+	}
+	return later.Jobs[0], false, nil
 }
 
 func insertResult(jobID int64, res *rivertype.JobInsertResult, err error) (*rivertype.JobRow, bool, error) {
@@ -90,6 +119,16 @@ func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (ri
 	return insertParams(args, opts), nil
 }
 
+// laterJob is SQL selecting a later job of the delivery of River's job row
+// river_job (a resend, or the delivery inserted again) in table: a job that
+// has one is no longer the delivery's to resend.
+func laterJob(table string) string {
+	return `SELECT 1 FROM ` + table + ` AS later WHERE later.kind = river_job.kind AND later.id > river_job.id
+		AND (later.args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
+			OR later.args @> jsonb_build_object('connection', @riverhook_connection_id::text))
+		AND coalesce(later.args->>'delivery_id', later.args->>'delivery') = coalesce(river_job.args->>'delivery_id', river_job.args->>'delivery')`
+}
+
 func checkReason(reason string) error {
 	switch {
 	case reason == "":
@@ -116,11 +155,11 @@ type RecoverParams struct {
 
 // RecoverResult says what a [Recover] found and did.
 type RecoverResult struct {
-	GivenUp int  // given-up deliveries found since RecoverParams.Since, at most MaxRecovered
+	GivenUp int  // given-up deliveries found since RecoverParams.Since and not resent since, at most MaxRecovered
 	Resent  int  // resends inserted; in a dry run, those that would be
-	Pending int  // of GivenUp, those resent already, under way or delivered: not sent again
+	Pending int  // of GivenUp, those another resend or insert reached first: not sent again
 	Erased  int  // of GivenUp, those whose body was erased (EraseBodies): nothing to send
-	More    bool // more than MaxRecovered gave up: call Recover again once these are resent
+	More    bool // more than MaxRecovered gave up: call Recover again once these are resent (or erased)
 	Jobs    []int64
 }
 
@@ -130,9 +169,11 @@ type RecoverResult struct {
 // only if it gave up, so a delivery resent before is not sent twice; a
 // second Recover, or one racing it, inserts nothing for the deliveries the
 // first resent (River's unique insert). At most [MaxRecovered] are resent
-// per call. With p.DryRun it only counts. Jobs lists the jobs inserted.
+// per call; a job that has a later job of its delivery is not listed, so a
+// next call goes on with the deliveries the last one did not reach. With
+// p.DryRun it only counts. Jobs lists the jobs inserted.
 func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, connectionID, p, opts,
+	return recoverDeliveries(ctx, jobTable(client.Schema()), connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobList(ctx, params) },
 		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
 			return client.InsertMany(ctx, params)
@@ -141,7 +182,7 @@ func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connection
 
 // RecoverTx is [Recover] in tx: its resends exist once tx commits.
 func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, connectionID, p, opts,
+	return recoverDeliveries(ctx, jobTable(client.Schema()), connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) {
 			return client.JobListTx(ctx, tx, params)
 		},
@@ -150,7 +191,7 @@ func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, 
 		})
 }
 
-func recoverDeliveries(_ context.Context, connectionID string, p RecoverParams, opts *InsertOptions,
+func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverParams, opts *InsertOptions,
 	listJobs func(*river.JobListParams) (*river.JobListResult, error),
 	insert func([]river.InsertManyParams) ([]*rivertype.JobInsertResult, error)) (*RecoverResult, error) {
 	if p.Since.IsZero() {
@@ -161,7 +202,7 @@ func recoverDeliveries(_ context.Context, connectionID string, p RecoverParams, 
 	}
 	args := river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": p.Since.UTC()}
 	gaveUp, err := listJobs(river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
-		Where(connectionWhere+` AND finalized_at >= @riverhook_since`, args).
+		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND NOT EXISTS (`+laterJob(table)+`)`, args).
 		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(MaxRecovered + 1))
 	if err != nil {
 		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)

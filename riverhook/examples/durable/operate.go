@@ -90,7 +90,7 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 		if *o.dryRun {
 			verb = "would resend"
 		}
-		fmt.Fprintf(out, "%d given up since %v: %s %d, %d resent already, %d erased, more: %v\n",
+		fmt.Fprintf(out, "%d given up since %v and not resent: %s %d, %d resent meanwhile, %d erased, more: %v\n",
 			res.GivenUp, *o.since, verb, res.Resent, res.Pending, res.Erased, res.More)
 		return nil
 	case "resend":
