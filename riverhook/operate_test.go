@@ -263,7 +263,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		assert.ErrorIs(t, err, riverhook.ErrErased)
 		res, err := riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "x"}, nil)
 		require.NoError(t, err)
-		assert.Equal(t, &riverhook.RecoverResult{GivenUp: 1, Erased: 1}, res)
+		assert.Equal(t, &riverhook.RecoverResult{}, res, "an erased delivery is not listed: nothing to send")
 		n, err = riverhook.EraseBodies(ctx, s.client, []string{"given-up"})
 		require.NoError(t, err)
 		assert.Zero(t, n, "erased once")

@@ -158,7 +158,6 @@ type RecoverResult struct {
 	GivenUp int  // given-up deliveries found since RecoverParams.Since and not resent since, at most MaxRecovered
 	Resent  int  // resends inserted; in a dry run, those that would be
 	Pending int  // of GivenUp, those another resend or insert reached first: not sent again
-	Erased  int  // of GivenUp, those whose body was erased (EraseBodies): nothing to send
 	More    bool // more than MaxRecovered gave up: call Recover again once these are resent (or erased)
 	Jobs    []int64
 }
@@ -171,7 +170,8 @@ type RecoverResult struct {
 // first resent (River's unique insert). At most [MaxRecovered] are resent
 // per call; a job that has a later job of its delivery is not listed, so a
 // next call goes on with the deliveries the last one did not reach. With
-// p.DryRun it only counts. Jobs lists the jobs inserted.
+// p.DryRun it only counts. A delivery whose body was erased is not listed:
+// there is nothing to send. Jobs lists the jobs inserted.
 func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
 	return recoverDeliveries(ctx, jobTable(client.Schema()), connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobList(ctx, params) },
@@ -202,7 +202,8 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 	}
 	args := river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": p.Since.UTC()}
 	gaveUp, err := listJobs(river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
-		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND NOT EXISTS (`+laterJob(table)+`)`, args).
+		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND (args ? 'payload_base64' OR args ? 'body')
+			AND NOT EXISTS (`+laterJob(table)+`)`, args).
 		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(MaxRecovered + 1))
 	if err != nil {
 		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
@@ -248,8 +249,7 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 			res.Pending++
 			continue
 		case a.Erased || len(a.Body) == 0:
-			res.Erased++
-			continue
+			continue // erased meanwhile: nothing to send
 		}
 		a.JobResent, a.JobResentWhy = job.ID, p.Reason
 		params = append(params, insertParams(a, opts))

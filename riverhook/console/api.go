@@ -215,7 +215,6 @@ type recoverResult struct {
 	GivenUp int     `json:"given_up"`
 	Resent  int     `json:"resent"`
 	Pending int     `json:"pending"`
-	Erased  int     `json:"erased"`
 	More    bool    `json:"more"`
 	Jobs    []int64 `json:"jobs"`
 }
@@ -243,7 +242,7 @@ func (c *console[TTx]) runRecover(w http.ResponseWriter, r *http.Request, req re
 	if err != nil {
 		return nil, http.StatusInternalServerError, err
 	}
-	out := &recoverResult{DryRun: dry, GivenUp: res.GivenUp, Resent: res.Resent, Pending: res.Pending, Erased: res.Erased,
+	out := &recoverResult{DryRun: dry, GivenUp: res.GivenUp, Resent: res.Resent, Pending: res.Pending,
 		More: res.More, Jobs: res.Jobs}
 	if out.Jobs == nil {
 		out.Jobs = []int64{}

@@ -266,7 +266,7 @@ func TestDurable_EnqueueAndWork(t *testing.T) {
 	job := fmt.Sprint(page.Deliveries[0].JobID)
 	assert.Contains(t, f.durable(t, "resend", "-job", job, "-reason", "test: the customer asked"), "job "+job+" resent as job ")
 	assert.Contains(t, f.durable(t, "resend", "-job", job, "-reason", "a double click"), "resent already")
-	assert.Equal(t, "0 given up since 24h0m0s and not resent: would resend 0, 0 resent meanwhile, 0 erased, more: false\n",
+	assert.Equal(t, "0 given up since 24h0m0s and not resent: would resend 0, 0 resent meanwhile, more: false\n",
 		f.durable(t, "recover", "-connection", "crm", "-reason", "x", "-dry-run"))
 	assert.Equal(t, "erased the bodies of 1 job(s)\n", f.durable(t, "erase", "-delivery", "nope,"+deliveryIDOf(t, f, page.Deliveries[1].JobID)))
 }

@@ -90,8 +90,8 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 		if *o.dryRun {
 			verb = "would resend"
 		}
-		fmt.Fprintf(out, "%d given up since %v and not resent: %s %d, %d resent meanwhile, %d erased, more: %v\n",
-			res.GivenUp, *o.since, verb, res.Resent, res.Pending, res.Erased, res.More)
+		fmt.Fprintf(out, "%d given up since %v and not resent: %s %d, %d resent meanwhile, more: %v\n",
+			res.GivenUp, *o.since, verb, res.Resent, res.Pending, res.More)
 		return nil
 	case "resend":
 		job, inserted, err := riverhook.Resend(ctx, client, *o.job, *o.reason, nil)
