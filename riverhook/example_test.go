@@ -304,38 +304,11 @@ func ExampleRegister() {
 // fixed the endpoint, first as a dry run.
 func ExampleRecover() {
 	ctx := context.Background()
-	pool, schema, done := exampleDatabase(ctx)
-	defer done()
-	migrate(ctx, pool, schema)
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
-	receiver.Script(webhooktest.Status(http.StatusInternalServerError))              // broken, then fixed
-	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}}) // one attempt, for the example
-	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
-		return receiver.Connection(), nil
-	}, nil)
-	config := &river.Config{Schema: schema, FetchCooldown: 10 * time.Millisecond,
-		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}}}
-	if err := riverhook.Register(config, worker); err != nil {
-		log.Fatal(err)
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), config)
-	if err != nil {
-		log.Fatal(err)
-	}
-	ended, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
-	defer cancel()
-	if err := client.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer client.Stop(ctx)
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := riverhook.InsertTx(ctx, client, tx, "evt_42", []string{"crm"}, webhook.SamplePayload(time.Now()), worker.InsertOptions(nil))
-		return err
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
+	receiver.Script(webhooktest.Status(http.StatusInternalServerError)) // broken, then fixed
+	client, worker, ended, done := exampleClient(ctx, receiver)
+	defer done()
 	<-ended
 
 	page, err := riverhook.List(ctx, client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{riverhook.StatusGivenUp}})

@@ -196,15 +196,25 @@ func (c *console[TTx]) resend(w http.ResponseWriter, r *http.Request, req reques
 	return job, inserted, http.StatusOK, nil
 }
 
-func (c *console[TTx]) apiResend(w http.ResponseWriter, r *http.Request, req request) {
-	job, inserted, status, err := c.resend(w, r, req)
+// failed answers an action that did not succeed, and reports whether it
+// did not: nothing more when status is 0 (answered already, as a rate
+// limit is), a logged 500, or show with the error's own status.
+func (c *console[TTx]) failed(w http.ResponseWriter, r *http.Request, req request, status int, err error, show func(status int, msg string)) bool {
 	switch {
 	case status == 0:
 	case status == http.StatusInternalServerError:
 		c.fail(w, r, req, err)
 	case err != nil:
-		writeError(w, status, err.Error())
+		show(status, err.Error())
 	default:
+		return false
+	}
+	return true
+}
+
+func (c *console[TTx]) apiResend(w http.ResponseWriter, r *http.Request, req request) {
+	job, inserted, status, err := c.resend(w, r, req)
+	if !c.failed(w, r, req, status, err, func(status int, msg string) { writeError(w, status, msg) }) {
 		writeJSON(w, http.StatusOK, map[string]any{"job_id": job.ID, "inserted": inserted})
 	}
 }
@@ -252,13 +262,7 @@ func (c *console[TTx]) runRecover(w http.ResponseWriter, r *http.Request, req re
 
 func (c *console[TTx]) apiRecover(w http.ResponseWriter, r *http.Request, req request) {
 	res, status, err := c.runRecover(w, r, req)
-	switch {
-	case status == 0:
-	case status == http.StatusInternalServerError:
-		c.fail(w, r, req, err)
-	case err != nil:
-		writeError(w, status, err.Error())
-	default:
+	if !c.failed(w, r, req, status, err, func(status int, msg string) { writeError(w, status, msg) }) {
 		writeJSON(w, http.StatusOK, res)
 	}
 }

@@ -295,13 +295,9 @@ func (c *console[TTx]) deliveryPage(w http.ResponseWriter, r *http.Request, req 
 
 func (c *console[TTx]) resendForm(w http.ResponseWriter, r *http.Request, req request) {
 	job, inserted, status, err := c.resend(w, r, req)
-	switch {
-	case status == 0:
-	case status == http.StatusInternalServerError:
-		c.fail(w, r, req, err)
-	case err != nil:
-		c.errorPage(w, r, status, "Not resent", err.Error(), connOf(req.conn).Path)
-	default:
+	if !c.failed(w, r, req, status, err, func(status int, msg string) {
+		c.errorPage(w, r, status, "Not resent", msg, connOf(req.conn).Path)
+	}) {
 		done := "resent"
 		if !inserted {
 			done = "pending"
@@ -312,13 +308,9 @@ func (c *console[TTx]) resendForm(w http.ResponseWriter, r *http.Request, req re
 
 func (c *console[TTx]) recoverForm(w http.ResponseWriter, r *http.Request, req request) {
 	res, status, err := c.runRecover(w, r, req)
-	switch {
-	case status == 0:
-	case status == http.StatusInternalServerError:
-		c.fail(w, r, req, err)
-	case err != nil:
-		c.errorPage(w, r, status, "Not recovered", err.Error(), connOf(req.conn).Path)
-	default:
+	if !c.failed(w, r, req, status, err, func(status int, msg string) {
+		c.errorPage(w, r, status, "Not recovered", msg, connOf(req.conn).Path)
+	}) {
 		v := url.Values{"recovered": {strconv.Itoa(res.Resent)}, "given_up": {strconv.Itoa(res.GivenUp)}}
 		if res.DryRun {
 			v.Set("dry", "1")
