@@ -27,8 +27,8 @@
 // logs, from River; with -json, the page and the counts per status as a
 // dashboard's API serves them. recover and resend send given-up deliveries
 // again; health prints each connection's endpoint marks, which work's
-// endpoint health writes to the table durable_endpoint_health (migrate
-// creates it); erase removes the bodies of ended deliveries. work keeps
+// endpoint health writes to the table durable_endpoint_health, beside
+// River's (migrate creates it); erase removes the bodies of ended deliveries. work keeps
 // the log 30 days (-retention); with -console ADDR it serves the customers'
 // delivery log (riverhook/console) at http://ADDR/console/, its scope a
 // demo's: every connection, without sign-in. -ca adds a root certificate to the library's guarded
@@ -230,7 +230,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if _, err := pool.Exec(ctx, marksTable); err != nil {
+		if _, err := pool.Exec(ctx, marksTable(*c.schema)); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: %d migration(s) applied\n", len(res.Versions))
@@ -256,7 +256,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	sender, err := newSender(*c.caFile, *c.allowPrivate, *c.attemptTimeout, markWriter(pool, logger))
+	sender, err := newSender(*c.caFile, *c.allowPrivate, *c.attemptTimeout, markWriter(pool, *c.schema, logger))
 	if err != nil {
 		return err
 	}

@@ -208,7 +208,7 @@ func TestDurable_EnqueueAndWork(t *testing.T) {
 	// A down mark a worker left as it died: the next worker's first answer
 	// from the endpoint clears it.
 	endpoint := f.srv.Connection().Endpoint()
-	_, err := f.pool.Exec(context.Background(), `INSERT INTO durable_endpoint_health (key, shown, down, since, changed)
+	_, err := f.pool.Exec(context.Background(), `INSERT INTO `+f.schema+`.durable_endpoint_health (key, shown, down, since, changed)
 		VALUES ($1, $1, true, now() - interval '1 hour', now() - interval '1 hour')`, endpoint)
 	require.NoError(t, err)
 	assert.Contains(t, f.durable(t, "health"), endpoint+"  down")

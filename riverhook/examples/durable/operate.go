@@ -25,16 +25,27 @@ import (
 	"github.com/signedhook/webhook/riverhook"
 )
 
-// marksTable is the service's table of endpoint marks, written by work's
-// endpoint health and read by health: key is an endpoint (an origin, as
-// webhook.Connection.Endpoint names it) or a URL (its URLKey).
-const marksTable = `CREATE TABLE IF NOT EXISTS durable_endpoint_health (
+// marksTable returns the statement making the service's table of endpoint
+// marks in schema ("" for the search path), beside River's: written by
+// work's endpoint health and read by health, its key is an endpoint (an
+// origin, as webhook.Connection.Endpoint names it) or a URL (its URLKey).
+func marksTable(schema string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + marks(schema) + ` (
 	key text PRIMARY KEY,
 	shown text NOT NULL,
 	down boolean NOT NULL,
 	since timestamptz,
 	changed timestamptz NOT NULL
 )`
+}
+
+// marks is the table of endpoint marks in schema, quoted.
+func marks(schema string) string {
+	if schema == "" {
+		return "durable_endpoint_health"
+	}
+	return pgx.Identifier{schema, "durable_endpoint_health"}.Sanitize()
+}
 
 // opFlags are the flags of the operating commands.
 type opFlags struct {
@@ -117,7 +128,7 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 	if err != nil {
 		return err
 	}
-	return healthMarks(ctx, pool, conns, out)
+	return healthMarks(ctx, pool, schema, conns, out)
 }
 
 // deliveriesJSON prints a page of a connection's deliveries and the counts
@@ -152,8 +163,8 @@ func deliveriesJSON(ctx context.Context, pool *pgxpool.Pool, schema, connectionI
 // or up, by the endpoint's origin, or by the URL's key for one URL. A
 // confirmation clears the marks of the origin and of the URL that
 // answered, which a worker that died may have left.
-func markWriter(pool *pgxpool.Pool, logger *slog.Logger) func(context.Context, webhook.EndpointHealth) {
-	const upsert = `INSERT INTO durable_endpoint_health (key, shown, down, since, changed) VALUES ($1, $2, $3, $4, $5)
+func markWriter(pool *pgxpool.Pool, schema string, logger *slog.Logger) func(context.Context, webhook.EndpointHealth) {
+	upsert := `INSERT INTO ` + marks(schema) + ` (key, shown, down, since, changed) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (key) DO UPDATE SET shown = $2, down = $3, since = $4, changed = $5`
 	return func(ctx context.Context, h webhook.EndpointHealth) {
 		var err error
@@ -161,7 +172,7 @@ func markWriter(pool *pgxpool.Pool, logger *slog.Logger) func(context.Context, w
 		case h.PerURL:
 			_, err = pool.Exec(ctx, upsert, h.URLKey, h.Endpoint, h.Down, h.Since, h.Changed)
 		case h.Confirmed: // clears a mark written before the answer, which a worker that died may have left
-			_, err = pool.Exec(ctx, `UPDATE durable_endpoint_health SET down = false, changed = $3 WHERE key IN ($1, $2) AND down AND changed < $3`,
+			_, err = pool.Exec(ctx, `UPDATE `+marks(schema)+` SET down = false, changed = $3 WHERE key IN ($1, $2) AND down AND changed < $3`,
 				h.Endpoint, h.URLKey, h.Changed)
 		default:
 			_, err = pool.Exec(ctx, upsert, h.Endpoint, h.Endpoint, h.Down, h.Since, h.Changed)
@@ -173,7 +184,7 @@ func markWriter(pool *pgxpool.Pool, logger *slog.Logger) func(context.Context, w
 }
 
 // healthMarks prints each connection's endpoint marks.
-func healthMarks(ctx context.Context, pool *pgxpool.Pool, conns map[string]webhook.Connection, out io.Writer) error {
+func healthMarks(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection, out io.Writer) error {
 	ids := make([]string, 0, len(conns))
 	for id := range conns {
 		ids = append(ids, id)
@@ -186,7 +197,7 @@ func healthMarks(ctx context.Context, pool *pgxpool.Pool, conns map[string]webho
 		state, since := "up", "-"
 		var down bool
 		var at *time.Time
-		err := pool.QueryRow(ctx, `SELECT down, since FROM durable_endpoint_health WHERE key IN ($1, $2) ORDER BY down DESC LIMIT 1`,
+		err := pool.QueryRow(ctx, `SELECT down, since FROM `+marks(schema)+` WHERE key IN ($1, $2) ORDER BY down DESC LIMIT 1`,
 			c.Endpoint(), c.URLKey()).Scan(&down, &at)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
