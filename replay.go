@@ -19,7 +19,10 @@ import (
 // [Verifier] accepted before, within the window. It matches
 // [ErrVerification]: the sender signs every attempt afresh, so a genuine
 // retry never repeats a signature and an exact repeat is a replay (from a
-// log, a proxy, a shared debugging session).
+// log, a proxy, a shared debugging session). One corner: two connections of
+// one customer with the same URL and secret, sent the same body in the same
+// millisecond, carry one signature; the second is refused once, and its
+// retry, signed afresh, is accepted.
 var ErrReplayed = verificationError("webhook: replayed delivery")
 
 // ErrReplayStore is matched by the error of a delivery that verified but
