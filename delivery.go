@@ -64,6 +64,7 @@ type deliveryState struct {
 	endpoint string          // the URL's origin, with endpoint health on
 	downWait time.Duration   // with KindDown: until the endpoint may be tried again
 	secrets  *redact.Secrets // the connection's secret texts, once needed (scrubText)
+	lastTS   int64           // the timestamp of the attempt before, which the next one passes
 }
 
 // inFlight is what the attempt in flight holds from its preparation (admit,
@@ -227,11 +228,15 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 func newRequestBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
 
 // sign sets a fresh timestamp and the signature over the unchanged body.
-// Both values are cut from one string and stored in vals, which has room
-// for two.
+// The timestamp is later than the attempt before's, also when a retry
+// follows in the same millisecond (Retry-After: 0) or the clock stepped
+// back: a receiver that refuses a repeated signature never refuses a
+// retry. Both values are cut from one string and stored in vals, which has
+// room for two.
 func (d *delivery) sign(h http.Header, vals []string) {
 	d.cur.start = d.s.now() // the attempt starts as it is signed
-	d.cur.ts = d.cur.start.UnixMilli()
+	d.cur.ts = max(d.cur.start.UnixMilli(), d.lastTS+1)
+	d.lastTS = d.cur.ts
 	var buf [20 + signatureLen]byte
 	b := strconv.AppendInt(buf[:0], d.cur.ts, 10)
 	n := len(b)

@@ -44,12 +44,12 @@ func (*bodyReader) Close() error { return nil }
 
 // serveVerified reads r's body into a pooled buffer and verifies it. It
 // answers a refusal itself; otherwise it calls serve with the body, r.Body
-// holding the same bytes. When serve returns, r.Body is released and the
-// buffer recycled: net/http's Handler contract forbids reading r.Body after
-// ServeHTTP returns, and a read from then on, from any goroutine, fails with
-// errBodyAfterServe. It never sees another request's bytes: see
-// recycledBody.
-func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve func(body []byte)) {
+// holding the same bytes, once per signature (see serveOnce). When serve
+// returns, r.Body is released and the buffer recycled: net/http's Handler
+// contract forbids reading r.Body after ServeHTTP returns, and a read from
+// then on, from any goroutine, fails with errBodyAfterServe. It never sees
+// another request's bytes: see recycledBody.
+func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve func(w http.ResponseWriter, body []byte)) {
 	if v.keys.Load() == nil {
 		v.refuse(w, r, errZeroVerifier)
 		return
@@ -59,20 +59,93 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	rd := &recycledBody{}
 	rd.r.Reset(body)
 	r.Body = rd
+	defer func() { // also when serve panics: the body is still released
+		rd.release()
+		if cap(body) <= maxPooledBody {
+			*buf = body[:0]
+			bodyPool.Put(buf)
+		}
+	}()
+	var d signed
 	if err == nil {
-		err = v.verify(r.Context(), r.Header, body)
+		err = v.authenticate(r.Header, body, &d)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		v.refuse(w, r, err)
-	} else {
-		serve(body)
-	}
-	rd.release()
-	if cap(body) <= maxPooledBody {
-		*buf = body[:0]
-		bodyPool.Put(buf)
+	case v.allowReplays:
+		serve(w, body)
+	default:
+		v.serveOnce(w, r, &d, body, serve)
 	}
 }
+
+// serveOnce hands the authentic delivery d to serve unless its signature
+// was handled (a copy is acknowledged) or is being handled (a copy is asked
+// to come back). The outcome is recorded when serve returns: handled on a
+// 2xx answer; otherwise, or when serve panics, forgotten, so that a copy is
+// handled.
+func (v *Verifier) serveOnce(w http.ResponseWriter, r *http.Request, d *signed, body []byte, serve func(http.ResponseWriter, []byte)) {
+	state, err := v.claim(r.Context(), d)
+	switch {
+	case err != nil:
+		v.refuse(w, r, err)
+		return
+	case state == ReplayHandling:
+		v.refuse(w, r, fmt.Errorf("%w: a copy of this delivery (the same signature) is being handled; retry once it has an outcome", ErrInProgress))
+		return
+	case state == ReplayHandled:
+		if v.logger != nil { // nil only in a zero Verifier
+			v.logger.LogAttrs(r.Context(), slog.LevelInfo, "webhook: duplicate delivery acknowledged; it was handled before",
+				slog.String("remote", r.RemoteAddr))
+		}
+		writeAck(w)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	ended := false
+	defer func() { // the handler's context may be over: the outcome is kept all the same
+		v.settle(context.WithoutCancel(r.Context()), d, ended && sw.succeeded())
+	}()
+	serve(sw, body)
+	ended = true
+}
+
+// statusWriter records the status a handler answers, for serveOnce.
+// Unwrap lets http.ResponseController reach the writer underneath.
+type statusWriter struct {
+	http.ResponseWriter
+	status int // the final status written, 0 before
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush flushes the writer underneath, if it can: a flush before any
+// status sends 200.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// succeeded reports whether the answer is a 2xx: a handler that wrote
+// nothing is answered 200 by net/http.
+func (w *statusWriter) succeeded() bool { return w.status == 0 || w.status >= 200 && w.status < 300 }
 
 // recycledBody is r.Body while the middleware serves: the verified bytes in
 // a pooled buffer, readable until the middleware returns. A goroutine of the
@@ -157,13 +230,28 @@ func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte,
 }
 
 // Middleware returns a handler that verifies each request before passing it
-// to next, with r.Body holding the identical bytes. A refused request gets
-// 401 (413 when the body is over the limit, 400 when it cannot be read, 503
-// when the replay store failed) with a short generic body, or
-// VerifierOptions.ErrorHandler's answer; the precise reason goes to
-// VerifierOptions.Logger and ErrorHandler, never to the client. A replay is
-// answered 401 like any failed verification, and logged as
-// "webhook: replayed delivery refused".
+// to next, with r.Body holding the identical bytes, once per delivery. It
+// answers:
+//
+//   - 401 to a request that fails verification (413 when the body is over
+//     the limit, 400 when it cannot be read), with a short generic body;
+//   - 200 {"ok":true} to a copy of a delivery that was handled (next
+//     answered 2xx), without calling next: the spec asks receivers to
+//     tolerate duplicates, and the sender is satisfied;
+//   - 409 with Retry-After to a copy of a delivery whose handler is still
+//     running, without calling next, so that the sender comes back once it
+//     has an outcome;
+//   - 503 when the replay store failed, so that the sender retries;
+//   - otherwise what next answers. A delivery next did not answer 2xx, or
+//     panicked on, is forgotten, so that its copy (a retry of the same
+//     request) is handled: a copy is never lost.
+//
+// A copy is a request with the same signature: a proxy's or a load
+// balancer's retry, a request a queue stored. The sender's own retries are
+// signed afresh and are new deliveries. With VerifierOptions.AllowReplays,
+// every copy is handed to next. VerifierOptions.ErrorHandler answers in
+// place of the 401, 413, 400, 409 and 503 above; the precise reason goes to
+// VerifierOptions.Logger and ErrorHandler, never to the client.
 //
 // Its shape fits routers' Use methods, such as chi's r.Use(v.Middleware).
 // The body is read into a recycled buffer: as net/http's Handler contract
@@ -173,21 +261,31 @@ func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte,
 // gives a prefix of the request's own bytes or an error, never another
 // request's bytes. Copy the body before next returns to keep it. An adapter
 // for another router must run the rest of its chain inside next (see
-// examples/routers for gin).
+// examples/routers for gin): the status next answers decides whether the
+// delivery was handled.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v.serveVerified(w, r, func([]byte) { next.ServeHTTP(w, r) })
+		v.serveVerified(w, r, func(w http.ResponseWriter, _ []byte) { next.ServeHTTP(w, r) })
 	})
 }
 
-// refuse answers a request that failed verification or could not be read.
+// retryAfterInProgress is the Retry-After, in seconds, of the answer to a
+// copy of a delivery being handled: the spec asks receivers to answer
+// within 5 seconds.
+const retryAfterInProgress = "5"
+
+// refuse answers a request that failed verification, could not be read, or
+// is a copy of a delivery being handled.
 func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if v.logger != nil { // nil only in a zero Verifier
-		msg := "webhook: request refused"
-		if errors.Is(err, ErrReplayed) {
+		msg, level := "webhook: request refused", slog.LevelWarn
+		switch {
+		case errors.Is(err, ErrReplayed):
 			msg = "webhook: replayed delivery refused"
+		case errors.Is(err, ErrInProgress):
+			msg, level = "webhook: copy of a delivery being handled; asked to retry", slog.LevelInfo
 		}
-		v.logger.LogAttrs(r.Context(), slog.LevelWarn, msg,
+		v.logger.LogAttrs(r.Context(), level, msg,
 			slog.String("reason", err.Error()), slog.String("remote", r.RemoteAddr))
 	}
 	if v.onError != nil {
@@ -201,99 +299,10 @@ func (v *Verifier) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		http.Error(w, "bad request", http.StatusBadRequest)
 	case errors.Is(err, ErrReplayStore): // perhaps authentic: let the sender retry
 		http.Error(w, "service unavailable", http.StatusServiceUnavailable)
+	case errors.Is(err, ErrInProgress): // authentic: come back once the first has an outcome
+		w.Header().Set("Retry-After", retryAfterInProgress)
+		http.Error(w, "this delivery is being handled; retry later", http.StatusConflict)
 	default:
 		http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
 	}
-}
-
-// HandlerOptions configures the handler [NewHandler] returns. A nil
-// *HandlerOptions selects the defaults.
-type HandlerOptions struct {
-	// Logger receives unknown event kinds and event headers that disagree
-	// with the signed body (level Info), bodies that are not payloads and
-	// errors from the function (level Error). Nil means no logging. Refused
-	// requests are logged by the Verifier's own logger.
-	Logger *slog.Logger
-}
-
-// NewHandler returns a handler that verifies each request with v, decodes
-// its body, and calls on with the request's context for each
-// [EventUserIdentified] delivery. It dispatches on the signed body's "event"
-// field, not on the unsigned [HeaderEvent]. It answers:
-//
-//   - what v's Middleware answers, for a request that fails verification;
-//   - 400 when the verified body is not a payload;
-//   - 200, after logging it, for an event kind it does not know;
-//   - 500 when on returns an error, so that the sender retries;
-//   - 200 with the JSON acknowledgement {"ok":true} otherwise.
-//
-// on is called concurrently for concurrent requests. The service may deliver
-// an event more than once, so on should be idempotent. NewHandler panics if v
-// or on is nil, as a programming error.
-func NewHandler(v *Verifier, on func(ctx context.Context, p Payload) error, opts *HandlerOptions) http.Handler {
-	if v == nil || on == nil {
-		panic("webhook: NewHandler needs a Verifier and a function")
-	}
-	logger := slog.New(slog.DiscardHandler)
-	if opts != nil && opts.Logger != nil {
-		logger = opts.Logger
-	}
-	return &eventHandler{v: v, on: on, log: logger}
-}
-
-type eventHandler struct {
-	v   *Verifier
-	on  func(context.Context, Payload) error
-	log *slog.Logger
-}
-
-var ack = []byte(`{"ok":true}` + "\n")
-
-func (h *eventHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.v.serveVerified(w, r, func(body []byte) { h.serve(w, r, body) })
-}
-
-// serve dispatches a verified body. The Payload it decodes shares no memory
-// with body, which is recycled when serve returns.
-func (h *eventHandler) serve(w http.ResponseWriter, r *http.Request, body []byte) {
-	ctx := r.Context()
-	var envelope struct {
-		Event string `json:"event"`
-	}
-	if err := decodeObject(body, &envelope); err != nil || envelope.Event == "" {
-		if err == nil {
-			err = fmt.Errorf("%w: no \"event\" field", ErrMalformedPayload)
-		}
-		h.log.LogAttrs(ctx, slog.LevelError, "webhook: verified body is not a payload", slog.String("error", err.Error()))
-		http.Error(w, "body is not a webhook payload", http.StatusBadRequest)
-		return
-	}
-	if hv := r.Header.Get(HeaderEvent); hv != envelope.Event {
-		h.log.LogAttrs(ctx, slog.LevelInfo, "webhook: event header disagrees with the signed body; using the body",
-			slog.String("header", hv), slog.String("body", envelope.Event))
-	}
-	if envelope.Event != EventUserIdentified {
-		h.log.LogAttrs(ctx, slog.LevelInfo, "webhook: ignoring unknown event kind", slog.String("event", envelope.Event))
-		writeAck(w)
-		return
-	}
-	p, err := ParsePayload(body)
-	if err != nil {
-		h.log.LogAttrs(ctx, slog.LevelError, "webhook: verified body is not a payload", slog.String("error", err.Error()))
-		http.Error(w, "body is not a webhook payload", http.StatusBadRequest)
-		return
-	}
-	if err := h.on(ctx, p); err != nil {
-		h.log.LogAttrs(ctx, slog.LevelError, "webhook: handler failed; answering 500 so the delivery is retried",
-			slog.String("event", p.Event), slog.String("error", err.Error()))
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
-	writeAck(w)
-}
-
-func writeAck(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	w.Write(ack)
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -16,14 +18,21 @@ import (
 // remembers accepted signatures in, and MemoryReplayStore, its default.
 
 // ErrReplayed is matched by the error of a delivery whose signature a
-// [Verifier] accepted before, within the window. It matches
-// [ErrVerification]: the sender signs every attempt afresh, so a genuine
-// retry never repeats a signature and an exact repeat is a replay (from a
-// log, a proxy, a shared debugging session). One corner: two connections of
-// one customer with the same URL and secret, sent the same body in the same
-// millisecond, carry one signature; the second is refused once, and its
-// retry, signed afresh, is accepted.
+// [Verifier] accepted before, within the window, when it is verified without
+// a handler ([Verifier.Verify], [Verifier.VerifyRequest]). It matches
+// [ErrVerification]. The sender signs every attempt afresh, with a
+// timestamp later than the attempt before, so its retry never repeats a
+// signature; an exact repeat is a copy (a proxy's retry, a stored request)
+// or a replay. [Verifier.Middleware] and [NewHandler] do not refuse a copy:
+// they acknowledge it (see [Verifier.Middleware]).
 var ErrReplayed = verificationError("webhook: replayed delivery")
+
+// ErrInProgress is matched by the error of a copy of a delivery whose
+// handler is still running, on this instance or, with a shared
+// [ReplayStore], on another. It does not match [ErrVerification]: the copy
+// is authentic. Middleware and NewHandler answer it 409 with a Retry-After
+// header, so that the sender tries again once the first has an outcome.
+var ErrInProgress = errors.New("webhook: delivery is being handled")
 
 // ErrReplayStore is matched by the error of a delivery that verified but
 // whose signature could not be checked against the [ReplayStore], because
@@ -32,34 +41,89 @@ var ErrReplayed = verificationError("webhook: replayed delivery")
 // NewHandler answer it 503, so that the sender retries later.
 var ErrReplayStore = errors.New("webhook: cannot check for a replay")
 
-// ReplayStore remembers keys for a while: the signatures a [Verifier]
-// accepted, until they leave its window. Receivers running several
-// instances share one, so that a delivery accepted by one instance is
-// refused as a replay by all.
+// ReplayState is what a [ReplayStore] holds for a delivery's signature.
+type ReplayState int
+
+const (
+	// ReplayUnseen: nothing is recorded, or what was has expired.
+	ReplayUnseen ReplayState = iota
+	// ReplayHandling: a handler is running for the delivery (a claim).
+	ReplayHandling
+	// ReplayHandled: the delivery was accepted (Verify) or handled (2xx).
+	ReplayHandled
+)
+
+// String returns "unseen", "handling" or "handled".
+func (s ReplayState) String() string {
+	switch s {
+	case ReplayUnseen:
+		return "unseen"
+	case ReplayHandling:
+		return "handling"
+	case ReplayHandled:
+		return "handled"
+	}
+	return "ReplayState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ReplayStore remembers the signatures of deliveries for a while, with what
+// became of each: being handled, or handled. Receivers running several
+// instances share one, so that a delivery is handled once by all: a copy
+// that reaches another instance is acknowledged there, not handled again.
 //
-// Add records key for ttl unless it is recorded already and has not
-// expired, and reports whether it recorded it: true the first time, false
-// for a repeat. It must be atomic, so that of two concurrent calls with one
-// key, on any instance, exactly one returns true: Redis's
-// "SET key 1 NX PX <ttl in ms>" is such an operation (added is true when it
-// answers OK), as is memcached's add. An error refuses the delivery with an
-// error matching [ErrReplayStore].
-//
-// The Verifier calls Add only for deliveries that are authentic and within
+// The Verifier calls it only for deliveries that are authentic and within
 // its window, with ctx the request's context (context.Background for
-// [Verifier.Verify]), key the delivery's signature as 64 lowercase hex digits
-// (an HMAC: it reveals nothing of the secret or the body), and ttl the time
+// [Verifier.Verify]; without its cancellation once the handler has
+// returned), key the delivery's signature as 64 lowercase hex digits (an
+// HMAC: it reveals nothing of the secret or the body), and ttl the time
 // until the delivery's timestamp leaves the window, at most twice the
-// tolerance and a millisecond. A store may prefix the key with a namespace of
-// its own. Add is called concurrently.
+// tolerance and a millisecond. A store may prefix the key with a namespace
+// of its own. Each method is called concurrently, and each must be atomic:
+// of two concurrent Add or Claim calls with one key, on any instance,
+// exactly one records it. An error refuses the delivery with an error
+// matching [ErrReplayStore] (Add, Claim), or is logged (Complete, Release).
+//
+// The Redis commands of each method, as a shared store sends them (Claim's
+// GET option needs Redis 7.0 or later):
+//
+//	Add:      SET key handled NX PX <ttl in ms>         -> added when OK
+//	Claim:    SET key handling NX PX <lease in ms> GET  -> nil: ReplayUnseen; else the value held
+//	Complete: SET key handled PX <ttl in ms>
+//	Release:  EVAL "if redis.call('GET', KEYS[1]) == 'handling' then return redis.call('DEL', KEYS[1]) end return 0" 1 key
 type ReplayStore interface {
+	// Add records key as handled for ttl unless it is recorded already,
+	// in any state, and has not expired, and reports whether it recorded
+	// it. Verifier.Verify uses it: true the first time, false for a copy.
 	Add(ctx context.Context, key string, ttl time.Duration) (added bool, err error)
+
+	// Claim records key as being handled for lease unless it is recorded
+	// already and has not expired, and returns what it held: ReplayUnseen
+	// when it recorded the claim, so that the caller runs the handler;
+	// ReplayHandling or ReplayHandled otherwise. The lease bounds how long
+	// a claim whose instance died blocks the delivery's copies.
+	Claim(ctx context.Context, key string, lease time.Duration) (ReplayState, error)
+
+	// Complete records key as handled for ttl, whatever it held: the
+	// handler answered 2xx.
+	Complete(ctx context.Context, key string, ttl time.Duration) error
+
+	// Release forgets key if it is being handled, and leaves it if it was
+	// handled: the handler failed or panicked, and the delivery's copy is
+	// to be handled.
+	Release(ctx context.Context, key string) error
 }
 
 // DefaultMaxReplayEntries is how many signatures a [MemoryReplayStore]
-// remembers at most: 1,048,576, which covers 3,400 deliveries per second
-// arriving on time in a 5-minute window.
+// remembers at most: 1,048,576, which covers 1,700 deliveries per second
+// over twice the window (a delivery may arrive up to the tolerance early or
+// late).
 const DefaultMaxReplayEntries = 1 << 20
+
+// DefaultHandlerLease is how long a copy of a delivery whose handler is
+// running is asked to come back later, when the handler does not end
+// meanwhile: the bound on how long an instance that died mid-handler blocks
+// the copy, with a shared [ReplayStore].
+const DefaultHandlerLease = time.Minute
 
 // MemoryReplayStoreOptions configures a [MemoryReplayStore]. A nil
 // *MemoryReplayStoreOptions, or a zero field, selects the documented
@@ -78,20 +142,21 @@ type MemoryReplayStoreOptions struct {
 // [Verifier]: entries spread over 64 shards, each with its own lock, and
 // expire by time.
 //
-// Memory is bounded by MaxEntries. Each key is kept as 128 bits (see Add)
-// with its expiry, in maps of 30 seconds of delivery timestamps each, which
-// are dropped whole once their last entry has expired: no entry is deleted
-// one by one, and the map a delivery goes into is small and warm. An entry
-// takes about 46 bytes with the room maps keep to grow. At 1,000 deliveries
-// per second arriving on time, a 5-minute window holds 300,000 entries:
-// about 13 MiB (measured by TestMemoryReplayStore_MemoryPer1000PerSecond),
-// and at the default bound, DefaultMaxReplayEntries, about 50 MiB. A shard
-// that is full forgets an entry of its oldest timestamps to make room, which
-// lets that one delivery be replayed until it leaves the window: size
-// MaxEntries above twice the tolerance times your peak rate.
+// Memory is bounded by MaxEntries, whatever the arrival rate. Each key is
+// kept as 128 bits (see Add) with its expiry, in maps of 5 seconds of
+// delivery timestamps each, which are dropped whole once their last entry
+// has expired, or once eviction or Release has emptied them; a map is never
+// kept with fewer entries than it had room for. An entry takes about 46
+// bytes with the room maps keep to grow. At 1,000 deliveries per second
+// arriving on time, a 5-minute window holds 300,000 entries: about 13 MiB
+// (measured by TestMemoryReplayStore_MemoryPer1000PerSecond), and at the
+// default bound, DefaultMaxReplayEntries, about 50 MiB. A shard that is full
+// forgets an entry of its oldest timestamps to make room, which lets that
+// one delivery be handled again until it leaves the window: size MaxEntries
+// above twice the tolerance times your peak rate.
 //
-// A MemoryReplayStore is safe for concurrent use. Add never blocks on
-// anything but a shard's lock.
+// A MemoryReplayStore is safe for concurrent use. No method blocks on
+// anything but a shard's lock, and none fails.
 type MemoryReplayStore struct {
 	now    func() time.Time
 	shards [replayShards]replayShard
@@ -106,21 +171,42 @@ const (
 // replayKey is an entry's key: the first 128 bits of a signature digest.
 type replayKey [16]byte
 
+// stamp is an entry: its expiry in Unix nanoseconds by the store's clock,
+// whose lowest bit is set while the delivery is being handled (a claim).
+type stamp int64
+
+func newStamp(expiry int64, handling bool) stamp {
+	s := stamp(expiry &^ 1)
+	if handling {
+		s |= 1
+	}
+	return s
+}
+
+func (s stamp) expiry() int64 { return int64(s &^ 1) }
+
+func (s stamp) state() ReplayState {
+	if s&1 == 1 {
+		return ReplayHandling
+	}
+	return ReplayHandled
+}
+
 type replayShard struct {
 	mu       sync.Mutex
-	buckets  []*replayBucket // in order of index
+	buckets  []*replayBucket // in order of index, none empty
 	n        int             // entries in all buckets, some maybe expired
 	max      int
 	nextDrop int64                 // no bucket can be dropped before, Unix ns by the store's clock
-	spare    []map[replayKey]int64 // maps of dropped buckets, cleared, for new ones
+	spare    []map[replayKey]stamp // maps of dropped buckets, cleared, for new ones
 }
 
 // replayBucket holds the keys of the deliveries whose timestamps fall in
-// one span (for keys given to Add, whose expiries do).
+// one span (for keys given without a timestamp, whose expiries do).
 type replayBucket struct {
-	index int64               // timestamp / replaySpan
-	until int64               // when its last entry expires
-	seen  map[replayKey]int64 // key -> expiry
+	index int64 // timestamp / replaySpan
+	until int64 // when its last entry expires, or later
+	seen  map[replayKey]stamp
 }
 
 // NewMemoryReplayStore returns an empty MemoryReplayStore configured by
@@ -147,12 +233,39 @@ func NewMemoryReplayStore(opts *MemoryReplayStoreOptions) (*MemoryReplayStore, e
 	return s, nil
 }
 
-// Add records key for ttl unless it is recorded already and has not
-// expired, and reports whether it recorded it. It never fails. A key of 64
-// hex digits (what a Verifier gives) is kept as the first 16 bytes it
-// encodes, any other key as the first 16 bytes of its SHA-256: two keys
-// collide with a probability of 2^-128.
+// Add records key as handled for ttl unless it is recorded already and
+// has not expired, and reports whether it recorded it. It never fails. A
+// key of 64 hex digits (what a Verifier gives) is kept as the first 16
+// bytes it encodes, any other key as the first 16 bytes of its SHA-256: two
+// keys collide with a probability of 2^-128.
 func (s *MemoryReplayStore) Add(_ context.Context, key string, ttl time.Duration) (bool, error) {
+	k, sh, now := s.locate(key)
+	return sh.claim(k, noIndex, now, newStamp(now+int64(ttl), false)) == ReplayUnseen, nil
+}
+
+// Claim records key as being handled for lease unless it is recorded
+// already and has not expired, and returns what it held. It never fails.
+func (s *MemoryReplayStore) Claim(_ context.Context, key string, lease time.Duration) (ReplayState, error) {
+	k, sh, now := s.locate(key)
+	return sh.claim(k, noIndex, now, newStamp(now+int64(lease), true)), nil
+}
+
+// Complete records key as handled for ttl. It never fails.
+func (s *MemoryReplayStore) Complete(_ context.Context, key string, ttl time.Duration) error {
+	k, sh, now := s.locate(key)
+	sh.complete(k, noIndex, now, newStamp(now+int64(ttl), false))
+	return nil
+}
+
+// Release forgets key if it is being handled. It never fails.
+func (s *MemoryReplayStore) Release(_ context.Context, key string) error {
+	k, sh, now := s.locate(key)
+	sh.release(k, noIndex, now)
+	return nil
+}
+
+// locate returns key's entry key, its shard and the current time.
+func (s *MemoryReplayStore) locate(key string) (replayKey, *replayShard, int64) {
 	var digest [sha256.Size]byte
 	if len(key) == 2*sha256.Size && hexDigits(key) {
 		hex.Decode(digest[:], []byte(key))
@@ -161,9 +274,7 @@ func (s *MemoryReplayStore) Add(_ context.Context, key string, ttl time.Duration
 	}
 	var k replayKey
 	copy(k[:], digest[:])
-	now := s.now().UnixNano()
-	// Without a timestamp, a key's bucket is its expiry's: look in all.
-	return s.shard(k).add(k, (now+int64(ttl))/replaySpan, now, ttl, true), nil
+	return k, s.shard(k), s.now().UnixNano()
 }
 
 func hexDigits(s string) bool {
@@ -185,8 +296,8 @@ func (s *MemoryReplayStore) Len() int {
 		sh.mu.Lock()
 		sh.drop(now)
 		for _, b := range sh.buckets {
-			for _, exp := range b.seen {
-				if exp > now {
+			for _, st := range b.seen {
+				if st.expiry() > now {
 					n++
 				}
 			}
@@ -200,45 +311,90 @@ func (s *MemoryReplayStore) shard(k replayKey) *replayShard {
 	return &s.shards[k[0]%replayShards] // the key is an HMAC: uniform already
 }
 
-// addDelivery is Add for a delivery with timestamp tsMillis, whose key is
-// in the bucket of its timestamp: the Verifier's path, one map lookup.
-func (s *MemoryReplayStore) addDelivery(k replayKey, tsMillis int64, ttl time.Duration) bool {
-	now := s.now().UnixNano()
-	return s.shard(k).add(k, tsMillis*int64(time.Millisecond)/replaySpan, now, ttl, false)
+// The Verifier's paths: the key is the signature's digest, and it lives in
+// the bucket of the delivery's timestamp, one map lookup away.
+
+func (s *MemoryReplayStore) delivery(sig *[sha256.Size]byte, tsMillis int64) (replayKey, *replayShard, int64, int64) {
+	var k replayKey
+	copy(k[:], sig[:])
+	return k, s.shard(k), tsMillis * int64(time.Millisecond) / replaySpan, s.now().UnixNano()
 }
 
-// add records k, expiring ttl after now, in the bucket of index, unless it
-// is there (or, with everywhere, in any bucket) and has not expired.
-func (sh *replayShard) add(k replayKey, index, now int64, ttl time.Duration, everywhere bool) bool {
+// noIndex is the index of a key given without a timestamp: its entry is
+// looked for in every bucket, and kept in the bucket of its expiry.
+const noIndex = math.MinInt64
+
+// claim records k as st in the bucket of index, unless it is there (or, for
+// noIndex, in any bucket) and has not expired, and returns what it held.
+func (sh *replayShard) claim(k replayKey, index, now int64, st stamp) ReplayState {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if now >= sh.nextDrop {
 		sh.drop(now)
 	}
-	if everywhere {
-		for _, b := range sh.buckets {
-			if exp, ok := b.seen[k]; ok && exp > now {
-				return false
+	if _, old, ok := sh.find(k, index, now); ok {
+		return old.state()
+	}
+	sh.put(k, index, now, st)
+	return ReplayUnseen
+}
+
+// complete records k as st (handled), in place of a claim.
+func (sh *replayShard) complete(k replayKey, index, now int64, st stamp) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b, _, ok := sh.find(k, index, now); ok {
+		b.seen[k] = st
+		b.until = max(b.until, st.expiry())
+		sh.nextDrop = min(sh.nextDrop, b.until)
+		return
+	}
+	sh.put(k, index, now, st) // its claim expired or was evicted
+}
+
+// release forgets k if it is being handled.
+func (sh *replayShard) release(k replayKey, index, now int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b, old, ok := sh.find(k, index, now); ok && old.state() == ReplayHandling {
+		sh.remove(b, k)
+	}
+}
+
+// find returns the bucket holding a live entry for k, and the entry.
+func (sh *replayShard) find(k replayKey, index, now int64) (*replayBucket, stamp, bool) {
+	for i := len(sh.buckets) - 1; i >= 0; i-- {
+		b := sh.buckets[i]
+		if index != noIndex && b.index != index {
+			if b.index < index {
+				break
 			}
+			continue
 		}
+		if st, ok := b.seen[k]; ok && st.expiry() > now {
+			return b, st, true
+		}
+	}
+	return nil, 0, false
+}
+
+// put records k as st in the bucket of index (of st's expiry for noIndex),
+// forgetting an entry of the oldest bucket when the shard is full.
+func (sh *replayShard) put(k replayKey, index, now int64, st stamp) {
+	if index == noIndex {
+		index = st.expiry() / replaySpan
 	}
 	b := sh.bucket(index)
-	if exp, ok := b.seen[k]; ok {
-		if exp > now {
-			return false
-		}
+	if _, ok := b.seen[k]; ok {
 		sh.n-- // expired: replaced below
-	}
-	if sh.n >= sh.max {
+	} else if sh.n >= sh.max {
 		sh.evict()
+		b = sh.bucket(index) // b is empty: evict took from another
 	}
-	exp := now + int64(ttl)
-	b.seen[k] = exp
+	b.seen[k] = st
 	sh.n++
-	if exp > b.until {
-		b.until = exp
-	}
-	return true
+	b.until = max(b.until, st.expiry())
+	sh.nextDrop = min(sh.nextDrop, b.until)
 }
 
 // bucket returns the bucket of index, made if need be. Most deliveries are
@@ -255,10 +411,9 @@ func (sh *replayShard) bucket(index int64) *replayBucket {
 	if n := len(sh.spare); n > 0 { // keeps its room: no garbage, no growing
 		b.seen, sh.spare = sh.spare[n-1], sh.spare[:n-1]
 	} else {
-		b.seen = make(map[replayKey]int64)
+		b.seen = make(map[replayKey]stamp)
 	}
 	sh.buckets = slices.Insert(sh.buckets, i, b)
-	sh.nextDrop = math.MinInt64 // until b.until is known: drop recomputes it
 	return b
 }
 
@@ -271,10 +426,7 @@ func (sh *replayShard) drop(now int64) {
 			return false
 		}
 		sh.n -= len(b.seen)
-		if len(sh.spare) < maxSpare {
-			clear(b.seen)
-			sh.spare = append(sh.spare, b.seen)
-		}
+		sh.recycle(b)
 		return true
 	})
 	sh.nextDrop = next
@@ -285,27 +437,55 @@ func (sh *replayShard) drop(now int64) {
 func (sh *replayShard) evict() {
 	for _, b := range sh.buckets {
 		for k := range b.seen {
-			delete(b.seen, k)
-			sh.n--
+			sh.remove(b, k)
 			return
 		}
 	}
 }
 
-// checkReplay records the accepted signature sig of a delivery with
-// timestamp ts (Unix ms), verified at now with tolerance tol, and refuses
-// it when it was recorded before. The entry lives until ts leaves the
-// window: checkWindow accepts an age of exactly tol.
-func (v *Verifier) checkReplay(ctx context.Context, sig *[sha256.Size]byte, ts int64, now time.Time, tol time.Duration) error {
-	ttl := time.Duration(ts+tol.Milliseconds()+1-now.UnixMilli()) * time.Millisecond
+// remove forgets k of b, and b once it is empty: a map emptied one entry
+// at a time keeps the room it grew to, so an empty bucket goes at once
+// rather than at its expiry.
+func (sh *replayShard) remove(b *replayBucket, k replayKey) {
+	delete(b.seen, k)
+	sh.n--
+	if len(b.seen) == 0 {
+		sh.buckets = slices.DeleteFunc(sh.buckets, func(x *replayBucket) bool { return x == b })
+		sh.recycle(b)
+	}
+}
+
+// recycle keeps the map of a bucket that is gone for a new one, unless
+// enough are kept.
+func (sh *replayShard) recycle(b *replayBucket) {
+	if len(sh.spare) < maxSpare {
+		clear(b.seen)
+		sh.spare = append(sh.spare, b.seen)
+	}
+	b.seen = nil
+}
+
+// The Verifier's side: the store it was given, or its own memory store by
+// the fast path.
+
+// replayTTL is how long the entry of a delivery with timestamp ts (Unix
+// ms), verified at now with tolerance tol, lives: until ts leaves the
+// window, which checkWindow accepts at an age of exactly tol.
+func replayTTL(ts int64, now time.Time, tol time.Duration) time.Duration {
+	return time.Duration(ts+tol.Milliseconds()+1-now.UnixMilli()) * time.Millisecond
+}
+
+// checkReplay records the accepted delivery d as handled, and refuses it
+// when it was recorded before: Verify's rule.
+func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
+	ttl := replayTTL(d.ts, d.now, d.tol)
 	var added bool
 	if v.mem != nil {
-		var k replayKey
-		copy(k[:], sig[:])
-		added = v.mem.addDelivery(k, ts, ttl)
+		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
+		added = sh.claim(k, index, now, newStamp(now+int64(ttl), false)) == ReplayUnseen
 	} else {
 		var err error
-		added, err = v.store.Add(ctx, hex.EncodeToString(sig[:]), ttl)
+		added, err = v.store.Add(ctx, hex.EncodeToString(d.sig[:]), ttl)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrReplayStore, err)
 		}
@@ -314,4 +494,45 @@ func (v *Verifier) checkReplay(ctx context.Context, sig *[sha256.Size]byte, ts i
 		return fmt.Errorf("%w: this signature was accepted before, within the window; the sender signs every attempt afresh, so this is a copy", ErrReplayed)
 	}
 	return nil
+}
+
+// claim claims the delivery d for its handler, and returns what its
+// signature held: ReplayUnseen when the handler is to run.
+func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
+	lease := min(v.lease, replayTTL(d.ts, d.now, d.tol))
+	if v.mem != nil {
+		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
+		return sh.claim(k, index, now, newStamp(now+int64(lease), true)), nil
+	}
+	st, err := v.store.Claim(ctx, hex.EncodeToString(d.sig[:]), lease)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrReplayStore, err)
+	}
+	return st, nil
+}
+
+// settle records the outcome of d's handler: handled, so that a copy is
+// acknowledged, or released, so that a copy is handled.
+func (v *Verifier) settle(ctx context.Context, d *signed, handled bool) {
+	ttl := replayTTL(d.ts, d.now, d.tol)
+	if v.mem != nil {
+		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
+		if handled {
+			sh.complete(k, index, now, newStamp(now+int64(ttl), false))
+		} else {
+			sh.release(k, index, now)
+		}
+		return
+	}
+	key := hex.EncodeToString(d.sig[:])
+	var err error
+	if handled {
+		err = v.store.Complete(ctx, key, ttl)
+	} else {
+		err = v.store.Release(ctx, key)
+	}
+	if err != nil && v.logger != nil { // nil only in a zero Verifier
+		v.logger.LogAttrs(ctx, slog.LevelError, "webhook: cannot record a delivery's outcome in the replay store",
+			slog.Bool("handled", handled), slog.String("error", err.Error()))
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -57,65 +56,66 @@ func TestVerifier_AllowReplays(t *testing.T) {
 	}
 }
 
-func TestMiddleware_AnswersAReplay401AndLogsIt(t *testing.T) {
-	var logs bytes.Buffer
-	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
-		Now:    func() time.Time { return testNow },
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-	})
-	require.NoError(t, err)
-	body := readTestdata(t, "body_user_identified.json")
-	var calls atomic.Int32
-	handlers := map[string]http.Handler{
-		"Middleware": v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) })),
-		"NewHandler": webhook.NewHandler(v, func(context.Context, webhook.Payload) error { calls.Add(1); return nil }, nil),
-	}
-	for i, name := range []string{"Middleware", "NewHandler"} {
-		t.Run(name, func(t *testing.T) {
-			logs.Reset()
-			calls.Store(0)
-			ts := testNow.UnixMilli() + int64(i) // a delivery of each handler's own
-			var codes []int
-			for range 2 {
-				rec := httptest.NewRecorder()
-				handlers[name].ServeHTTP(rec, newSignedRequest(testSecret, ts, body))
-				codes = append(codes, rec.Code)
-			}
-			assert.Equal(t, []int{http.StatusOK, http.StatusUnauthorized}, codes)
-			assert.Equal(t, int32(1), calls.Load(), "the replay never reaches the handler")
-			assert.Contains(t, logs.String(), "webhook: replayed delivery refused")
-			assert.NotContains(t, logs.String(), testSecret)
-		})
-	}
-}
-
 // fakeStore is a shared store as a test sees it: a map under a lock,
 // recording each call.
 type fakeStore struct {
 	mu    sync.Mutex
-	until map[string]time.Time // key -> expiry by now
+	held  map[string]fakeEntry
 	now   func() time.Time
 	calls []storeCall
 }
 
+type fakeEntry struct {
+	state webhook.ReplayState
+	until time.Time
+}
+
 type storeCall struct {
-	Key string
-	TTL time.Duration
+	Method string
+	Key    string
+	TTL    time.Duration
 }
 
 func newFakeStore(now func() time.Time) *fakeStore {
-	return &fakeStore{until: map[string]time.Time{}, now: now}
+	return &fakeStore{held: map[string]fakeEntry{}, now: now}
 }
 
-func (s *fakeStore) Add(_ context.Context, key string, ttl time.Duration) (bool, error) {
+func (s *fakeStore) Add(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+	st, err := s.put("Add", key, webhook.ReplayHandled, ttl)
+	return st == webhook.ReplayUnseen, err
+}
+
+func (s *fakeStore) Claim(_ context.Context, key string, lease time.Duration) (webhook.ReplayState, error) {
+	return s.put("Claim", key, webhook.ReplayHandling, lease)
+}
+
+func (s *fakeStore) put(method, key string, state webhook.ReplayState, ttl time.Duration) (webhook.ReplayState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, storeCall{key, ttl})
-	if exp, ok := s.until[key]; ok && s.now().Before(exp) {
-		return false, nil
+	s.calls = append(s.calls, storeCall{method, key, ttl})
+	if e, ok := s.held[key]; ok && s.now().Before(e.until) {
+		return e.state, nil
 	}
-	s.until[key] = s.now().Add(ttl)
-	return true, nil
+	s.held[key] = fakeEntry{state, s.now().Add(ttl)}
+	return webhook.ReplayUnseen, nil
+}
+
+func (s *fakeStore) Complete(_ context.Context, key string, ttl time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, storeCall{"Complete", key, ttl})
+	s.held[key] = fakeEntry{webhook.ReplayHandled, s.now().Add(ttl)}
+	return nil
+}
+
+func (s *fakeStore) Release(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, storeCall{"Release", key, 0})
+	if s.held[key].state == webhook.ReplayHandling {
+		delete(s.held, key)
+	}
+	return nil
 }
 
 type failingStore struct{}
@@ -125,6 +125,13 @@ var errStoreDown = errors.New("store: connection refused")
 func (failingStore) Add(context.Context, string, time.Duration) (bool, error) {
 	return false, errStoreDown
 }
+
+func (failingStore) Claim(context.Context, string, time.Duration) (webhook.ReplayState, error) {
+	return 0, errStoreDown
+}
+
+func (failingStore) Complete(context.Context, string, time.Duration) error { return errStoreDown }
+func (failingStore) Release(context.Context, string) error                { return errStoreDown }
 
 // TestVerifier_SharedReplayStore shows two instances of a receiver sharing
 // one store: a delivery accepted by one is refused by the other, each
@@ -156,11 +163,11 @@ func TestVerifier_SharedReplayStore(t *testing.T) {
 	digest := func(h http.Header) string { return strings.TrimPrefix(h.Get(webhook.HeaderSignature), "sha256=") }
 	const ms = time.Millisecond
 	want := []storeCall{
-		{digest(onTime), 5*time.Minute + ms},
-		{digest(onTime), 5*time.Minute + ms},
-		{digest(early), 4*time.Minute + ms},
-		{digest(early), 4*time.Minute + ms},
-		{digest(ahead), 7*time.Minute + ms},
+		{"Add", digest(onTime), 5*time.Minute + ms},
+		{"Add", digest(onTime), 5*time.Minute + ms},
+		{"Add", digest(early), 4*time.Minute + ms},
+		{"Add", digest(early), 4*time.Minute + ms},
+		{"Add", digest(ahead), 7*time.Minute + ms},
 	}
 	assert.Equal(t, want, store.calls)
 
@@ -315,4 +322,49 @@ func TestMemoryReplayStore_MemoryPer1000PerSecond(t *testing.T) {
 	t.Logf("%d entries: %.1f MiB, %d bytes each", s.Len(), float64(used)/(1<<20), used/entries)
 	assert.Less(t, used, uint64(16<<20), "the documentation says about 13 MiB")
 	runtime.KeepAlive(s)
+}
+
+// TestMemoryReplayStore_MemoryIsBoundedUnderFlood verifies authentic,
+// distinct deliveries at ten and at a hundred times the rate MaxEntries is
+// sized for (its entries over twice the window), for twice the window on a
+// fake clock: the memory the store holds follows MaxEntries, not the
+// arrival rate.
+func TestMemoryReplayStore_MemoryIsBoundedUnderFlood(t *testing.T) {
+	for _, times := range []float64{10, 100} {
+		t.Run(fmt.Sprintf("%vx", times), func(t *testing.T) { testReplayFlood(t, times) })
+	}
+}
+
+func testReplayFlood(t *testing.T, times float64) {
+	const maxEntries = 4096
+	window := 2 * webhook.DefaultTolerance
+	rate := times * float64(maxEntries) / window.Seconds() // deliveries per second
+	step := time.Duration(float64(time.Second) / rate)
+	now := testNow
+	store, err := webhook.NewMemoryReplayStore(&webhook.MemoryReplayStoreOptions{MaxEntries: maxEntries, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{Now: func() time.Time { return now }, ReplayStore: store})
+	require.NoError(t, err)
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	body := []byte(`{"event":"user.identified","n":00000000}`)
+	n := int(window / step)
+	for i := range n {
+		copy(body[len(body)-9:], fmt.Sprintf("%08d", i))
+		// Timestamps anywhere in the window, as deliveries late and early arrive.
+		ts := now.UnixMilli() - int64(i*7919%int(webhook.DefaultTolerance.Milliseconds()))
+		require.NoError(t, v.Verify(signedHeader(testSecret, ts, body), body))
+		now = now.Add(step)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	used := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d deliveries at %.0f/s: %d entries held, %.2f MiB", n, rate, store.Len(), float64(used)/(1<<20))
+	assert.LessOrEqual(t, store.Len(), maxEntries)
+	// An entry costs under 100 bytes with its map's room: a store of 4,096
+	// that held 12 MiB under this flood would fail here.
+	assert.Less(t, used, int64(2<<20), "memory under a flood must follow MaxEntries")
+	runtime.KeepAlive(v)
 }

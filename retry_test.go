@@ -151,7 +151,9 @@ func TestSend_DeadlineUsesTheProcessClock(t *testing.T) {
 		res, err := s.Send(ctx, fakeConn, samplePayload())
 		require.Error(t, err)
 		assert.Len(t, res.Attempts, 4, "every retry fits in the hour")
-		assert.Equal(t, skewed.UnixMilli(), res.Attempts[3].Timestamp, "the injected clock stamps the attempts")
+		// A frozen clock: each attempt's timestamp passes the one before, so
+		// that no retry repeats a signature.
+		assert.Equal(t, skewed.UnixMilli()+3, res.Attempts[3].Timestamp, "the injected clock stamps the attempts")
 	})
 }
 

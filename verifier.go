@@ -109,8 +109,16 @@ type VerifierOptions struct {
 
 	// AllowReplays turns replay refusal off: a delivery verifies as many
 	// times as it is received within the window, as with the package-level
-	// Verify. ReplayStore is then ignored.
+	// Verify, and Middleware and NewHandler hand every copy to the handler.
+	// ReplayStore and HandlerLease are then ignored.
 	AllowReplays bool
+
+	// HandlerLease bounds how long Middleware and NewHandler ask a copy of
+	// a delivery whose handler is running to come back later, should that
+	// handler never end (its instance died, with a shared ReplayStore):
+	// past it, the copy is handled. Set it above your handler's longest
+	// run. Zero means DefaultHandlerLease; negative is an error.
+	HandlerLease time.Duration
 }
 
 // Verifier checks deliveries against one or more secrets. Configuring the
@@ -143,6 +151,7 @@ type Verifier struct {
 	allowReplays bool               // VerifierOptions.AllowReplays
 	mem          *MemoryReplayStore // the store when it is one: no key to encode
 	store        ReplayStore        // otherwise
+	lease        time.Duration      // VerifierOptions.HandlerLease
 	zeroInit     sync.Once
 }
 
@@ -161,6 +170,7 @@ func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 		onError:      opts.ErrorHandler,
 		made:         true,
 		allowReplays: opts.AllowReplays,
+		lease:        opts.HandlerLease,
 	}
 	if !v.allowReplays {
 		switch st := opts.ReplayStore.(type) {
@@ -187,6 +197,12 @@ func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 	case v.maxBody == 0:
 		v.maxBody = DefaultMaxBodyBytes
 	}
+	switch {
+	case v.lease < 0:
+		return nil, fmt.Errorf("webhook: HandlerLease must not be negative, got %v", v.lease)
+	case v.lease == 0:
+		v.lease = DefaultHandlerLease
+	}
 	if v.now == nil {
 		v.now = time.Now
 	}
@@ -209,17 +225,34 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 
 // verify is Verify with the request's context, for the replay store.
 func (v *Verifier) verify(ctx context.Context, h http.Header, body []byte) error {
+	var d signed
+	if err := v.authenticate(h, body, &d); err != nil || v.allowReplays {
+		return err
+	}
+	return v.checkReplay(ctx, &d)
+}
+
+// signed is what authenticate learnt of an authentic delivery within the
+// window: its signature's digest and timestamp, and the clock and
+// tolerance it was checked with.
+type signed struct {
+	sig [sha256.Size]byte
+	ts  int64 // Unix ms
+	now time.Time
+	tol time.Duration
+}
+
+// authenticate checks that h and body are a delivery signed with one of
+// v's secrets, within its tolerance and body limit, and fills d.
+func (v *Verifier) authenticate(h http.Header, body []byte, d *signed) error {
 	keys := v.keys.Load()
 	if keys == nil {
 		return errZeroVerifier
 	}
-	now, tol := v.clock(), cmp.Or(v.tolerance, DefaultTolerance)
-	var sig [sha256.Size]byte
-	ts, err := verify(*keys, "", tol, v.maxBodyBytes(), now, h, body, &sig)
-	if err != nil || v.allowReplays {
-		return err
-	}
-	return v.checkReplay(ctx, &sig, ts, now, tol)
+	d.now, d.tol = v.clock(), cmp.Or(v.tolerance, DefaultTolerance)
+	var err error
+	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig)
+	return err
 }
 
 // maxBodyBytes is the body limit: the configured one, or the default in a
@@ -255,7 +288,10 @@ func (v *Verifier) SetSecrets(secrets []string) error {
 		keys[i] = newKeyedMAC(s)
 	}
 	if !v.made {
-		v.zeroInit.Do(func() { v.mem, _ = NewMemoryReplayStore(nil) })
+		v.zeroInit.Do(func() {
+			v.mem, _ = NewMemoryReplayStore(nil)
+			v.lease = DefaultHandlerLease
+		})
 	}
 	v.keys.Store(&keys) // after mem: a request that sees keys sees mem
 	return nil
