@@ -215,8 +215,11 @@ func TestMiddleware_StoreFailures(t *testing.T) {
 func TestMiddleware_InProgressGoesToErrorHandler(t *testing.T) {
 	var got error
 	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
-		Now:          func() time.Time { return testNow },
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { got = err; w.WriteHeader(http.StatusTooManyRequests) },
+		Now: func() time.Time { return testNow },
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			got = err
+			w.WriteHeader(http.StatusTooManyRequests)
+		},
 	})
 	require.NoError(t, err)
 	body := readTestdata(t, "body_user_identified.json")
@@ -251,7 +254,9 @@ func TestMiddleware_StatusOfHandlersThatFlushOrWriteNothing(t *testing.T) {
 	body := readTestdata(t, "body_user_identified.json")
 	for i, next := range []http.HandlerFunc{
 		func(http.ResponseWriter, *http.Request) {},
-		func(w http.ResponseWriter, r *http.Request) { require.NoError(t, http.NewResponseController(w).Flush()) },
+		func(w http.ResponseWriter, r *http.Request) {
+			require.NoError(t, http.NewResponseController(w).Flush())
+		},
 	} {
 		v := newTestVerifier(t)
 		var calls atomic.Int32

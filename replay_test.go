@@ -131,7 +131,7 @@ func (failingStore) Claim(context.Context, string, time.Duration) (webhook.Repla
 }
 
 func (failingStore) Complete(context.Context, string, time.Duration) error { return errStoreDown }
-func (failingStore) Release(context.Context, string) error                { return errStoreDown }
+func (failingStore) Release(context.Context, string) error                 { return errStoreDown }
 
 // TestVerifier_SharedReplayStore shows two instances of a receiver sharing
 // one store: a delivery accepted by one is refused by the other, each
