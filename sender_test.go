@@ -415,3 +415,25 @@ func TestSend_LogsOnlyPrintableText(t *testing.T) {
 		})
 	}
 }
+
+// TestSend_RetryInTheSameMillisecondIsNotAReplay answers 503 with
+// Retry-After: 0 and stamps both attempts with one frozen clock: the retry's
+// timestamp is later than the first's, so a receiver that refuses a repeated
+// signature accepts it.
+func TestSend_RetryInTheSameMillisecondIsNotAReplay(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.RetryAfter(http.StatusServiceUnavailable, 0))
+	frozen := time.Now()
+	policy := webhook.DefaultRetryPolicy()
+	policy.Backoff = webhook.WithRetryAfter(policy.Backoff, time.Second)
+	s := srv.Sender(&webhook.SenderOptions{Retry: policy, Now: func() time.Time { return frozen }})
+	res, err := s.Send(context.Background(), srv.Connection(), samplePayload())
+	require.NoError(t, err)
+	require.Len(t, res.Attempts, 2)
+	assert.Equal(t, res.Attempts[0].Timestamp+1, res.Attempts[1].Timestamp)
+	d := srv.Deliveries()
+	require.Len(t, d, 2)
+	assert.NoError(t, d[1].Err, "the retry verifies: it is not a copy")
+	assert.NotEqual(t, d[0].Header.Get(webhook.HeaderSignature), d[1].Header.Get(webhook.HeaderSignature))
+}

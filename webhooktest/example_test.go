@@ -142,3 +142,23 @@ func ExampleNewUnstartedServer() {
 	// received over HTTP/2.0
 	// 200 <nil>
 }
+
+// A proxy's retry of a delivery that was handled: the copy carries the same
+// signature, and the receiver acknowledges it without handling it twice.
+func ExampleDuplicate() {
+	v, _ := webhook.NewVerifier([]string{"whsec_test"}, nil)
+	handled := 0
+	handler := webhook.NewHandler(v, func(context.Context, webhook.Payload) error { handled++; return nil }, nil)
+
+	r := webhooktest.NewRequest("whsec_test", webhook.SamplePayload(time.Now()), time.Now())
+	for _, req := range []*http.Request{r, webhooktest.Duplicate(r)} {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		fmt.Println(rec.Code)
+	}
+	fmt.Println("handled:", handled)
+	// Output:
+	// 200
+	// 200
+	// handled: 1
+}

@@ -396,3 +396,25 @@ func TestNewUnstartedServer_Config(t *testing.T) {
 		assert.Panics(t, srv.StartTLS)
 	})
 }
+
+// TestNewRequest_TwoRequestsAreTwoDeliveries builds two requests of one
+// payload at one instant, as a test of "a retry after our 200 was lost"
+// does: both are handled. A Duplicate is acknowledged without a second run.
+func TestNewRequest_TwoRequestsAreTwoDeliveries(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{secret}, nil)
+	require.NoError(t, err)
+	var calls atomic.Int32
+	handler := webhook.NewHandler(v, func(context.Context, webhook.Payload) error { calls.Add(1); return nil }, nil)
+	now := time.Now()
+	first := webhooktest.NewRequest(secret, payload(), now)
+	second := webhooktest.NewRequest(secret, payload(), now)
+	copied := webhooktest.Duplicate(second)
+	assert.NotEqual(t, first.Header.Get(webhook.HeaderSignature), second.Header.Get(webhook.HeaderSignature))
+	assert.Equal(t, second.Header, copied.Header)
+	for _, r := range []*http.Request{first, second, copied} {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, r)
+		assert.Equal(t, http.StatusOK, rec.Code)
+	}
+	assert.Equal(t, int32(2), calls.Load(), "two deliveries handled, the copy acknowledged")
+}
