@@ -466,3 +466,69 @@ func ExampleVerifier_Verify_replay() {
 	// its copy: true true
 	// the sender's retry: <nil>
 }
+
+// A receiver of several events, each decoded into its own type. An event
+// without a handler is logged and acknowledged, as the spec asks.
+func ExampleOn() {
+	type DealClosed struct {
+		Deal struct {
+			ID     string `json:"id"`
+			Amount int    `json:"amount"`
+		} `json:"deal"`
+	}
+	var events webhook.Events
+	webhook.On(&events, webhook.EventUserIdentified, func(ctx context.Context, p webhook.Payload) error {
+		fmt.Println("identified", p.User.Email)
+		return nil
+	})
+	webhook.On(&events, "deal.closed", func(ctx context.Context, d DealClosed) error {
+		fmt.Println("deal", d.Deal.ID, "closed at", d.Deal.Amount)
+		return nil
+	})
+	v, _ := webhook.NewVerifier([]string{"whsec_test"}, nil)
+	h := webhook.NewEventHandler(v, &events, nil)
+
+	for _, d := range [][2]string{
+		{"deal.closed", `{"event":"deal.closed","deal":{"id":"deal_7","amount":1200}}`},
+		{"invoice.paid", `{"event":"invoice.paid","invoice":{"id":"inv_1"}}`}, // no handler: 200
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, webhooktest.NewRawRequest("whsec_test", d[0], []byte(d[1]), time.Now()))
+		fmt.Println(rec.Code)
+	}
+	// Output:
+	// deal deal_7 closed at 1200
+	// 200
+	// 200
+}
+
+// Idempotency in one line: a user's update is applied only when it is newer
+// than the last one applied (user.id, user.updatedAt), whatever order the
+// deliveries arrive in.
+func ExampleLastWriterWins() {
+	onUser := func(ctx context.Context, p webhook.Payload) error {
+		fmt.Println("saved", p.User.Email, "as of", p.User.UpdatedAt.Format("15:04"))
+		return nil
+	}
+	v, _ := webhook.NewVerifier([]string{"whsec_test"}, nil)
+	h := webhook.NewHandler(v, webhook.LastWriterWins(onUser, nil), nil)
+
+	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	for _, update := range []struct {
+		email   string
+		updated time.Time
+	}{
+		{"ada@new.example", at.Add(2 * time.Minute)},
+		{"ada@old.example", at.Add(time.Minute)}, // overtaken: acknowledged, not applied
+	} {
+		p := webhook.SamplePayload(time.Now())
+		p.User.ID, p.User.Email, p.User.UpdatedAt = "usr_ada", update.email, webhook.NewTime(update.updated)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, webhooktest.NewRequest("whsec_test", p, time.Now()))
+		fmt.Println(rec.Code)
+	}
+	// Output:
+	// saved ada@new.example as of 10:02
+	// 200
+	// 200
+}

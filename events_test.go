@@ -1,0 +1,123 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type userCreated struct {
+	Event string `json:"event"`
+	User  struct {
+		ID    string `json:"id"`
+		Email string `json:"email"`
+	} `json:"user"`
+}
+
+type dealClosed struct {
+	Deal struct {
+		ID     string `json:"id"`
+		Amount int    `json:"amount"`
+	} `json:"deal"`
+}
+
+// Validate makes On check a dealClosed, as it checks a Payload.
+func (d *dealClosed) Validate() error {
+	if d.Deal.ID == "" {
+		return errors.New("deal.id is empty")
+	}
+	return nil
+}
+
+func TestNewEventHandler_DispatchesEachEventToItsType(t *testing.T) {
+	var logs bytes.Buffer
+	var got []any
+	var e webhook.Events
+	webhook.On(&e, "user.created", func(_ context.Context, u userCreated) error { got = append(got, u.User.Email); return nil })
+	webhook.On(&e, "deal.closed", func(_ context.Context, d dealClosed) error {
+		if d.Deal.Amount < 0 {
+			return errors.New("ledger refused a negative amount")
+		}
+		got = append(got, d.Deal.Amount)
+		return nil
+	})
+	webhook.On(&e, webhook.EventUserIdentified, func(_ context.Context, p webhook.Payload) error { got = append(got, p.User.ID); return nil })
+	webhook.On(&e, "raw.event", func(_ context.Context, raw json.RawMessage) error { got = append(got, string(raw)); return nil })
+	h := webhook.NewEventHandler(newTestVerifier(t), &e, &webhook.HandlerOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+
+	identified := string(readTestdata(t, "body_user_identified.json"))
+	tests := []struct {
+		name string
+		body string
+		code int
+		got  any // what the handler got, nil when not called
+	}{
+		{"custom event", `{"event":"user.created","user":{"id":"u1","email":"a@example.com"}}`, 200, "a@example.com"},
+		{"another custom event", `{"event":"deal.closed","deal":{"id":"d1","amount":1200}}`, 200, 1200},
+		{"the handler's error", `{"event":"deal.closed","deal":{"id":"d2","amount":-1}}`, 500, nil},
+		{"a body its type does not take", `{"event":"deal.closed","deal":{"id":"d3","amount":"1200"}}`, 400, nil},
+		{"a body its type does not validate", `{"event":"deal.closed","deal":{"amount":5}}`, 400, nil},
+		{"an unknown event is logged and acknowledged", `{"event":"invoice.paid","invoice":{}}`, 200, nil},
+		{"user.identified as a Payload", identified, 200, "usr_8f3a2b"},
+		{"user.identified stays strict", `{"event":"user.identified","timestamp":"2026-11-21T10:00:00.000Z","user":{"id":"8f3a"},"application":{"id":"app_1"}}`, 400, nil},
+		{"the raw body", `{"event":"raw.event","x":[1,2]}`, 200, `{"event":"raw.event","x":[1,2]}`},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got = nil
+			code := serve(h, newSignedRequest(testSecret, testNow.UnixMilli()-int64(i), []byte(tc.body)))
+			assert.Equal(t, tc.code, code)
+			if tc.got == nil {
+				assert.Empty(t, got)
+			} else {
+				assert.Equal(t, []any{tc.got}, got)
+			}
+		})
+	}
+	assert.Contains(t, logs.String(), "ignoring an event that has no handler")
+	assert.Contains(t, logs.String(), "event=invoice.paid")
+}
+
+func TestOn_RefusesWhatCannotServe(t *testing.T) {
+	var e webhook.Events
+	fn := func(context.Context, userCreated) error { return nil }
+	webhook.On(&e, "user.created", fn)
+	assert.PanicsWithValue(t, `webhook: On: event "user.created" has a handler already`, func() { webhook.On(&e, "user.created", fn) })
+	assert.Panics(t, func() { webhook.On(&e, "", fn) })
+	assert.Panics(t, func() { webhook.On[userCreated](&e, "x", nil) })
+	assert.Panics(t, func() { webhook.NewEventHandler(nil, &e, nil) })
+}
+
+// TestEvents_RegisteredWhileServing registers a handler while requests are
+// served: safe, and used from then on.
+func TestEvents_RegisteredWhileServing(t *testing.T) {
+	var e webhook.Events
+	h := webhook.NewEventHandler(newTestVerifier(t), &e, nil)
+	body := []byte(`{"event":"late.event"}`)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 50 {
+			serve(h, newSignedRequest(testSecret, testNow.UnixMilli()-int64(i), body))
+		}
+	}()
+	called := make(chan struct{}, 1)
+	webhook.On(&e, "late.event", func(context.Context, json.RawMessage) error {
+		select {
+		case called <- struct{}{}:
+		default:
+		}
+		return nil
+	})
+	<-done
+	require.Equal(t, 200, serve(h, newSignedRequest(testSecret, testNow.Add(time.Second).UnixMilli(), body)))
+	assert.Len(t, called, 1)
+}

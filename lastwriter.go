@@ -1,0 +1,241 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// This file holds the receiver's idempotency helper: LastWriterWins, which
+// handles an event only when it is newer than the last one handled for its
+// key, and the VersionStore it keeps versions in.
+
+// VersionStore remembers, per key, the newest version handled, for
+// [LastWriterWins]. Receivers running several instances share one (see the
+// PostgreSQL recipe in the README). Its methods are called concurrently; an
+// error makes the handler answer 500, so that the sender retries.
+type VersionStore interface {
+	// Newer reports whether version is newer than the version recorded
+	// for key: true when none is.
+	Newer(ctx context.Context, key string, version time.Time) (bool, error)
+
+	// Record records version for key, unless a newer one is recorded: a
+	// version never goes back.
+	Record(ctx context.Context, key string, version time.Time) error
+}
+
+// LastWriterWinsOptions configures [LastWriterWins]. A nil
+// *LastWriterWinsOptions, or a zero field, selects the documented default.
+type LastWriterWinsOptions[T any] struct {
+	// Store keeps the newest version handled per key. Nil means a
+	// MemoryVersionStore of its own, with the default bound.
+	Store VersionStore
+
+	// Version returns an event's key and version. Nil means, for a
+	// Payload, its user.id and user.updatedAt, as the spec's payload
+	// orders a user's updates; for any other T it must be set. An event
+	// with an empty key or a zero version has no order: it is handled.
+	Version func(event T) (key string, version time.Time)
+
+	// Logger receives, at level Info, each event skipped as stale. Nil
+	// means no logging.
+	Logger *slog.Logger
+}
+
+// LastWriterWins returns fn made idempotent by last writer wins: an event
+// is handed to fn only when its version is newer than the newest one
+// handled for its key, and is recorded once fn returns nil. An older or
+// equal version (a late retry, a copy, deliveries overtaking each other) is
+// skipped and acknowledged: the wrapped function returns nil without
+// calling fn. fn's error is returned, and nothing recorded, so that the
+// retry is handled.
+//
+// Within a process, events of one key are handed to fn one at a time, so
+// that the check, fn and the record cannot interleave. Across instances,
+// two deliveries of one key may pass the check at once: make fn's own write
+// conditional too (the README's PostgreSQL recipe does both in one
+// statement), or run one instance.
+//
+// With a nil opts it serves [Payload]s, the [EventUserIdentified] handler
+// of [NewHandler] in one line:
+//
+//	webhook.NewHandler(v, webhook.LastWriterWins(onUser, nil), nil)
+//
+// LastWriterWins panics if fn is nil, or if Version is nil for a T other
+// than Payload, as a programming error.
+func LastWriterWins[T any](fn func(ctx context.Context, event T) error, opts *LastWriterWinsOptions[T]) func(ctx context.Context, event T) error {
+	if opts == nil {
+		opts = &LastWriterWinsOptions[T]{}
+	}
+	version := opts.Version
+	if version == nil {
+		var zero T
+		if _, ok := any(zero).(Payload); !ok {
+			panic(fmt.Sprintf("webhook: LastWriterWins needs LastWriterWinsOptions.Version for a %T", zero))
+		}
+		version = func(event T) (string, time.Time) {
+			p := any(event).(Payload)
+			return p.User.ID, p.User.UpdatedAt.Time
+		}
+	}
+	if fn == nil {
+		panic("webhook: LastWriterWins needs a function")
+	}
+	store := opts.Store
+	if store == nil {
+		store, _ = NewMemoryVersionStore(nil) // cannot fail
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var locks keyLocks
+	return func(ctx context.Context, event T) error {
+		key, v := version(event)
+		if key == "" || v.IsZero() {
+			return fn(ctx, event)
+		}
+		defer locks.lock(key)()
+		newer, err := store.Newer(ctx, key, v)
+		if err != nil {
+			return fmt.Errorf("webhook: last writer wins: reading the version of %q: %w", key, err)
+		}
+		if !newer {
+			logger.LogAttrs(ctx, slog.LevelInfo, "webhook: skipping a stale event; a newer or equal version was handled",
+				slog.String("key", key), slog.Time("version", v))
+			return nil
+		}
+		if err := fn(ctx, event); err != nil {
+			return err
+		}
+		if err := store.Record(context.WithoutCancel(ctx), key, v); err != nil {
+			return fmt.Errorf("webhook: last writer wins: recording the version of %q: %w", key, err)
+		}
+		return nil
+	}
+}
+
+// keyLocks serialises the holders of one key; it holds only the keys in
+// use.
+type keyLocks struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	mu      sync.Mutex
+	holders int // waiting or holding, under keyLocks.mu
+}
+
+// lock locks key and returns its unlock.
+func (l *keyLocks) lock(key string) func() {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = make(map[string]*keyLock)
+	}
+	k := l.locks[key]
+	if k == nil {
+		k = &keyLock{}
+		l.locks[key] = k
+	}
+	k.holders++
+	l.mu.Unlock()
+	k.mu.Lock()
+	return func() {
+		k.mu.Unlock()
+		l.mu.Lock()
+		if k.holders--; k.holders == 0 {
+			delete(l.locks, key)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// DefaultMaxVersions is how many keys a [MemoryVersionStore] remembers at
+// most: 131,072.
+const DefaultMaxVersions = 1 << 17
+
+// MemoryVersionStoreOptions configures a [MemoryVersionStore]. A nil
+// *MemoryVersionStoreOptions, or a zero field, selects the documented
+// default.
+type MemoryVersionStoreOptions struct {
+	// MaxKeys bounds how many keys the store holds. Zero means
+	// DefaultMaxVersions; negative is an error.
+	MaxKeys int
+}
+
+// MemoryVersionStore is the [VersionStore] of one process. It holds at
+// most MaxKeys keys in two generations: the keys recorded recently, and
+// those of the generation before, which is forgotten whole when the recent
+// one is full. A forgotten key's next event is handled whatever its
+// version, so size MaxKeys above the keys whose events can arrive out of
+// order at once (the users updated within the sender's retry schedule, 7
+// seconds, is a floor). A key takes about 100 bytes with its string. A
+// MemoryVersionStore is safe for concurrent use; no method fails.
+type MemoryVersionStore struct {
+	mu       sync.Mutex
+	max      int // per generation: half of MaxKeys
+	cur, old map[string]time.Time
+}
+
+// NewMemoryVersionStore returns an empty MemoryVersionStore configured by
+// opts, which may be nil. It fails when an option is out of range.
+func NewMemoryVersionStore(opts *MemoryVersionStoreOptions) (*MemoryVersionStore, error) {
+	maxKeys := 0
+	if opts != nil {
+		maxKeys = opts.MaxKeys
+	}
+	switch {
+	case maxKeys < 0:
+		return nil, fmt.Errorf("webhook: MaxKeys must not be negative, got %d", maxKeys)
+	case maxKeys == 0:
+		maxKeys = DefaultMaxVersions
+	}
+	return &MemoryVersionStore{max: max(1, maxKeys/2), cur: make(map[string]time.Time)}, nil
+}
+
+// Newer reports whether version is newer than the one recorded for key.
+func (s *MemoryVersionStore) Newer(_ context.Context, key string, version time.Time) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last, ok := s.cur[key]
+	if !ok {
+		last, ok = s.old[key]
+	}
+	return !ok || version.After(last), nil
+}
+
+// Record records version for key, unless a newer one is recorded.
+func (s *MemoryVersionStore) Record(_ context.Context, key string, version time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if last, ok := s.cur[key]; ok {
+		if version.After(last) {
+			s.cur[key] = version
+		}
+		return nil
+	}
+	if last, ok := s.old[key]; ok && !version.After(last) {
+		version = last
+	}
+	if len(s.cur) >= s.max {
+		s.old, s.cur = s.cur, make(map[string]time.Time, len(s.cur))
+	}
+	s.cur[key] = version
+	return nil
+}
+
+// Len returns how many keys the store holds.
+func (s *MemoryVersionStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.cur)
+	for k := range s.old {
+		if _, ok := s.cur[k]; !ok {
+			n++
+		}
+	}
+	return n
+}

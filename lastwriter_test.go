@@ -1,0 +1,134 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func userAt(id string, updated time.Time) webhook.Payload {
+	p := samplePayload()
+	p.User.ID, p.User.UpdatedAt = id, webhook.NewTime(updated)
+	return p
+}
+
+// TestLastWriterWins_AppliesOnlyNewerVersions delivers a user's updates out
+// of order, with copies and a failure: the handler sees only versions newer
+// than the last it handled, and a failed one is handled on its retry.
+func TestLastWriterWins_AppliesOnlyNewerVersions(t *testing.T) {
+	var applied []string
+	failNext := false
+	on := webhook.LastWriterWins(func(_ context.Context, p webhook.Payload) error {
+		if failNext {
+			failNext = false
+			return errors.New("database unavailable")
+		}
+		applied = append(applied, p.User.ID+"@"+p.User.UpdatedAt.Format("15:04"))
+		return nil
+	}, nil)
+	ctx := context.Background()
+	at := func(hhmm string) time.Time { t, _ := time.Parse("15:04", hhmm); return t }
+
+	steps := []struct {
+		p       webhook.Payload
+		fail    bool
+		wantErr bool
+	}{
+		{p: userAt("usr_a", at("10:02"))},
+		{p: userAt("usr_a", at("10:01"))}, // overtaken: skipped
+		{p: userAt("usr_a", at("10:02"))}, // a copy: skipped
+		{p: userAt("usr_b", at("09:00"))}, // another key
+		{p: userAt("usr_a", at("10:03")), fail: true, wantErr: true},
+		{p: userAt("usr_a", at("10:03"))}, // its retry
+		{p: userAt("usr_a", time.Time{})}, // no version: no order, handled
+	}
+	for i, s := range steps {
+		failNext = s.fail
+		err := on(ctx, s.p)
+		assert.Equal(t, s.wantErr, err != nil, "step %d: %v", i, err)
+	}
+	assert.Equal(t, []string{"usr_a@10:02", "usr_b@09:00", "usr_a@10:03", "usr_a@00:00"}, applied)
+}
+
+// TestLastWriterWins_OneKeyAtATime races many versions of one key: the
+// handler sees them one at a time, each newer than the last it saw.
+func TestLastWriterWins_OneKeyAtATime(t *testing.T) {
+	var mu sync.Mutex
+	var seen []int64
+	running := 0
+	on := webhook.LastWriterWins(func(_ context.Context, p webhook.Payload) error {
+		mu.Lock()
+		running++
+		assert.Equal(t, 1, running, "two events of one key at once")
+		seen = append(seen, p.User.UpdatedAt.UnixMilli())
+		mu.Unlock()
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	}, nil)
+	base := time.Now()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 200 {
+				_ = on(context.Background(), userAt("usr_x", base.Add(time.Duration(r.IntN(1000))*time.Millisecond)))
+			}
+		})
+	}
+	wg.Wait()
+	require.NotEmpty(t, seen)
+	for i := 1; i < len(seen); i++ {
+		require.Greater(t, seen[i], seen[i-1], "versions handled in order")
+	}
+}
+
+type crmEvent struct {
+	Contact string
+	Seq     int64
+}
+
+func TestLastWriterWins_AnyTypeWithItsVersion(t *testing.T) {
+	var applied []int64
+	store, err := webhook.NewMemoryVersionStore(nil)
+	require.NoError(t, err)
+	on := webhook.LastWriterWins(func(_ context.Context, e crmEvent) error { applied = append(applied, e.Seq); return nil },
+		&webhook.LastWriterWinsOptions[crmEvent]{
+			Store:   store,
+			Version: func(e crmEvent) (string, time.Time) { return e.Contact, time.UnixMilli(e.Seq) },
+		})
+	for _, seq := range []int64{3, 1, 4, 1, 5, 2, 6} {
+		require.NoError(t, on(context.Background(), crmEvent{"c1", seq}))
+	}
+	assert.Equal(t, []int64{3, 4, 5, 6}, applied)
+	assert.PanicsWithValue(t, "webhook: LastWriterWins needs LastWriterWinsOptions.Version for a webhook_test.crmEvent", func() {
+		webhook.LastWriterWins(func(context.Context, crmEvent) error { return nil }, nil)
+	})
+}
+
+func TestMemoryVersionStore_IsBounded(t *testing.T) {
+	s, err := webhook.NewMemoryVersionStore(&webhook.MemoryVersionStoreOptions{MaxKeys: 100})
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Now()
+	for i := range 10_000 {
+		require.NoError(t, s.Record(ctx, fmt.Sprint("usr_", i), now))
+		require.LessOrEqual(t, s.Len(), 100)
+	}
+	newer, _ := s.Newer(ctx, "usr_9999", now)
+	assert.False(t, newer, "the recent keys are kept")
+	require.NoError(t, s.Record(ctx, "usr_9999", now.Add(-time.Hour)))
+	newer, _ = s.Newer(ctx, "usr_9999", now)
+	assert.False(t, newer, "a version never goes back")
+	_, err = webhook.NewMemoryVersionStore(&webhook.MemoryVersionStoreOptions{MaxKeys: -1})
+	assert.Error(t, err)
+}
