@@ -148,6 +148,8 @@ func notSentKind(err error) FailureKind {
 	switch {
 	case errors.Is(err, ErrInvalidConnection), errors.Is(err, ErrInvalidPayload):
 		return KindInvalid
+	case errors.Is(err, ErrNotSubscribed):
+		return KindSkipped
 	case errors.Is(err, ErrEndpointDown):
 		return KindDown
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -25,6 +25,7 @@ type FailureKind string
 const (
 	KindNone     FailureKind = ""         // the receiver answered 2xx
 	KindInvalid  FailureKind = "invalid"  // the connection or the event is invalid; nothing was sent
+	KindSkipped  FailureKind = "skipped"  // the connection does not subscribe to the event; nothing was sent
 	KindBlocked  FailureKind = "blocked"  // the address is not public; nothing was sent
 	KindDNS      FailureKind = "dns"      // the host name did not resolve
 	KindRefused  FailureKind = "refused"  // the connection was refused
@@ -182,7 +183,7 @@ func (a Attempt) diagnosis() string {
 	switch a.Kind {
 	case KindNone:
 		return fmt.Sprintf("delivered: the endpoint answered %d in %v", a.StatusCode, took)
-	case KindInvalid:
+	case KindInvalid, KindSkipped:
 		return fmt.Sprintf("not sent: %v", a.Err)
 	case KindBlocked:
 		return "not sent: the URL's host resolves to a private or otherwise non-public address, which deliveries never reach"

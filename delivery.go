@@ -192,8 +192,11 @@ func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
 	if err != nil {
 		return nil, KindInvalid, err
 	}
-	if d.event == "" || strings.ContainsFunc(d.event, unicode.IsControl) {
+	if !validEvent(d.event) {
 		return nil, KindInvalid, payloadError("event", fmt.Sprintf("want a non-empty event kind without control characters, got %q", d.event))
+	}
+	if !d.bypass && !d.conn.Subscribes(d.event) {
+		return nil, KindSkipped, fmt.Errorf("%w: %q is not among the %d event(s) it subscribes to; nothing was sent", ErrNotSubscribed, d.event, len(d.conn.Events))
 	}
 	if n := int64(len(d.body)); n > d.s.maxBody {
 		return nil, KindInvalid, payloadError("body", fmt.Sprintf("has %d bytes, over the limit of %d (SenderOptions.MaxBodyBytes): receivers refuse it", n, d.s.maxBody))
@@ -220,6 +223,12 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	}
 	ctx, d.cur.cancel = context.WithDeadline(ctx, deadline)
 	return r.WithContext(ctx)
+}
+
+// validEvent reports whether event may name an event: not empty, no
+// control character.
+func validEvent(event string) bool {
+	return event != "" && !strings.ContainsFunc(event, unicode.IsControl)
 }
 
 // newRequestBody returns a request's body: a type net/http knows to be in

@@ -532,3 +532,21 @@ func ExampleLastWriterWins() {
 	// 200
 	// 200
 }
+
+// A Send Test of an event of the service's own, to a connection that
+// subscribes to it only.
+func ExampleSender_SendTestBytes() {
+	srv := webhooktest.NewServer("whsec_test", nil)
+	defer srv.Close()
+	s := srv.Sender(nil)
+	c := srv.Connection()
+	c.Events = []string{"deal.closed"}
+
+	_, err := s.Send(context.Background(), c, webhook.SamplePayload(time.Now()))
+	fmt.Println(errors.Is(err, webhook.ErrNotSubscribed))
+	res, _ := s.SendTestBytes(context.Background(), c, "deal.closed", []byte(`{"event":"deal.closed","deal":{"id":"deal_test"}}`))
+	fmt.Println(res.Attempts[0].Diagnosis()[:24])
+	// Output:
+	// true
+	// delivered: the endpoint
+}

@@ -362,8 +362,20 @@ func (s *Sender) SendTest(ctx context.Context, c Connection) (*Result, error) {
 	if err != nil { // cannot happen: the payload is fixed
 		return failed(c, err)
 	}
+	return s.SendTestBytes(ctx, c, EventUserIdentified, body)
+}
+
+// SendTestBytes is SendTest for an event of the caller's choosing, with
+// body as its sample, sent byte for byte, unchecked, as SendBytes sends
+// it: the Send Test of a service with events of its own. A test is sent
+// whatever the connection subscribes to (Connection.Events): the customer
+// asked for it.
+func (s *Sender) SendTestBytes(ctx context.Context, c Connection, event string, body []byte) (*Result, error) {
+	if s.client == nil {
+		return failed(c, errZeroSender)
+	}
 	// A test is never retried, and is sent even to an endpoint that is down.
-	return s.newDelivery(c, EventUserIdentified, body, mode{first: 1, bypass: true}).runForResult(ctx)
+	return s.newDelivery(c, event, body, mode{first: 1, bypass: true}).runForResult(ctx)
 }
 
 // SendTestSource is the "source" metadata of the payload SendTest delivers

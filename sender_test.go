@@ -437,3 +437,41 @@ func TestSend_RetryInTheSameMillisecondIsNotAReplay(t *testing.T) {
 	assert.NoError(t, d[1].Err, "the retry verifies: it is not a copy")
 	assert.NotEqual(t, d[0].Header.Get(webhook.HeaderSignature), d[1].Header.Get(webhook.HeaderSignature))
 }
+
+// TestSend_SkipsAnEventTheConnectionDoesNotSubscribeTo: nothing is sent,
+// and the error and the attempt's kind say why; Send Test is sent whatever
+// the subscription.
+func TestSend_SkipsAnEventTheConnectionDoesNotSubscribeTo(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	s := srv.Sender(nil)
+	c := srv.Connection()
+	c.Events = []string{"deal.closed", "user.created"}
+	ctx := context.Background()
+
+	res, err := s.Send(ctx, c, samplePayload())
+	require.ErrorIs(t, err, webhook.ErrNotSubscribed)
+	assert.Contains(t, err.Error(), `"user.identified" is not among the 2 event(s) it subscribes to`)
+	assert.Empty(t, res.Attempts)
+	js, _ := json.Marshal(res)
+	assert.Contains(t, string(js), `"outcome":"skipped"`)
+	a := s.Attempt(ctx, c, webhook.EventUserIdentified, []byte(`{}`), 1)
+	assert.Equal(t, webhook.KindSkipped, a.Kind)
+	assert.False(t, a.Retry)
+	assert.Contains(t, a.Diagnosis(), "not sent")
+
+	_, err = s.SendBytes(ctx, c, "deal.closed", []byte(`{"event":"deal.closed","deal":{"id":"d1"}}`))
+	require.NoError(t, err)
+	_, err = s.SendTestBytes(ctx, c, "invoice.paid", []byte(`{"event":"invoice.paid"}`))
+	require.NoError(t, err, "a Send Test goes whatever the subscription")
+	_, err = s.SendTest(ctx, c)
+	require.NoError(t, err)
+	var events []string
+	for _, d := range srv.Deliveries() {
+		events = append(events, d.Header.Get(webhook.HeaderEvent))
+	}
+	assert.Equal(t, []string{"deal.closed", "invoice.paid", "user.identified"}, events)
+
+	c.Events = []string{"ok", "bad\nname"}
+	assert.ErrorContains(t, c.Validate(), `events[1]`)
+}

@@ -136,6 +136,23 @@ type Connection struct {
 	Method  string            // POST, PUT or PATCH; empty means POST
 	Headers map[string]string // custom headers added to every delivery
 	Secret  string            // the signing secret; never sent
+
+	// Events are the events the connection subscribes to: a delivery of
+	// another event is skipped, with an error matching ErrNotSubscribed.
+	// Empty means every event.
+	Events []string
+}
+
+// ErrNotSubscribed is matched by the error of a delivery of an event that
+// its connection does not subscribe to ([Connection].Events): nothing was
+// sent. The Result has no attempt and its JSON outcome is "skipped";
+// Sender.Attempt's attempt has kind [KindSkipped], with no retry.
+var ErrNotSubscribed = errors.New("webhook: connection does not subscribe to the event")
+
+// Subscribes reports whether c subscribes to event: whether Events is
+// empty or holds it.
+func (c Connection) Subscribes(event string) bool {
+	return len(c.Events) == 0 || slices.Contains(c.Events, event)
 }
 
 // reservedHeaders may not be set by a connection's custom headers: the
@@ -192,6 +209,11 @@ func (c Connection) validate() (*url.URL, error) {
 	}
 	if c.Secret == "" {
 		return nil, connError("secret", "must not be empty")
+	}
+	for i, event := range c.Events {
+		if !validEvent(event) {
+			return nil, connError(fmt.Sprintf("events[%d]", i), fmt.Sprintf("want a non-empty event name without control characters, got %q", redact.Printable(event)))
+		}
 	}
 	names := c.headerNames() // sorted: report the same header first every time
 	for i, name := range names {
