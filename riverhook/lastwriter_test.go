@@ -1,0 +1,104 @@
+package riverhook_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+// pgVersions is the README's PostgreSQL recipe for webhook.LastWriterWins:
+// a VersionStore in a table, shared by every instance of a receiver.
+type pgVersions struct {
+	pool  *pgxpool.Pool
+	table string
+}
+
+func (s pgVersions) Newer(ctx context.Context, key string, version time.Time) (bool, error) {
+	var newer bool
+	err := s.pool.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+s.table+` WHERE key = $1 AND version >= $2)`, key, version).Scan(&newer)
+	return newer, err
+}
+
+func (s pgVersions) Record(ctx context.Context, key string, version time.Time) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` (key, version) VALUES ($1, $2)
+		ON CONFLICT (key) DO UPDATE SET version = EXCLUDED.version WHERE `+s.table+`.version < EXCLUDED.version`, key, version)
+	return err
+}
+
+// TestLastWriterWins_PostgreSQL runs two receiver instances on one
+// PostgreSQL, each with LastWriterWins over the shared version table and the
+// README's conditional upsert, and delivers a user's updates to them in a
+// shuffled order, concurrently: the row ends at the newest update, and no
+// update older than one applied before it was applied.
+func TestLastWriterWins_PostgreSQL(t *testing.T) {
+	pool, schema := testdb.Schema(t, "lww", false)
+	ctx := context.Background()
+	users, versions := schema+".users", schema+".webhook_versions"
+	_, err := pool.Exec(ctx, `CREATE TABLE `+users+` (id text PRIMARY KEY, email text NOT NULL, updated_at timestamptz NOT NULL);
+		CREATE TABLE `+versions+` (key text PRIMARY KEY, version timestamptz NOT NULL)`)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var applied []time.Time // in the order the upsert changed the row
+	saveUser := func(ctx context.Context, p webhook.Payload) error {
+		tag, err := pool.Exec(ctx, `INSERT INTO `+users+` (id, email, updated_at) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO UPDATE SET email = EXCLUDED.email, updated_at = EXCLUDED.updated_at
+			WHERE `+users+`.updated_at < EXCLUDED.updated_at`, p.User.ID, p.User.Email, p.User.UpdatedAt.Time)
+		if err == nil && tag.RowsAffected() == 1 {
+			mu.Lock()
+			applied = append(applied, p.User.UpdatedAt.Time)
+			mu.Unlock()
+		}
+		return err
+	}
+	const secret = "whsec_lww"
+	instance := func() http.Handler {
+		v, err := webhook.NewVerifier([]string{secret}, nil)
+		require.NoError(t, err)
+		on := webhook.LastWriterWins(saveUser, &webhook.LastWriterWinsOptions[webhook.Payload]{Store: pgVersions{pool, versions}})
+		return webhook.NewHandler(v, on, nil)
+	}
+	receivers := []http.Handler{instance(), instance()}
+
+	base := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	const updates = 60
+	order := rand.Perm(updates)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < updates; i += 4 {
+				p := webhook.SamplePayload(time.Now())
+				p.User.ID, p.User.Email = "usr_lww", "ada+"+time.Duration(order[i]).String()+"@example.com"
+				p.User.UpdatedAt = webhook.NewTime(base.Add(time.Duration(order[i]) * time.Second))
+				rec := httptest.NewRecorder()
+				receivers[i%2].ServeHTTP(rec, webhooktest.NewRequest(secret, p, time.Now()))
+				assert.Equal(t, http.StatusOK, rec.Code)
+			}
+		})
+	}
+	wg.Wait()
+
+	newest := base.Add((updates - 1) * time.Second)
+	var email string
+	var updated, recorded time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT email, updated_at FROM `+users+` WHERE id = 'usr_lww'`).Scan(&email, &updated))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT version FROM `+versions+` WHERE key = 'usr_lww'`).Scan(&recorded))
+	assert.True(t, updated.Equal(newest), "the row holds the newest update, got %v", updated)
+	assert.True(t, recorded.Equal(newest), "the version table holds the newest, got %v", recorded)
+	assert.Equal(t, "ada+"+time.Duration(updates-1).String()+"@example.com", email)
+	for i := 1; i < len(applied); i++ {
+		assert.True(t, applied[i].After(applied[i-1]), "update %d applied after a newer one", i)
+	}
+}
