@@ -82,6 +82,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -225,15 +226,32 @@ type InsertOptions struct {
 // makes each job unique (see [Args.InsertOpts]). p is validated and
 // encoded once; the error matches webhook.ErrInvalidPayload.
 func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, opts *InsertOptions) ([]river.InsertManyParams, error) {
-	if deliveryID == "" {
-		return nil, errors.New("riverhook: the delivery id must not be empty")
-	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot be encoded as JSON: %w", webhook.ErrInvalidPayload, err)
+	}
+	return InsertBytesParams(deliveryID, connectionIDs, p.Event, body, opts)
+}
+
+// InsertBytesParams is InsertParams for any event, with body its JSON
+// encoded already, delivered byte for byte: the outbox of a service with
+// events of its own, as [webhook.Sender.SendBytes] is for one process. An
+// empty event, one with control characters, or a body that is not JSON
+// gives an error matching webhook.ErrInvalidPayload. A connection that does
+// not subscribe to event (webhook.Connection.Events) is skipped when its
+// job runs: the job is cancelled, its log saying why.
+func InsertBytesParams(deliveryID string, connectionIDs []string, event string, body []byte, opts *InsertOptions) ([]river.InsertManyParams, error) {
+	if deliveryID == "" {
+		return nil, errors.New("riverhook: the delivery id must not be empty")
+	}
+	if event == "" || strings.ContainsFunc(event, unicode.IsControl) {
+		return nil, fmt.Errorf("%w: want a non-empty event name without control characters, got %q", webhook.ErrInvalidPayload, event)
+	}
+	if !json.Valid(body) {
+		return nil, fmt.Errorf("%w: the body of %q is not JSON", webhook.ErrInvalidPayload, event)
 	}
 	if opts == nil {
 		opts = &InsertOptions{}
@@ -245,7 +263,7 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 			continue
 		}
 		seen[id] = true
-		params = append(params, insertParams(Args{ConnectionID: id, DeliveryID: deliveryID, Event: p.Event, Body: body}, opts))
+		params = append(params, insertParams(Args{ConnectionID: id, DeliveryID: deliveryID, Event: event, Body: body}, opts))
 	}
 	return params, nil
 }
@@ -287,6 +305,18 @@ func uniqueUnset(u river.UniqueOpts) bool {
 func InsertTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, deliveryID string, connectionIDs []string,
 	p webhook.Payload, opts *InsertOptions) ([]*rivertype.JobInsertResult, error) {
 	params, err := InsertParams(deliveryID, connectionIDs, p, opts)
+	return insertMany(ctx, client, tx, params, err)
+}
+
+// InsertBytesTx is InsertTx for any event, with body its JSON encoded
+// already: see [InsertBytesParams].
+func InsertBytesTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, deliveryID string, connectionIDs []string,
+	event string, body []byte, opts *InsertOptions) ([]*rivertype.JobInsertResult, error) {
+	params, err := InsertBytesParams(deliveryID, connectionIDs, event, body, opts)
+	return insertMany(ctx, client, tx, params, err)
+}
+
+func insertMany[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, params []river.InsertManyParams, err error) ([]*rivertype.JobInsertResult, error) {
 	if err != nil || len(params) == 0 {
 		return nil, err
 	}

@@ -276,7 +276,7 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	switch {
 	case a.OK():
 		return nil
-	case a.Kind == webhook.KindInvalid || a.Kind == webhook.KindBlocked:
+	case a.Kind == webhook.KindInvalid || a.Kind == webhook.KindBlocked || a.Kind == webhook.KindSkipped:
 		return river.JobCancel(&runError{a: a})
 	case !a.Retry:
 		// River discards a job that fails on its last run; this is the
