@@ -94,6 +94,9 @@ func (v *Verifier) serveOnce(w http.ResponseWriter, r *http.Request, d *signed, 
 	case state == ReplayHandling:
 		v.refuse(w, r, fmt.Errorf("%w: a copy of this delivery (the same signature) is being handled; retry once it has an outcome", ErrInProgress))
 		return
+	case state != ReplayUnseen && state != ReplayHandling && state != ReplayHandled:
+		v.refuse(w, r, fmt.Errorf("%w: Claim answered %v, which is no ReplayState", ErrReplayStore, state))
+		return
 	case state == ReplayHandled:
 		if v.logger != nil { // nil only in a zero Verifier
 			v.logger.LogAttrs(r.Context(), slog.LevelInfo, "webhook: duplicate delivery acknowledged; it was handled before",

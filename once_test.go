@@ -294,3 +294,22 @@ func TestMemoryReplayStore_ClaimCompleteRelease(t *testing.T) {
 	assert.Equal(t, webhook.ReplayUnseen, claim("b"), "a claim past its lease is gone")
 	assert.Equal(t, "handling", webhook.ReplayHandling.String())
 }
+
+// oddStore answers Claim with a state that does not exist.
+type oddStore struct{ failingStore }
+
+func (oddStore) Claim(context.Context, string, time.Duration) (webhook.ReplayState, error) {
+	return webhook.ReplayState(7), nil
+}
+
+// TestMiddleware_UnknownClaimStateIsAStoreFailure: a store answering a
+// state that does not exist runs no handler; the sender retries.
+func TestMiddleware_UnknownClaimStateIsAStoreFailure(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{Now: func() time.Time { return testNow }, ReplayStore: oddStore{}})
+	require.NoError(t, err)
+	var calls atomic.Int32
+	h := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+	assert.Equal(t, http.StatusServiceUnavailable, serve(h, newSignedRequest(testSecret, testNow.UnixMilli(), readTestdata(t, "body_user_identified.json"))))
+	assert.Zero(t, calls.Load())
+	assert.Equal(t, "ReplayState(7)", webhook.ReplayState(7).String())
+}
