@@ -68,12 +68,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fs.SetOutput(io.Discard)
 		runCmd := c.flags(fs, e)
 		printUsage := func(w io.Writer) {
-			fmt.Fprintf(w, "usage: webhook %s [flags] %s\n\n%s\n\nFlags:\n", c.name, c.args, c.long)
+			fmt.Fprintf(w, "usage: webhook %s [flags] %s\n\n%s\n\nFlags (before or after the arguments; -- ends them):\n", c.name, c.args, c.long)
 			fs.SetOutput(w)
 			fs.PrintDefaults()
 			fs.SetOutput(io.Discard)
 		}
-		if err := fs.Parse(args[1:]); err != nil {
+		positional, err := parseArgs(fs, args[1:])
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				printUsage(stdout)
 				return exitOK
@@ -82,11 +83,52 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			fmt.Fprintf(stderr, "run 'webhook %s -h' for usage\n", c.name)
 			return exitUsage
 		}
-		return runCmd(ctx, fs.Args())
+		return runCmd(ctx, positional)
 	}
 	fmt.Fprintf(stderr, "webhook: unknown command %q\n", redact.PrintableCut(args[0], 40))
 	topUsage(stderr)
 	return exitUsage
+}
+
+// parseArgs parses the flags in args wherever they are, before, between
+// or after the positional arguments, as people type them
+// ("trigger URL -payload FILE"), and returns the positional arguments in
+// order. "--" ends the flags; "-" alone is an argument (standard input).
+// The flag package parses the flags, in their order, so its rules and
+// errors hold: a flag's value is the next argument unless it is a boolean
+// flag or written -name=value.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var flags, positional []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			positional = append(positional, args[i+1:]...)
+			i = len(args)
+		case len(a) < 2 || a[0] != '-':
+			positional = append(positional, a)
+		default:
+			flags = append(flags, a)
+			name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+			if strings.Contains(name, "=") || i+1 == len(args) {
+				continue
+			}
+			if f := fs.Lookup(name); f != nil && !isBoolFlag(f) {
+				i++
+				flags = append(flags, args[i])
+			}
+		}
+	}
+	if err := fs.Parse(flags); err != nil {
+		return nil, err
+	}
+	return positional, nil
+}
+
+// isBoolFlag reports whether f takes no value, as the flag package decides.
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func topUsage(w io.Writer) {
@@ -98,8 +140,9 @@ func topUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.short)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'webhook <command> -h' for a command's flags. Exit status: 0 success,")
-	fmt.Fprintln(w, "1 did not verify or was not delivered, 2 usage error.")
+	fmt.Fprintln(w, "Run 'webhook <command> -h' for a command's flags; flags may come before or")
+	fmt.Fprintln(w, "after the arguments, and -- ends them. Exit status: 0 success, 1 did not")
+	fmt.Fprintln(w, "verify or was not delivered, 2 usage error.")
 }
 
 // fail reports err and returns its exit status: 2 for a usage error, 1
