@@ -29,7 +29,7 @@ var triggerCmd = &command{
 method and custom headers, the X-Service-* headers, a fresh millisecond
 timestamp and signature, and the sample payload (that of "Send Test"), or
 -payload FILE (- for standard input), checked to be a payload unless -raw.
-It prints each attempt as it happens, then the attempt log. With -retry it
+It prints each attempt as it happens, then the attempt log and the result. With -retry it
 retries on the service's schedule: up to 3 retries, after 1 s, 2 s and 4 s,
 each attempt signed afresh.
 
@@ -127,23 +127,19 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 	}
 	defer s.CloseIdleConnections()
 	conn := webhook.Connection{Name: "webhook trigger", URL: u.String(), Method: t.method, Headers: t.headers, Secret: secrets[0]}
-	shown := redact.URL(t.url)
-	fmt.Fprintf(t.e.stdout, "sending %s to %s (%s, %d bytes)\n", redact.Printable(conn.Method), shown, redact.Printable(event), len(body))
+	fmt.Fprintf(t.e.stdout, "sending %s to %s (%s, %d bytes)\n", redact.Printable(conn.Method), redact.URL(t.url), redact.Printable(event), len(body))
 	res, err := s.SendBytes(ctx, conn, event, body)
 	if len(res.Attempts) == 0 { // nothing sent: an invalid connection or body
 		return 0, usagef("%v", err)
 	}
 	fmt.Fprintln(t.e.stdout)
-	res.WriteTable(t.e.stdout)
-	last := res.Attempts[len(res.Attempts)-1]
+	res.WriteTable(t.e.stdout) // ends with the result: the last attempt's diagnosis
 	if err != nil {
-		fmt.Fprintf(t.e.stdout, "not delivered: %s\n", last.Diagnosis())
-		if errors.Is(last.Err, webhook.ErrBlockedDestination) {
+		if errors.Is(res.Attempts[len(res.Attempts)-1].Err, webhook.ErrBlockedDestination) {
 			fmt.Fprintln(t.e.stdout, "give -allow-private to send to a receiver on this machine or your network")
 		}
 		return exitFailed, nil
 	}
-	fmt.Fprintf(t.e.stdout, "delivered: %s answered %d\n", shown, last.StatusCode)
 	return exitOK, nil
 }
 

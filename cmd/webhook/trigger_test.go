@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -129,5 +130,48 @@ func TestTrigger_RetryFollowsThePolicy(t *testing.T) {
 	res = runCmd(t, "", "trigger", "-retry", "-allow-private", "-cacert", caFile(t, srv), srv.URL)
 	assert.Equal(t, exitFailed, res.code)
 	assert.Len(t, srv.Deliveries(), 4, "1 attempt and the spec's 3 retries")
-	assert.Contains(t, res.stdout, "not delivered")
+	assert.Contains(t, res.stdout, "failed: the endpoint answered 503")
+}
+
+// resultLines returns the lines of trigger's output that state the
+// delivery's result.
+func resultLines(out string) []string {
+	var got []string
+	for _, line := range strings.Split(out, "\n") {
+		for _, start := range []string{"delivered", "not delivered", "failed", "not sent"} {
+			if strings.HasPrefix(line, start) {
+				got = append(got, line)
+				break
+			}
+		}
+	}
+	return got
+}
+
+func TestTrigger_PrintsItsResultOnce(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	ca := caFile(t, srv)
+	tests := []struct {
+		name   string
+		script []webhooktest.Answer
+		args   []string
+		want   int
+		says   string
+	}{
+		{"delivered", nil, []string{"-allow-private"}, exitOK, "delivered: the endpoint answered 200"},
+		{"refused by the receiver", []webhooktest.Answer{webhooktest.Status(503)}, []string{"-allow-private"}, exitFailed, "failed: the endpoint answered 503"},
+		{"blocked", nil, nil, exitFailed, "not sent: the URL's host resolves to a private"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv.Clear()
+			srv.Script(tc.script...)
+			res := runCmd(t, "", append(append([]string{"trigger", "-cacert", ca}, tc.args...), srv.URL)...)
+			assert.Equal(t, tc.want, res.code, res.stdout+res.stderr)
+			got := resultLines(res.stdout)
+			require.Len(t, got, 1, "one result line in:\n%s", res.stdout)
+			assert.True(t, strings.HasPrefix(got[0], tc.says), "got %q, want it to start with %q", got[0], tc.says)
+		})
+	}
 }
