@@ -151,6 +151,7 @@ func (e *env) fail(name string, err error) int {
 	fmt.Fprintf(e.stderr, "webhook %s: %s\n", name, redact.Printable(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) {
+		fmt.Fprintf(e.stderr, "run 'webhook %s -h' for usage\n", name)
 		return exitUsage
 	}
 	return exitFailed

@@ -256,3 +256,41 @@ func TestListen_WithoutForwardAnswers200(t *testing.T) {
 	assert.Contains(t, line, "age ")
 	assert.NotContains(t, line, "\x1b", "receiver text is printable")
 }
+
+func TestSign_UsageErrorPrintsOnlyToStderr(t *testing.T) {
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+	}{
+		{"body with terminal escapes on standard input", "ok\x1b[2J", []string{"-body", "-"}},
+		{"body with NUL on standard input", "{\"a\":\"\x00\"}", []string{"-body", "-"}},
+		{"negative timestamp", "", []string{"-timestamp", "-5"}},
+		{"method", "", []string{"-method", "GET"}},
+		{"URL", "", []string{"-url", "localhost:8080"}},
+		{"an argument", "", []string{"body.json"}},
+		{"unknown flag", "", []string{"-bodyfile", "x"}},
+		{"no secret", "", []string{"-secret-env", "UNSET"}},
+		{"no body file", "", []string{"-body", "no-such-file.json"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runCmd(t, tc.stdin, append([]string{"sign"}, tc.args...)...)
+			assert.Equal(t, exitUsage, res.code)
+			assert.Empty(t, res.stdout, "nothing on standard output")
+			assert.Contains(t, res.stderr, "webhook sign: ")
+			assert.Contains(t, res.stderr, "run 'webhook sign -h' for usage")
+			assert.NotContains(t, res.stderr, "\x1b")
+		})
+	}
+
+	binary := writeFile(t, "body.bin", []byte("{\"a\":\"\x1b[2J\"}"))
+	res := runCmd(t, "", "sign", "-body", binary)
+	require.Equal(t, exitOK, res.code, "a body file is sent by curl from the file: %s", res.stderr)
+	assert.NotContains(t, res.stdout, "\x1b")
+	assert.Empty(t, res.stderr)
+	r := curlRequest(t, res.stdout)
+	body, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	assert.NoError(t, webhook.Verify(testSecret, r.Header, body))
+}
