@@ -106,6 +106,10 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	conn := webhook.Connection{Name: "webhook trigger", URL: u.String(), Method: t.method, Headers: t.headers, Secret: secrets[0]}
+	if err := conn.Validate(); err != nil {
+		return 0, usagef("%v", err)
+	}
 	client, err := t.client(plain)
 	if err != nil {
 		return 0, err
@@ -126,7 +130,6 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 		return 0, usagef("%v", err)
 	}
 	defer s.CloseIdleConnections()
-	conn := webhook.Connection{Name: "webhook trigger", URL: u.String(), Method: t.method, Headers: t.headers, Secret: secrets[0]}
 	fmt.Fprintf(t.e.stdout, "sending %s to %s (%s, %d bytes)\n", redact.Printable(conn.Method), redact.URL(t.url), redact.Printable(event), len(body))
 	res, err := s.SendBytes(ctx, conn, event, body)
 	if len(res.Attempts) == 0 { // nothing sent: an invalid connection or body

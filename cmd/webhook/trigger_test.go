@@ -175,3 +175,22 @@ func TestTrigger_PrintsItsResultOnce(t *testing.T) {
 		})
 	}
 }
+
+func TestTrigger_UsageErrorPrintsOnlyToStderr(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	ca := caFile(t, srv)
+	for _, args := range [][]string{
+		{"-method", "GET"},
+		{"-H", "X-Service-Signature: forged"},
+		{"-H", "Content-Type: text/plain"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			res := runCmd(t, "", append(append([]string{"trigger", "-allow-private", "-cacert", ca}, args...), srv.URL)...)
+			assert.Equal(t, exitUsage, res.code)
+			assert.Empty(t, res.stdout, "nothing on standard output")
+			assert.Contains(t, res.stderr, "run 'webhook trigger -h' for usage")
+			assert.Empty(t, srv.Deliveries(), "nothing was sent")
+		})
+	}
+}
