@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -233,4 +234,22 @@ func (h headerFlags) Set(v string) error {
 	}
 	h[strings.TrimSpace(name)] = strings.TrimSpace(value)
 	return nil
+}
+
+// trustPool returns the system's certificate pool with the certificates
+// of the PEM file added: -cacert, for a receiver with a certificate of its
+// own.
+func trustPool(file string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, usagef("%s holds no PEM certificate", redact.Printable(file))
+	}
+	return pool, nil
 }

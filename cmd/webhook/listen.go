@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,19 +30,21 @@ the event, the user, and how old it is. It answers 200 to what verifies and
 
 With -forward URL it passes each verified delivery on to URL, byte for byte
 and with its headers, and answers what URL answered, as
-"stripe listen --forward-to" does; refused ones are not passed on. It runs
-until interrupted.`,
+"stripe listen --forward-to" does; refused ones are not passed on. A
+receiver with a certificate of its own (self-signed, or of a private CA) is
+trusted with -cacert FILE. It runs until interrupted.`,
 	flags: func(fs *flag.FlagSet, e *env) func(context.Context, []string) int {
 		var secrets secretFlags
 		secrets.register(fs, true)
 		addr := fs.String("addr", "127.0.0.1:8080", "the `address` to listen on")
 		forward := fs.String("forward", "", "pass verified deliveries on to this `URL`")
+		cacert := fs.String("cacert", "", "with -forward, also trust the certificates of this PEM `file` (a receiver with a certificate of its own)")
 		tolerance := fs.Duration("tolerance", webhook.DefaultTolerance, "how far a timestamp may be from now, either way")
 		return func(ctx context.Context, args []string) int {
 			if len(args) != 0 {
 				return e.fail("listen", usagef("listen takes no arguments, got %d", len(args)))
 			}
-			if err := listen(ctx, e, &secrets, *addr, *forward, *tolerance); err != nil {
+			if err := listen(ctx, e, &secrets, *addr, *forward, *cacert, *tolerance); err != nil {
 				return e.fail("listen", err)
 			}
 			return exitOK
@@ -49,7 +52,7 @@ until interrupted.`,
 	},
 }
 
-func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward string, tolerance time.Duration) error {
+func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward, cacert string, tolerance time.Duration) error {
 	secrets, err := sf.load(e, true)
 	if err != nil {
 		return err
@@ -67,12 +70,23 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward string, 
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 			return usagef("-forward must be an absolute http:// or https:// URL")
 		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if cacert != "" {
+			pool, err := trustPool(cacert)
+			if err != nil {
+				return err
+			}
+			tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+		}
 		l.forward = u
 		l.client = &http.Client{
+			Transport:     tr,
 			Timeout:       webhook.DefaultAttemptTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		defer l.client.CloseIdleConnections()
+	} else if cacert != "" {
+		return usagef("-cacert is for the receiver of -forward; give -forward URL")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -293,4 +294,34 @@ func TestSign_UsageErrorPrintsOnlyToStderr(t *testing.T) {
 	body, err := io.ReadAll(r.Body)
 	require.NoError(t, err)
 	assert.NoError(t, webhook.Verify(testSecret, r.Header, body))
+}
+
+func TestListen_ForwardsToASelfSignedReceiverItIsToldToTrust(t *testing.T) {
+	app := &target{}
+	appSrv := httptest.NewTLSServer(app)
+	defer appSrv.Close()
+	ca := writeFile(t, "app.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: appSrv.Certificate().Raw}))
+	body := []byte(`{"event":"user.identified","user":{"id":"usr_3"}}`)
+
+	base, out := startListen(t, "-forward", appSrv.URL+"/hook")
+	resp, _ := post(t, base+"/webhooks", webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now()), body)
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "an untrusted certificate")
+	line := <-out.each
+	assert.Contains(t, line, "not forwarded")
+	assert.Contains(t, line, "certificate")
+	assert.NotContains(t, line, "/hook", "the target's path is not shown")
+
+	base, out = startListen(t, "-forward", appSrv.URL+"/hook", "-cacert", ca)
+	resp, _ = post(t, base+"/webhooks", webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now()), body)
+	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
+	assert.Contains(t, <-out.each, "answered 202")
+	got, raw := app.received()
+	require.Len(t, got, 1)
+	assert.Equal(t, body, raw[0])
+
+	res := runCmd(t, "", "listen", "-cacert", ca)
+	assert.Equal(t, exitUsage, res.code, "-cacert without -forward")
+	res = runCmd(t, "", "listen", "-forward", appSrv.URL, "-cacert", writeFile(t, "empty.pem", nil))
+	assert.Equal(t, exitUsage, res.code, "a file without a certificate")
+	assert.Contains(t, res.stderr, "holds no PEM certificate")
 }

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/signedhook/webhook"
@@ -184,16 +182,9 @@ func firstOf(a, b string) string {
 func (t *trigger) client(plain bool) (*http.Client, error) {
 	opts := &webhook.TransportOptions{AllowPrivateNetworks: t.allowPrivate}
 	if t.cacert != "" {
-		pem, err := os.ReadFile(t.cacert)
+		pool, err := trustPool(t.cacert)
 		if err != nil {
-			return nil, usagef("%v", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usagef("%s holds no PEM certificate", redact.Printable(t.cacert))
+			return nil, err
 		}
 		opts.TLSClientConfig = &tls.Config{RootCAs: pool}
 	}
