@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -58,7 +60,7 @@ func readmeCommands(t *testing.T) []string {
 // written, in a directory holding the files they name. Its host names and
 // ports become test servers' (localhost:3000 is the customer's
 // application, localhost:8080 the last listen), and listen is given
-// -addr 127.0.0.1:0.
+// -addr 127.0.0.1:0. Each listen is sent a delivery.
 func TestREADME_CommandLinesRun(t *testing.T) {
 	lines := readmeCommands(t)
 	covered := map[string]bool{}
@@ -87,8 +89,9 @@ func TestREADME_CommandLinesRun(t *testing.T) {
 	}
 
 	listenAddr := ""
-	for _, line := range lines {
-		t.Run(line, func(t *testing.T) {
+	for _, line := range lines { // in the parent test: a listen runs until the test ends
+		t.Logf("running README line %s", line)
+		func() {
 			var args []string
 			for _, w := range strings.Fields(line)[1:] {
 				w = strings.ReplaceAll(w, "localhost:3000", app.Listener.Addr().String())
@@ -99,11 +102,24 @@ func TestREADME_CommandLinesRun(t *testing.T) {
 			}
 			switch args[0] {
 			case "listen":
-				base, _ := startListen(t, args[1:]...)
+				base, out := startListen(t, args[1:]...)
 				listenAddr = strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://")
+				tr := &http.Transport{}
+				if strings.HasPrefix(base, "https://") {
+					_, pool := trusted(t, out)
+					tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+				}
+				client := &http.Client{Transport: tr}
+				defer client.CloseIdleConnections()
+				r, err := http.NewRequest(http.MethodPost, base+"/webhooks", bytes.NewReader(payload))
+				require.NoError(t, err)
+				r.Header = webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, payload, time.Now())
 				before := appGot.Load()
-				resp, _ := post(t, base+"/webhooks", webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, payload, time.Now()), payload)
+				resp, err := client.Do(r)
+				require.NoError(t, err)
+				resp.Body.Close()
 				assert.Equal(t, http.StatusOK, resp.StatusCode)
+				assert.Contains(t, <-out.each, "verified")
 				if strings.Contains(line, "-forward") {
 					assert.Equal(t, before+1, appGot.Load(), "forwarded to the application")
 				}
@@ -125,6 +141,6 @@ func TestREADME_CommandLinesRun(t *testing.T) {
 			default:
 				t.Fatalf("no test runs README command %q", args[0])
 			}
-		})
+		}()
 	}
 }

@@ -3,11 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -324,4 +332,87 @@ func TestListen_ForwardsToASelfSignedReceiverItIsToldToTrust(t *testing.T) {
 	res = runCmd(t, "", "listen", "-forward", appSrv.URL, "-cacert", writeFile(t, "empty.pem", nil))
 	assert.Equal(t, exitUsage, res.code, "a file without a certificate")
 	assert.Contains(t, res.stderr, "holds no PEM certificate")
+}
+
+// trusted reads what listen -tls printed after its first line: the CA
+// certificate's file and fingerprint. It checks that the fingerprint is
+// the file's, and returns the file and a pool holding its certificate.
+func trusted(t *testing.T, out *lines) (string, *x509.CertPool) {
+	t.Helper()
+	line := <-out.each
+	path, ok := strings.CutPrefix(line, "the sender must trust the CA certificate in ")
+	require.True(t, ok, line)
+	line = strings.TrimSpace(<-out.each)
+	fingerprint, ok := strings.CutPrefix(line, "SHA-256 fingerprint ")
+	require.True(t, ok, line)
+	for range 4 { // the names, and how to send to it
+		<-out.each
+	}
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	block, _ := pem.Decode(data)
+	require.NotNil(t, block, "a PEM certificate in %s", path)
+	sum := sha256.Sum256(block.Bytes)
+	assert.Equal(t, strings.ToUpper(hex.EncodeToString(sum[:])), strings.ReplaceAll(fingerprint, ":", ""), "the printed fingerprint is the file's")
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(data))
+	return path, pool
+}
+
+func TestListen_TLSServesWhatTheLibrarysSenderDeliversTo(t *testing.T) {
+	caPath := filepath.Join(t.TempDir(), "ca.pem")
+	base, out := startListen(t, "-tls", "-ca-out", caPath)
+	require.True(t, strings.HasPrefix(base, "https://127.0.0.1:"), base)
+	path, pool := trusted(t, out)
+	assert.Equal(t, caPath, path)
+
+	client := &http.Client{Transport: webhook.NewTransport(&webhook.TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true,
+	})}
+	defer client.CloseIdleConnections()
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: client, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
+	require.NoError(t, err)
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(base, "https://"))
+	require.NoError(t, err)
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		conn := webhook.Connection{Name: "local", URL: "https://" + net.JoinHostPort(host, port) + "/webhooks", Secret: testSecret}
+		res, err := s.Send(context.Background(), conn, webhook.SamplePayload(time.Now()))
+		require.NoError(t, err, "to %s", host)
+		assert.Equal(t, http.StatusOK, res.Attempts[0].StatusCode)
+		assert.Contains(t, <-out.each, "verified")
+	}
+
+	res := runCmd(t, "", "trigger", "-allow-private", "-cacert", caPath, base+"/webhooks")
+	assert.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	assert.Contains(t, <-out.each, "verified")
+
+	block, _ := pem.Decode(mustReadFile(t, caPath))
+	ca, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	assert.True(t, ca.IsCA && ca.MaxPathLenZero, "signs servers only")
+	assert.Equal(t, []string{"localhost"}, ca.PermittedDNSDomains, "constrained to this machine's names")
+	_, err = ca.Verify(x509.VerifyOptions{Roots: pool})
+	assert.NoError(t, err)
+}
+
+func TestListen_TLSWithoutCAOutWritesATemporaryFileAndRemovesIt(t *testing.T) {
+	var path string
+	t.Run("listening", func(t *testing.T) {
+		_, out := startListen(t, "-tls")
+		path, _ = trusted(t, out)
+		assert.Equal(t, filepath.Clean(os.TempDir()), filepath.Dir(path))
+	})
+	_, err := os.Stat(path)
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "got %v, want the file removed at exit", err)
+
+	res := runCmd(t, "", "listen", "-ca-out", filepath.Join(t.TempDir(), "ca.pem"))
+	assert.Equal(t, exitUsage, res.code, "-ca-out without -tls")
+	assert.Empty(t, res.stdout)
+}
+
+func mustReadFile(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	require.NoError(t, err)
+	return data
 }
