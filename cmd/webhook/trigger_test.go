@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -193,4 +194,42 @@ func TestTrigger_UsageErrorPrintsOnlyToStderr(t *testing.T) {
 			assert.Empty(t, srv.Deliveries(), "nothing was sent")
 		})
 	}
+}
+
+func TestTrigger_InterruptedWhileWaitingForARetryPrintsItsResultOnce(t *testing.T) {
+	retryPolicy = func() *webhook.RetryPolicy {
+		p := webhook.DefaultRetryPolicy()
+		p.Backoff = func(int, *http.Response) time.Duration { return time.Hour }
+		return p
+	}
+	defer func() { retryPolicy = webhook.DefaultRetryPolicy }()
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(503))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := newLines()
+	done := make(chan int)
+	getenv := func(name string) string {
+		if name == "WEBHOOK_SECRET" {
+			return testSecret
+		}
+		return ""
+	}
+	go func() {
+		done <- run(ctx, []string{"trigger", "-retry", "-allow-private", "-cacert", caFile(t, srv), srv.URL}, strings.NewReader(""), out, out, getenv)
+	}()
+	for line := range out.each {
+		if strings.HasPrefix(line, "attempt 1:") {
+			break
+		}
+	}
+	cancel() // as Ctrl-C does, during the wait for the retry
+	assert.Equal(t, exitFailed, <-done)
+	got := resultLines(out.String())
+	require.Len(t, got, 1, "one result line in:\n%s", out.String())
+	assert.True(t, strings.HasPrefix(got[0], "failed: the endpoint answered 503"), got[0])
+	assert.Len(t, srv.Deliveries(), 1)
+	assert.Contains(t, out.String(), "stopped before the next attempt")
 }
