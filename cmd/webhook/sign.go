@@ -23,8 +23,8 @@ var signCmd = &command{
 signed now (or at -timestamp, in Unix milliseconds), and a curl command that
 sends it to -url. The body is the sample payload, or -body FILE (- for
 standard input), as it is, byte for byte. A body with control characters
-other than line breaks and tabs is sent by curl from its file; give -body
-FILE for it.`,
+other than newlines (LF) and tabs, CRLF line breaks included, is sent by
+curl from its file; give -body FILE for it.`,
 	flags: func(fs *flag.FlagSet, e *env) func(context.Context, []string) int {
 		var secrets secretFlags
 		secrets.register(fs, false)
