@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/internal/redact"
@@ -103,6 +105,13 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 	event, body, err := t.body()
 	if err != nil {
 		return 0, err
+	}
+	// What the Sender would refuse unsent, refused before anything is printed.
+	if event == "" || strings.ContainsFunc(event, unicode.IsControl) {
+		return 0, usagef("want an event kind without control characters, got %q", redact.PrintableCut(event, 40))
+	}
+	if len(body) > webhook.DefaultMaxBodyBytes {
+		return 0, usagef("the body has %d bytes, over the %d that receivers accept by default", len(body), webhook.DefaultMaxBodyBytes)
 	}
 	conn := webhook.Connection{Name: "webhook trigger", URL: u.String(), Method: t.method, Headers: t.headers, Secret: secrets[0]}
 	if err := conn.Validate(); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -181,10 +182,13 @@ func TestTrigger_UsageErrorPrintsOnlyToStderr(t *testing.T) {
 	srv := webhooktest.NewServer(testSecret, nil)
 	defer srv.Close()
 	ca := caFile(t, srv)
+	big := writeFile(t, "big.json", bytes.Repeat([]byte(" "), webhook.DefaultMaxBodyBytes+1))
 	for _, args := range [][]string{
 		{"-method", "GET"},
 		{"-H", "X-Service-Signature: forged"},
 		{"-H", "Content-Type: text/plain"},
+		{"-event", "user.identified\x1b[2J"},
+		{"-payload", big, "-raw"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			res := runCmd(t, "", append(append([]string{"trigger", "-allow-private", "-cacert", ca}, args...), srv.URL)...)
@@ -192,6 +196,7 @@ func TestTrigger_UsageErrorPrintsOnlyToStderr(t *testing.T) {
 			assert.Empty(t, res.stdout, "nothing on standard output")
 			assert.Contains(t, res.stderr, "run 'webhook trigger -h' for usage")
 			assert.Empty(t, srv.Deliveries(), "nothing was sent")
+			assert.NotContains(t, res.stderr, "\x1b")
 		})
 	}
 }
