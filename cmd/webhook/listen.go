@@ -110,42 +110,42 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward, cacert 
 	if tlsOpts.caOut != "" && !tlsOpts.on {
 		return usagef("-ca-out is the file of -tls's CA certificate; give -tls")
 	}
+	var ca *throwawayCA
+	var caPath string
+	if tlsOpts.on {
+		host, _, _ := net.SplitHostPort(addr)
+		if ca, err = newThrowawayCA(host); err != nil {
+			return err
+		}
+		path, remove, err := ca.write(tlsOpts.caOut)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		caPath = path
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return usagef("%v", err)
 	}
 	srv := &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
-	scheme, trust := "http", ""
-	if tlsOpts.on {
-		host, _, _ := net.SplitHostPort(addr)
-		ca, err := newThrowawayCA(host)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		path, remove, err := ca.write(tlsOpts.caOut)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		defer remove()
+	scheme := "http"
+	if ca != nil {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{ca.leaf}, MinVersion: tls.VersionTLS12}
-		scheme, trust = "https", trustText(path, ca, localURL(ln.Addr()))
+		scheme = "https"
 	}
 	fmt.Fprintf(e.stdout, "listening on %s://%s", scheme, ln.Addr())
 	if l.forward != nil {
 		fmt.Fprintf(e.stdout, ", forwarding verified deliveries to %s", redact.URL(forward))
 	}
 	fmt.Fprintln(e.stdout)
-	fmt.Fprint(e.stdout, trust)
 	done := make(chan error, 1)
-	go func() {
-		if srv.TLSConfig != nil {
-			done <- srv.ServeTLS(ln, "", "")
-			return
-		}
-		done <- srv.Serve(ln)
-	}()
+	if ca != nil {
+		fmt.Fprint(e.stdout, trustText(caPath, ca, localURL(ln.Addr())))
+		go func() { done <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { done <- srv.Serve(ln) }()
+	}
 	select {
 	case <-ctx.Done():
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
