@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -68,12 +69,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fs.SetOutput(io.Discard)
 		runCmd := c.flags(fs, e)
 		printUsage := func(w io.Writer) {
-			fmt.Fprintf(w, "usage: webhook %s [flags] %s\n\n%s\n\nFlags:\n", c.name, c.args, c.long)
+			fmt.Fprintf(w, "usage: webhook %s [flags] %s\n\n%s\n\nFlags (before or after the arguments; -- ends them):\n", c.name, c.args, c.long)
 			fs.SetOutput(w)
 			fs.PrintDefaults()
 			fs.SetOutput(io.Discard)
 		}
-		if err := fs.Parse(args[1:]); err != nil {
+		positional, err := parseArgs(fs, args[1:])
+		if err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				printUsage(stdout)
 				return exitOK
@@ -82,11 +84,52 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			fmt.Fprintf(stderr, "run 'webhook %s -h' for usage\n", c.name)
 			return exitUsage
 		}
-		return runCmd(ctx, fs.Args())
+		return runCmd(ctx, positional)
 	}
 	fmt.Fprintf(stderr, "webhook: unknown command %q\n", redact.PrintableCut(args[0], 40))
 	topUsage(stderr)
 	return exitUsage
+}
+
+// parseArgs parses the flags in args wherever they are, before, between
+// or after the positional arguments, as people type them
+// ("trigger URL -payload FILE"), and returns the positional arguments in
+// order. "--" ends the flags; "-" alone is an argument (standard input).
+// The flag package parses the flags, in their order, so its rules and
+// errors hold: a flag's value is the next argument unless it is a boolean
+// flag or written -name=value.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var flags, positional []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			positional = append(positional, args[i+1:]...)
+			i = len(args)
+		case len(a) < 2 || a[0] != '-':
+			positional = append(positional, a)
+		default:
+			flags = append(flags, a)
+			name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+			if strings.Contains(name, "=") || i+1 == len(args) {
+				continue
+			}
+			if f := fs.Lookup(name); f != nil && !isBoolFlag(f) {
+				i++
+				flags = append(flags, args[i])
+			}
+		}
+	}
+	if err := fs.Parse(flags); err != nil {
+		return nil, err
+	}
+	return positional, nil
+}
+
+// isBoolFlag reports whether f takes no value, as the flag package decides.
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func topUsage(w io.Writer) {
@@ -98,8 +141,9 @@ func topUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.short)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'webhook <command> -h' for a command's flags. Exit status: 0 success,")
-	fmt.Fprintln(w, "1 did not verify or was not delivered, 2 usage error.")
+	fmt.Fprintln(w, "Run 'webhook <command> -h' for a command's flags; flags may come before or")
+	fmt.Fprintln(w, "after the arguments, and -- ends them. Exit status: 0 success, 1 did not")
+	fmt.Fprintln(w, "verify or was not delivered, 2 usage error.")
 }
 
 // fail reports err and returns its exit status: 2 for a usage error, 1
@@ -108,6 +152,7 @@ func (e *env) fail(name string, err error) int {
 	fmt.Fprintf(e.stderr, "webhook %s: %s\n", name, redact.Printable(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) {
+		fmt.Fprintf(e.stderr, "run 'webhook %s -h' for usage\n", name)
 		return exitUsage
 	}
 	return exitFailed
@@ -189,4 +234,22 @@ func (h headerFlags) Set(v string) error {
 	}
 	h[strings.TrimSpace(name)] = strings.TrimSpace(value)
 	return nil
+}
+
+// trustPool returns the system's certificate pool with the certificates
+// of the PEM file added: -cacert, for a receiver with a certificate of its
+// own.
+func trustPool(file string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, usagef("%s holds no PEM certificate", redact.Printable(file))
+	}
+	return pool, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,26 +24,40 @@ var listenCmd = &command{
 	name:  "listen",
 	short: "run a local verifying receiver; -forward URL passes deliveries on",
 	long: `Listen runs a receiver on this machine (plain HTTP, for use behind your own
-tunnel or proxy) that verifies every request as the library's Verifier does,
-replays refused, and prints each as it arrives: verified or refused and why,
-the event, the user, and how old it is. It answers 200 to what verifies and
-401 to the rest.
+tunnel or proxy, or HTTPS with -tls) that verifies every request as the
+library's Verifier does, replays refused, and prints each as it arrives:
+verified or refused and why, the event, the user, and how old it is. It
+answers 200 to what verifies and 401 to the rest.
 
 With -forward URL it passes each verified delivery on to URL, byte for byte
 and with its headers, and answers what URL answered, as
-"stripe listen --forward-to" does; refused ones are not passed on. It runs
-until interrupted.`,
+"stripe listen --forward-to" does; refused ones are not passed on. A
+receiver with a certificate of its own (self-signed, or of a private CA) is
+trusted with -cacert FILE.
+
+With -tls it serves HTTPS, as the service sends only to https:// URLs: at
+start it makes a CA and a certificate for 127.0.0.1, ::1 and localhost
+(and the -addr host), keeps the CA's key in memory only, writes the CA
+certificate to -ca-out FILE (or a temporary file, removed at exit) and
+prints that file and its SHA-256 fingerprint: what the sender must trust.
+"webhook trigger -allow-private -cacert FILE", or a Sender on
+webhook.NewTransport with that CA in TLSClientConfig.RootCAs and
+AllowPrivateNetworks, then delivers to it. It runs until interrupted.`,
 	flags: func(fs *flag.FlagSet, e *env) func(context.Context, []string) int {
 		var secrets secretFlags
 		secrets.register(fs, true)
 		addr := fs.String("addr", "127.0.0.1:8080", "the `address` to listen on")
 		forward := fs.String("forward", "", "pass verified deliveries on to this `URL`")
+		cacert := fs.String("cacert", "", "with -forward, also trust the certificates of this PEM `file` (a receiver with a certificate of its own)")
 		tolerance := fs.Duration("tolerance", webhook.DefaultTolerance, "how far a timestamp may be from now, either way")
+		var tlsOpts listenTLS
+		fs.BoolVar(&tlsOpts.on, "tls", false, "serve HTTPS, with a certificate for 127.0.0.1, ::1 and localhost from a CA made at start; prints the CA certificate's file and SHA-256 fingerprint for the sender to trust")
+		fs.StringVar(&tlsOpts.caOut, "ca-out", "", "with -tls, write the CA certificate (PEM) to this `file` (default: a new file in the temporary directory, removed at exit)")
 		return func(ctx context.Context, args []string) int {
 			if len(args) != 0 {
 				return e.fail("listen", usagef("listen takes no arguments, got %d", len(args)))
 			}
-			if err := listen(ctx, e, &secrets, *addr, *forward, *tolerance); err != nil {
+			if err := listen(ctx, e, &secrets, *addr, *forward, *cacert, *tolerance, tlsOpts); err != nil {
 				return e.fail("listen", err)
 			}
 			return exitOK
@@ -49,7 +65,13 @@ until interrupted.`,
 	},
 }
 
-func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward string, tolerance time.Duration) error {
+// listenTLS are listen's -tls flags.
+type listenTLS struct {
+	on    bool
+	caOut string
+}
+
+func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward, cacert string, tolerance time.Duration, tlsOpts listenTLS) error {
 	secrets, err := sf.load(e, true)
 	if err != nil {
 		return err
@@ -67,25 +89,63 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward string, 
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 			return usagef("-forward must be an absolute http:// or https:// URL")
 		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if cacert != "" {
+			pool, err := trustPool(cacert)
+			if err != nil {
+				return err
+			}
+			tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+		}
 		l.forward = u
 		l.client = &http.Client{
+			Transport:     tr,
 			Timeout:       webhook.DefaultAttemptTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 		defer l.client.CloseIdleConnections()
+	} else if cacert != "" {
+		return usagef("-cacert is for the receiver of -forward; give -forward URL")
+	}
+	if tlsOpts.caOut != "" && !tlsOpts.on {
+		return usagef("-ca-out is the file of -tls's CA certificate; give -tls")
+	}
+	var ca *throwawayCA
+	var caPath string
+	if tlsOpts.on {
+		host, _, _ := net.SplitHostPort(addr)
+		if ca, err = newThrowawayCA(host); err != nil {
+			return err
+		}
+		path, remove, err := ca.write(tlsOpts.caOut)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		caPath = path
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return usagef("%v", err)
 	}
 	srv := &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(e.stdout, "listening on http://%s", ln.Addr())
+	scheme := "http"
+	if ca != nil {
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{ca.leaf}, MinVersion: tls.VersionTLS12}
+		scheme = "https"
+	}
+	fmt.Fprintf(e.stdout, "listening on %s://%s", scheme, ln.Addr())
 	if l.forward != nil {
 		fmt.Fprintf(e.stdout, ", forwarding verified deliveries to %s", redact.URL(forward))
 	}
 	fmt.Fprintln(e.stdout)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	if ca != nil {
+		fmt.Fprint(e.stdout, trustText(caPath, ca, localURL(ln.Addr())))
+		go func() { done <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { done <- srv.Serve(ln) }()
+	}
 	select {
 	case <-ctx.Done():
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -96,6 +156,33 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward string, 
 	case err := <-done:
 		return err
 	}
+}
+
+// localURL is the https:// URL of addr from this machine.
+func localURL(addr net.Addr) string {
+	host, port, _ := net.SplitHostPort(addr.String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "https://" + net.JoinHostPort(host, port)
+}
+
+// trustText says what a sender must trust to deliver to listen -tls at
+// url: ca's certificate, in path.
+func trustText(path string, ca *throwawayCA, url string) string {
+	shown := redact.Printable(path)
+	word := shown
+	if strings.Trim(shown, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:") != "" {
+		word = shellQuote(shown)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the sender must trust the CA certificate in %s\n", shown)
+	fmt.Fprintf(&b, "  SHA-256 fingerprint %s\n", ca.Fingerprint())
+	fmt.Fprintf(&b, "  made now for %s only; its key is never written\n", redact.Printable(strings.Join(ca.names, ", ")))
+	fmt.Fprintf(&b, "  send with: webhook trigger -allow-private -cacert %s %s/webhooks\n", word, url)
+	fmt.Fprintf(&b, "  or a webhook.Sender whose Client's Transport is webhook.NewTransport with\n")
+	fmt.Fprintf(&b, "  TLSClientConfig.RootCAs holding it and AllowPrivateNetworks: true\n")
+	return b.String()
 }
 
 // listener verifies, prints and forwards each request.

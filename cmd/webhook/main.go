@@ -2,15 +2,17 @@
 // service's signed webhooks, on their own machine:
 //
 //	webhook trigger URL   send one delivery signed as the service signs it
-//	webhook listen        a local verifying receiver; -forward URL passes deliveries on
+//	webhook listen        a local verifying receiver; -forward URL passes deliveries on;
+//	                      -tls serves HTTPS from a CA it makes, and prints it for the sender
 //	webhook verify        say whether a captured request verifies, and why not
 //	webhook sign          print the three headers for a body, and a curl command
 //
 // Secrets come from an environment variable (-secret-env, WEBHOOK_SECRET by
 // default) or a file (-secret-file), never from the command line, and are
 // never printed. It exits 0 on success, 1 when a delivery did not verify or
-// was not delivered, and 2 on a usage error. What it prints of a request or
-// an answer is printable text, safe for a terminal.
+// was not delivered, and 2 on a usage error. Flags may come before or
+// after the arguments. What it prints of a request or an answer is
+// printable text, safe for a terminal.
 //
 // Install it with
 //

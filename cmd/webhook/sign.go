@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -22,8 +23,8 @@ var signCmd = &command{
 signed now (or at -timestamp, in Unix milliseconds), and a curl command that
 sends it to -url. The body is the sample payload, or -body FILE (- for
 standard input), as it is, byte for byte. A body with control characters
-other than line breaks and tabs is sent by curl from its file; give -body
-FILE for it.`,
+other than newlines (LF) and tabs, CRLF line breaks included, is sent by
+curl from its file; give -body FILE for it.`,
 	flags: func(fs *flag.FlagSet, e *env) func(context.Context, []string) int {
 		var secrets secretFlags
 		secrets.register(fs, false)
@@ -82,26 +83,27 @@ func sign(e *env, sf *secretFlags, bodyFile, event string, ts int64, target, met
 		{webhook.HeaderTimestamp, tsText},
 		{webhook.HeaderSignature, webhook.Sign(secrets[0], ts, body)},
 	}
-	out := e.stdout
-	for _, h := range headers[1:] {
-		fmt.Fprintf(out, "%s: %s\n", h[0], h[1])
-	}
-	fmt.Fprintln(out)
-	var cmd strings.Builder
-	fmt.Fprintf(&cmd, "curl -sS -X %s %s", method, shellQuote(target))
-	for _, h := range headers {
-		fmt.Fprintf(&cmd, " \\\n  -H %s", shellQuote(h[0]+": "+h[1]))
-	}
+	var data string
 	switch {
 	case bodyFile != "" && bodyFile != "-" && printableLine(bodyFile):
-		fmt.Fprintf(&cmd, " \\\n  --data-binary %s", shellQuote("@"+bodyFile))
+		data = "@" + bodyFile
 	case printableBody(body) && !strings.HasPrefix(string(body), "@"):
-		fmt.Fprintf(&cmd, " \\\n  --data-binary %s", shellQuote(string(body)))
+		data = string(body)
 	default:
 		return usagef("the body has control characters and cannot be shown on a terminal; save it to a file and give -body FILE")
 	}
-	fmt.Fprintln(out, cmd.String())
-	return nil
+	// Everything is checked: print it all, or nothing.
+	var out bytes.Buffer
+	for _, h := range headers[1:] {
+		fmt.Fprintf(&out, "%s: %s\n", h[0], h[1])
+	}
+	fmt.Fprintf(&out, "\ncurl -sS -X %s %s", method, shellQuote(target))
+	for _, h := range headers {
+		fmt.Fprintf(&out, " \\\n  -H %s", shellQuote(h[0]+": "+h[1]))
+	}
+	fmt.Fprintf(&out, " \\\n  --data-binary %s\n", shellQuote(data))
+	_, err = e.stdout.Write(out.Bytes())
+	return err
 }
 
 // shellQuote quotes s for a POSIX shell, in single quotes.

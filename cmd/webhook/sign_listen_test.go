@@ -3,10 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -255,4 +264,155 @@ func TestListen_WithoutForwardAnswers200(t *testing.T) {
 	assert.Contains(t, line, "verified")
 	assert.Contains(t, line, "age ")
 	assert.NotContains(t, line, "\x1b", "receiver text is printable")
+}
+
+func TestSign_UsageErrorPrintsOnlyToStderr(t *testing.T) {
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+	}{
+		{"body with terminal escapes on standard input", "ok\x1b[2J", []string{"-body", "-"}},
+		{"body with NUL on standard input", "{\"a\":\"\x00\"}", []string{"-body", "-"}},
+		{"negative timestamp", "", []string{"-timestamp", "-5"}},
+		{"method", "", []string{"-method", "GET"}},
+		{"URL", "", []string{"-url", "localhost:8080"}},
+		{"an argument", "", []string{"body.json"}},
+		{"unknown flag", "", []string{"-bodyfile", "x"}},
+		{"no secret", "", []string{"-secret-env", "UNSET"}},
+		{"no body file", "", []string{"-body", "no-such-file.json"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runCmd(t, tc.stdin, append([]string{"sign"}, tc.args...)...)
+			assert.Equal(t, exitUsage, res.code)
+			assert.Empty(t, res.stdout, "nothing on standard output")
+			assert.Contains(t, res.stderr, "webhook sign: ")
+			assert.Contains(t, res.stderr, "run 'webhook sign -h' for usage")
+			assert.NotContains(t, res.stderr, "\x1b")
+		})
+	}
+
+	binary := writeFile(t, "body.bin", []byte("{\"a\":\"\x1b[2J\"}"))
+	res := runCmd(t, "", "sign", "-body", binary)
+	require.Equal(t, exitOK, res.code, "a body file is sent by curl from the file: %s", res.stderr)
+	assert.NotContains(t, res.stdout, "\x1b")
+	assert.Empty(t, res.stderr)
+	r := curlRequest(t, res.stdout)
+	body, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	assert.NoError(t, webhook.Verify(testSecret, r.Header, body))
+}
+
+func TestListen_ForwardsToASelfSignedReceiverItIsToldToTrust(t *testing.T) {
+	app := &target{}
+	appSrv := httptest.NewTLSServer(app)
+	defer appSrv.Close()
+	ca := writeFile(t, "app.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: appSrv.Certificate().Raw}))
+	body := []byte(`{"event":"user.identified","user":{"id":"usr_3"}}`)
+
+	base, out := startListen(t, "-forward", appSrv.URL+"/hook")
+	resp, _ := post(t, base+"/webhooks", webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now()), body)
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode, "an untrusted certificate")
+	line := <-out.each
+	assert.Contains(t, line, "not forwarded")
+	assert.Contains(t, line, "certificate")
+	assert.NotContains(t, line, "/hook", "the target's path is not shown")
+
+	base, out = startListen(t, "-forward", appSrv.URL+"/hook", "-cacert", ca)
+	resp, _ = post(t, base+"/webhooks", webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now()), body)
+	assert.Equal(t, http.StatusAccepted, resp.StatusCode)
+	assert.Contains(t, <-out.each, "answered 202")
+	got, raw := app.received()
+	require.Len(t, got, 1)
+	assert.Equal(t, body, raw[0])
+
+	res := runCmd(t, "", "listen", "-cacert", ca)
+	assert.Equal(t, exitUsage, res.code, "-cacert without -forward")
+	res = runCmd(t, "", "listen", "-forward", appSrv.URL, "-cacert", writeFile(t, "empty.pem", nil))
+	assert.Equal(t, exitUsage, res.code, "a file without a certificate")
+	assert.Contains(t, res.stderr, "holds no PEM certificate")
+}
+
+// trusted reads what listen -tls printed after its first line: the CA
+// certificate's file and fingerprint. It checks that the fingerprint is
+// the file's, and returns the file and a pool holding its certificate.
+func trusted(t *testing.T, out *lines) (string, *x509.CertPool) {
+	t.Helper()
+	line := <-out.each
+	path, ok := strings.CutPrefix(line, "the sender must trust the CA certificate in ")
+	require.True(t, ok, line)
+	line = strings.TrimSpace(<-out.each)
+	fingerprint, ok := strings.CutPrefix(line, "SHA-256 fingerprint ")
+	require.True(t, ok, line)
+	for range 4 { // the names, and how to send to it
+		<-out.each
+	}
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	block, _ := pem.Decode(data)
+	require.NotNil(t, block, "a PEM certificate in %s", path)
+	sum := sha256.Sum256(block.Bytes)
+	assert.Equal(t, strings.ToUpper(hex.EncodeToString(sum[:])), strings.ReplaceAll(fingerprint, ":", ""), "the printed fingerprint is the file's")
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(data))
+	return path, pool
+}
+
+func TestListen_TLSServesWhatTheLibrarysSenderDeliversTo(t *testing.T) {
+	caPath := filepath.Join(t.TempDir(), "ca.pem")
+	base, out := startListen(t, "-tls", "-ca-out", caPath)
+	require.True(t, strings.HasPrefix(base, "https://127.0.0.1:"), base)
+	path, pool := trusted(t, out)
+	assert.Equal(t, caPath, path)
+
+	client := &http.Client{Transport: webhook.NewTransport(&webhook.TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true,
+	})}
+	defer client.CloseIdleConnections()
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: client, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
+	require.NoError(t, err)
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(base, "https://"))
+	require.NoError(t, err)
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		conn := webhook.Connection{Name: "local", URL: "https://" + net.JoinHostPort(host, port) + "/webhooks", Secret: testSecret}
+		res, err := s.Send(context.Background(), conn, webhook.SamplePayload(time.Now()))
+		require.NoError(t, err, "to %s", host)
+		assert.Equal(t, http.StatusOK, res.Attempts[0].StatusCode)
+		assert.Contains(t, <-out.each, "verified")
+	}
+
+	res := runCmd(t, "", "trigger", "-allow-private", "-cacert", caPath, base+"/webhooks")
+	assert.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	assert.Contains(t, <-out.each, "verified")
+
+	block, _ := pem.Decode(mustReadFile(t, caPath))
+	ca, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	assert.True(t, ca.IsCA && ca.MaxPathLenZero, "signs servers only")
+	assert.Equal(t, []string{"localhost"}, ca.PermittedDNSDomains, "constrained to this machine's names")
+	_, err = ca.Verify(x509.VerifyOptions{Roots: pool})
+	assert.NoError(t, err)
+}
+
+func TestListen_TLSWithoutCAOutWritesATemporaryFileAndRemovesIt(t *testing.T) {
+	var path string
+	t.Run("listening", func(t *testing.T) {
+		_, out := startListen(t, "-tls")
+		path, _ = trusted(t, out)
+		assert.Equal(t, filepath.Clean(os.TempDir()), filepath.Dir(path))
+	})
+	_, err := os.Stat(path)
+	assert.True(t, errors.Is(err, fs.ErrNotExist), "got %v, want the file removed at exit", err)
+
+	res := runCmd(t, "", "listen", "-ca-out", filepath.Join(t.TempDir(), "ca.pem"))
+	assert.Equal(t, exitUsage, res.code, "-ca-out without -tls")
+	assert.Empty(t, res.stdout)
+}
+
+func mustReadFile(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(name)
+	require.NoError(t, err)
+	return data
 }

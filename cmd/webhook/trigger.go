@@ -3,15 +3,15 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/internal/redact"
@@ -29,7 +29,7 @@ var triggerCmd = &command{
 method and custom headers, the X-Service-* headers, a fresh millisecond
 timestamp and signature, and the sample payload (that of "Send Test"), or
 -payload FILE (- for standard input), checked to be a payload unless -raw.
-It prints each attempt as it happens, then the attempt log. With -retry it
+It prints each attempt as it happens, then the attempt log and the result. With -retry it
 retries on the service's schedule: up to 3 retries, after 1 s, 2 s and 4 s,
 each attempt signed afresh.
 
@@ -106,6 +106,17 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// What the Sender would refuse unsent, refused before anything is printed.
+	if event == "" || strings.ContainsFunc(event, unicode.IsControl) {
+		return 0, usagef("want an event kind without control characters, got %q", redact.PrintableCut(event, 40))
+	}
+	if len(body) > webhook.DefaultMaxBodyBytes {
+		return 0, usagef("the body has %d bytes, over the %d that receivers accept by default", len(body), webhook.DefaultMaxBodyBytes)
+	}
+	conn := webhook.Connection{Name: "webhook trigger", URL: u.String(), Method: t.method, Headers: t.headers, Secret: secrets[0]}
+	if err := conn.Validate(); err != nil {
+		return 0, usagef("%v", err)
+	}
 	client, err := t.client(plain)
 	if err != nil {
 		return 0, err
@@ -126,24 +137,19 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 		return 0, usagef("%v", err)
 	}
 	defer s.CloseIdleConnections()
-	conn := webhook.Connection{Name: "webhook trigger", URL: u.String(), Method: t.method, Headers: t.headers, Secret: secrets[0]}
-	shown := redact.URL(t.url)
-	fmt.Fprintf(t.e.stdout, "sending %s to %s (%s, %d bytes)\n", redact.Printable(conn.Method), shown, redact.Printable(event), len(body))
+	fmt.Fprintf(t.e.stdout, "sending %s to %s (%s, %d bytes)\n", redact.Printable(conn.Method), redact.URL(t.url), redact.Printable(event), len(body))
 	res, err := s.SendBytes(ctx, conn, event, body)
 	if len(res.Attempts) == 0 { // nothing sent: an invalid connection or body
 		return 0, usagef("%v", err)
 	}
 	fmt.Fprintln(t.e.stdout)
-	res.WriteTable(t.e.stdout)
-	last := res.Attempts[len(res.Attempts)-1]
+	res.WriteTable(t.e.stdout) // ends with the result: the last attempt's diagnosis
 	if err != nil {
-		fmt.Fprintf(t.e.stdout, "not delivered: %s\n", last.Diagnosis())
-		if errors.Is(last.Err, webhook.ErrBlockedDestination) {
+		if errors.Is(res.Attempts[len(res.Attempts)-1].Err, webhook.ErrBlockedDestination) {
 			fmt.Fprintln(t.e.stdout, "give -allow-private to send to a receiver on this machine or your network")
 		}
 		return exitFailed, nil
 	}
-	fmt.Fprintf(t.e.stdout, "delivered: %s answered %d\n", shown, last.StatusCode)
 	return exitOK, nil
 }
 
@@ -185,16 +191,9 @@ func firstOf(a, b string) string {
 func (t *trigger) client(plain bool) (*http.Client, error) {
 	opts := &webhook.TransportOptions{AllowPrivateNetworks: t.allowPrivate}
 	if t.cacert != "" {
-		pem, err := os.ReadFile(t.cacert)
+		pool, err := trustPool(t.cacert)
 		if err != nil {
-			return nil, usagef("%v", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usagef("%s holds no PEM certificate", redact.Printable(t.cacert))
+			return nil, err
 		}
 		opts.TLSClientConfig = &tls.Config{RootCAs: pool}
 	}

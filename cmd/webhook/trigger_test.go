@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -129,5 +132,109 @@ func TestTrigger_RetryFollowsThePolicy(t *testing.T) {
 	res = runCmd(t, "", "trigger", "-retry", "-allow-private", "-cacert", caFile(t, srv), srv.URL)
 	assert.Equal(t, exitFailed, res.code)
 	assert.Len(t, srv.Deliveries(), 4, "1 attempt and the spec's 3 retries")
-	assert.Contains(t, res.stdout, "not delivered")
+	assert.Contains(t, res.stdout, "failed: the endpoint answered 503")
+}
+
+// resultLines returns the lines of trigger's output that state the
+// delivery's result.
+func resultLines(out string) []string {
+	var got []string
+	for _, line := range strings.Split(out, "\n") {
+		for _, start := range []string{"delivered", "not delivered", "failed", "not sent"} {
+			if strings.HasPrefix(line, start) {
+				got = append(got, line)
+				break
+			}
+		}
+	}
+	return got
+}
+
+func TestTrigger_PrintsItsResultOnce(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	ca := caFile(t, srv)
+	tests := []struct {
+		name   string
+		script []webhooktest.Answer
+		args   []string
+		want   int
+		says   string
+	}{
+		{"delivered", nil, []string{"-allow-private"}, exitOK, "delivered: the endpoint answered 200"},
+		{"refused by the receiver", []webhooktest.Answer{webhooktest.Status(503)}, []string{"-allow-private"}, exitFailed, "failed: the endpoint answered 503"},
+		{"blocked", nil, nil, exitFailed, "not sent: the URL's host resolves to a private"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv.Clear()
+			srv.Script(tc.script...)
+			res := runCmd(t, "", append(append([]string{"trigger", "-cacert", ca}, tc.args...), srv.URL)...)
+			assert.Equal(t, tc.want, res.code, res.stdout+res.stderr)
+			got := resultLines(res.stdout)
+			require.Len(t, got, 1, "one result line in:\n%s", res.stdout)
+			assert.True(t, strings.HasPrefix(got[0], tc.says), "got %q, want it to start with %q", got[0], tc.says)
+		})
+	}
+}
+
+func TestTrigger_UsageErrorPrintsOnlyToStderr(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	ca := caFile(t, srv)
+	big := writeFile(t, "big.json", bytes.Repeat([]byte(" "), webhook.DefaultMaxBodyBytes+1))
+	for _, args := range [][]string{
+		{"-method", "GET"},
+		{"-H", "X-Service-Signature: forged"},
+		{"-H", "Content-Type: text/plain"},
+		{"-event", "user.identified\x1b[2J"},
+		{"-payload", big, "-raw"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			res := runCmd(t, "", append(append([]string{"trigger", "-allow-private", "-cacert", ca}, args...), srv.URL)...)
+			assert.Equal(t, exitUsage, res.code)
+			assert.Empty(t, res.stdout, "nothing on standard output")
+			assert.Contains(t, res.stderr, "run 'webhook trigger -h' for usage")
+			assert.Empty(t, srv.Deliveries(), "nothing was sent")
+			assert.NotContains(t, res.stderr, "\x1b")
+		})
+	}
+}
+
+func TestTrigger_InterruptedWhileWaitingForARetryPrintsItsResultOnce(t *testing.T) {
+	retryPolicy = func() *webhook.RetryPolicy {
+		p := webhook.DefaultRetryPolicy()
+		p.Backoff = func(int, *http.Response) time.Duration { return time.Hour }
+		return p
+	}
+	defer func() { retryPolicy = webhook.DefaultRetryPolicy }()
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Status(503))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := newLines()
+	done := make(chan int)
+	getenv := func(name string) string {
+		if name == "WEBHOOK_SECRET" {
+			return testSecret
+		}
+		return ""
+	}
+	go func() {
+		done <- run(ctx, []string{"trigger", "-retry", "-allow-private", "-cacert", caFile(t, srv), srv.URL}, strings.NewReader(""), out, out, getenv)
+	}()
+	for line := range out.each {
+		if strings.HasPrefix(line, "attempt 1:") {
+			break
+		}
+	}
+	cancel() // as Ctrl-C does, during the wait for the retry
+	assert.Equal(t, exitFailed, <-done)
+	got := resultLines(out.String())
+	require.Len(t, got, 1, "one result line in:\n%s", out.String())
+	assert.True(t, strings.HasPrefix(got[0], "failed: the endpoint answered 503"), got[0])
+	assert.Len(t, srv.Deliveries(), 1)
+	assert.Contains(t, out.String(), "stopped before the next attempt")
 }

@@ -25,8 +25,11 @@ var verifyCmd = &command{
 does, and when it does not verify says why, in the terms of the spec's
 troubleshooting: a header missing or malformed; a timestamp in seconds
 rather than milliseconds; none of the secrets matching; a body changed after
-signing, and whether it was re-serialised (the same JSON in other bytes);
-a delivery too old or too far ahead, and by how much.
+signing, and how: a trailing line break added or removed, JSON escapes
+rewritten (the sender wrote \u002b or \/ and the body has + or /, or the
+other way round), or re-serialised (the same JSON in other bytes); a
+delivery too old or too far ahead, and by how much. It never prints a
+secret or a signature it computed.
 
 Give the request as raw HTTP, as httputil.DumpRequest writes it
 (-request FILE, - for standard input), or as a file of "Name: value" header
@@ -262,6 +265,10 @@ func signText(secret, tsText string, body []byte) string {
 	return webhook.Sign(secret, ts, body)
 }
 
+// maxRewrittenBytes bounds the bodies whose JSON escapes changedBody
+// rewrites: each character costs some 40 bytes of memory while it does.
+const maxRewrittenBytes = 8 << 20
+
 // changedBody tries the changes a body commonly goes through between the
 // sender and the code that verifies it, and returns the secret the body
 // before the change matches and what the change was, or 0.
@@ -276,10 +283,22 @@ func changedBody(secrets []string, h http.Header, body []byte) (int, string) {
 			candidates = append(candidates, candidate{how, b})
 		}
 	}
-	add("a trailing line break was added; the body without it", bytes.TrimRight(body, "\r\n"))
-	add("a trailing line break was removed; the body with it", append(bytes.Clone(body), '\n'))
+	for _, lb := range []string{"\r\n", "\n"} {
+		if b, ok := bytes.CutSuffix(body, []byte(lb)); ok && !bytes.HasSuffix(b, []byte("\n")) {
+			add(fmt.Sprintf("a trailing line break %q was added; the body without it", lb), b)
+		}
+	}
+	add("trailing line breaks were added; the body without them", bytes.TrimRight(body, "\r\n"))
+	for _, lb := range []string{"\n", "\r\n"} {
+		add(fmt.Sprintf("a trailing line break %q was removed; the body with it", lb), append(bytes.Clone(body), lb...))
+	}
 	add("line breaks were changed to CRLF; the body with LF", bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n")))
 	if json.Valid(body) {
+		if len(body) <= maxRewrittenBytes {
+			for _, r := range escapeRewrites(body) {
+				add(redact.Printable(r.how), r.body)
+			}
+		}
 		var compact bytes.Buffer
 		if json.Compact(&compact, body) == nil {
 			add("it was re-serialised (the same JSON in other bytes: white space); the original", compact.Bytes())

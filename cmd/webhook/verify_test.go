@@ -65,7 +65,7 @@ func TestVerify_NamesTheCause(t *testing.T) {
 		{"body re-serialised with white space", signed(testSecret, now), indented, exitFailed, []string{"body was changed", "re-serialised", "white space", "secret 2"}},
 		{"body re-serialised in another field order", signed(testSecret, now), sortedKeys, exitFailed, []string{"body was changed", "re-serialised", "field order"}},
 		{"body changed", signed(testSecret, now), bytes.Replace(body, []byte("Test User"), []byte("Eve"), 1), exitFailed, []string{"none of the 2 secret(s) matches"}},
-		{"trailing line break added", signed(testSecret, now), append(bytes.Clone(body), '\n'), exitFailed, []string{"trailing line break was added"}},
+		{"trailing line break added", signed(testSecret, now), append(bytes.Clone(body), '\n'), exitFailed, []string{`a trailing line break "\n" was added`}},
 		{"timestamp in seconds", inSeconds, body, exitFailed, []string{"Unix time in seconds", "milliseconds"}},
 		{"too old", signed(testSecret, now.Add(-7*time.Minute)), body, exitFailed, []string{"matches secret 2", "7m0s old, 2m0s past the 5m0s window"}},
 		{"ahead", signed(testSecret, now.Add(6*time.Minute)), body, exitFailed, []string{"6m0s ahead of this clock, 1m0s past", "NTP"}},
@@ -121,4 +121,67 @@ func TestVerify_Stdin(t *testing.T) {
 	assert.Equal(t, exitOK, res.code, res.stdout+res.stderr)
 	assert.Equal(t, exitUsage, runCmd(t, "GARBAGE", "verify", "-request", "-").code)
 	assert.Equal(t, exitUsage, runCmd(t, "", "verify").code)
+}
+
+func TestVerify_NamesLineBreaksAndEscapesRewritten(t *testing.T) {
+	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	const minimal = `{"event":"user.identified","user":{"phone":"+1 555 0100","site":"https://example.com/ada","name":"Zoë <Ada> & co"}}`
+	goStyle := `{"event":"user.identified","user":{"phone":"+1 555 0100","site":"https://example.com/ada","name":"Zoë \u003cAda\u003e \u0026 co"}}`
+	php := `{"event":"user.identified","user":{"phone":"+1 555 0100","site":"https:\/\/example.com\/ada","name":"Zo\u00eb <Ada> & co"}}`
+	phpSlashOnly := `{"event":"user.identified","user":{"phone":"+1 555 0100","site":"https:\/\/example.com\/ada","name":"Zo\u00eb <Ada> & co"}}`
+	phpSlashOnlyGiven := `{"event":"user.identified","user":{"phone":"+1 555 0100","site":"https://example.com/ada","name":"Zo\u00eb <Ada> & co"}}`
+	dotnet := `{"event":"user.identified","user":{"phone":"\u002B1 555 0100","site":"https://example.com/ada","name":"Zo\u00EB \u003CAda\u003E \u0026 co"}}`
+	plusOnly := `{"event":"user.identified","user":{"phone":"\u002b1 555 0100","site":"https://example.com/ada","name":"Zoë <Ada> & co"}}`
+	tests := []struct {
+		name         string
+		signed, sent string
+		says         []string
+	}{
+		{"LF added", minimal, minimal + "\n", []string{`a trailing line break "\n" was added; the body without it verifies`}},
+		{"CRLF added", minimal, minimal + "\r\n", []string{`a trailing line break "\r\n" was added; the body without it verifies`}},
+		{"several added", minimal, minimal + "\n\n", []string{"trailing line breaks were added; the body without them verifies"}},
+		{"LF removed", minimal + "\n", minimal, []string{`a trailing line break "\n" was removed; the body with it verifies`}},
+		{"CRLF removed", minimal + "\r\n", minimal, []string{`a trailing line break "\r\n" was removed; the body with it verifies`}},
+		{"sender escaped + as \\u002b", plusOnly, minimal, []string{"JSON escapes were rewritten", `the sender wrote \u002b where this body has '+'`}},
+		{"sender escaped / and non-ASCII", php, minimal, []string{"JSON escapes were rewritten", `\/ where this body has '/'`, `\u00eb where this body has 'ë'`}},
+		{"only / unescaped", phpSlashOnly, phpSlashOnlyGiven, []string{"JSON escapes were rewritten", `\/ where this body has '/'`}},
+		{"sender escaped in upper case", dotnet, minimal, []string{`\u002B where this body has '+'`, `\u003C where this body has '<'`, `\u00EB where this body has 'ë'`}},
+		{"escapes added by a re-encoder", minimal, goStyle, []string{"JSON escapes were rewritten", `the sender wrote '<' where this body has \u003c`}},
+		{"escape removed by a re-encoder", minimal, plusOnly, []string{`the sender wrote '+' where this body has \u002b`}},
+	}
+	secrets := writeFile(t, "secrets", []byte("whsec_the_old_secret\n"+testSecret+"\n"))
+	at := strconv.FormatInt(now.UnixMilli(), 10)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, []byte(tc.signed), now)
+			var hdr bytes.Buffer
+			require.NoError(t, h.Write(&hdr))
+			res := runCmd(t, "", "verify", "-secret-file", secrets, "-now", at,
+				"-headers", writeFile(t, "headers", hdr.Bytes()), "-body", writeFile(t, "body", []byte(tc.sent)))
+			assert.Equal(t, exitFailed, res.code, res.stdout+res.stderr)
+			assert.Contains(t, res.stdout, "cause: the body was changed after signing")
+			assert.Contains(t, res.stdout, "with secret 2")
+			for _, s := range tc.says {
+				assert.Contains(t, res.stdout, s)
+			}
+			assert.NotContains(t, res.stdout, h.Get(webhook.HeaderSignature)[len("sha256="):], "no signature printed")
+			want := webhook.Sign(testSecret, now.UnixMilli(), []byte(tc.sent))
+			assert.NotContains(t, res.stdout, want[len("sha256="):], "no expected signature printed")
+		})
+	}
+}
+
+func TestVerify_EscapesOfHostileTextArePrintable(t *testing.T) {
+	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	signed := `{"event":"user.identified","note":"\u001b[2J \u202e"}`
+	sent := "{\"event\":\"user.identified\",\"note\":\"\\u001b[2J \u202e\"}"
+	h := webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, []byte(signed), now)
+	var hdr bytes.Buffer
+	require.NoError(t, h.Write(&hdr))
+	res := runCmd(t, "", "verify", "-now", strconv.FormatInt(now.UnixMilli(), 10),
+		"-headers", writeFile(t, "headers", hdr.Bytes()), "-body", writeFile(t, "body", []byte(sent)))
+	assert.Equal(t, exitFailed, res.code)
+	assert.Contains(t, res.stdout, "JSON escapes were rewritten")
+	assert.NotContains(t, res.stdout, "\x1b")
+	assert.NotContains(t, res.stdout, "\u202e")
 }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// throwawayCA is listen -tls's certificate authority: made at start,
+// its key never written and gone at exit, so it can sign nothing else.
+type throwawayCA struct {
+	cert  []byte          // the CA certificate, DER
+	leaf  tls.Certificate // the server's certificate, signed by the CA
+	names []string        // what the server's certificate is for
+}
+
+// newThrowawayCA makes a CA and a server certificate for 127.0.0.1, ::1,
+// localhost and host (the listen address's host, when it names one). The
+// CA is constrained to those names, valid for a week from an hour ago.
+func newThrowawayCA(host string) (*throwawayCA, error) {
+	dnsNames := []string{"localhost"}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1).To4(), net.IPv6loopback}
+	if ip := net.ParseIP(host); ip != nil {
+		if !ip.IsUnspecified() && !ip.IsLoopback() {
+			ips = append(ips, ip)
+		}
+	} else if host != "" && host != "localhost" {
+		dnsNames = append(dnsNames, host)
+	}
+	var ranges []*net.IPNet
+	for _, ip := range ips {
+		bits := 8 * len(ip)
+		ranges = append(ranges, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+	}
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	ca := &x509.Certificate{
+		SerialNumber:                serial(),
+		Subject:                     pkix.Name{CommonName: "webhook listen -tls throwaway CA " + now.UTC().Format(time.RFC3339)},
+		NotBefore:                   now.Add(-time.Hour),
+		NotAfter:                    now.Add(7 * 24 * time.Hour),
+		IsCA:                        true,
+		BasicConstraintsValid:       true,
+		MaxPathLenZero:              true,
+		KeyUsage:                    x509.KeyUsageCertSign,
+		PermittedDNSDomainsCritical: true,
+		PermittedDNSDomains:         dnsNames,
+		PermittedIPRanges:           ranges,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	if ca, err = x509.ParseCertificate(caDER); err != nil {
+		return nil, err
+	}
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	leaf := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		NotBefore:    ca.NotBefore,
+		NotAfter:     ca.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     dnsNames,
+		IPAddresses:  ips,
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &leafKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(ips)+len(dnsNames))
+	for _, ip := range ips {
+		names = append(names, ip.String())
+	}
+	return &throwawayCA{
+		cert:  caDER,
+		leaf:  tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey},
+		names: append(names, dnsNames...),
+	}, nil
+}
+
+// serial returns a random 128-bit serial number.
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
+	return n
+}
+
+// PEM returns the CA certificate in PEM, for the sender to trust.
+func (c *throwawayCA) PEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.cert})
+}
+
+// Fingerprint returns the CA certificate's SHA-256 fingerprint, as
+// "openssl x509 -fingerprint -sha256" writes it.
+func (c *throwawayCA) Fingerprint() string {
+	sum := sha256.Sum256(c.cert)
+	hex := make([]string, len(sum))
+	for i, b := range sum {
+		hex[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(hex, ":")
+}
+
+// write writes the CA certificate to path, or to a new file in the
+// temporary directory when path is "". It returns the file's path and
+// a function that removes the file it made (and nothing for path).
+func (c *throwawayCA) write(path string) (string, func(), error) {
+	if path != "" {
+		if err := os.WriteFile(path, c.PEM(), 0o644); err != nil {
+			return "", nil, usagef("writing the CA certificate: %v", err)
+		}
+		return path, func() {}, nil
+	}
+	f, err := os.CreateTemp("", "webhook-listen-ca-*.pem")
+	if err != nil {
+		return "", nil, err
+	}
+	_, err = f.Write(c.PEM())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", nil, err
+	}
+	return f.Name(), func() { os.Remove(f.Name()) }, nil
+}
