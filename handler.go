@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -56,7 +55,8 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	}
 	buf := bodyPool.Get().(*[]byte)
 	body, err := readBody((*buf)[:0], r.Body, r.ContentLength, v.maxBodyBytes())
-	rd := &recycledBody{}
+	sv := &serving{} // one allocation for both: user code may keep either
+	rd := &sv.body
 	rd.r.Reset(body)
 	r.Body = rd
 	defer func() { // also when serve panics: the body is still released
@@ -76,8 +76,16 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	case v.allowReplays:
 		serve(w, body)
 	default:
-		v.serveOnce(w, r, &d, body, serve)
+		sv.w.ResponseWriter = w
+		v.serveOnce(&sv.w, r, &d, body, serve)
 	}
+}
+
+// serving is what serveVerified makes per request, in one allocation: the
+// request's body and the writer recording its status. Neither is reused.
+type serving struct {
+	body recycledBody
+	w    statusWriter
 }
 
 // serveOnce hands the authentic delivery d to serve unless its signature
@@ -85,7 +93,8 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 // to come back). The outcome is recorded when serve returns: handled on a
 // 2xx answer; otherwise, or when serve panics, forgotten, so that a copy is
 // handled.
-func (v *Verifier) serveOnce(w http.ResponseWriter, r *http.Request, d *signed, body []byte, serve func(http.ResponseWriter, []byte)) {
+func (v *Verifier) serveOnce(sw *statusWriter, r *http.Request, d *signed, body []byte, serve func(http.ResponseWriter, []byte)) {
+	w := sw.ResponseWriter
 	state, err := v.claim(r.Context(), d)
 	switch {
 	case err != nil:
@@ -105,11 +114,8 @@ func (v *Verifier) serveOnce(w http.ResponseWriter, r *http.Request, d *signed, 
 		writeAck(w)
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w}
 	ended := false
-	defer func() { // the handler's context may be over: the outcome is kept all the same
-		v.settle(context.WithoutCancel(r.Context()), d, ended && sw.succeeded())
-	}()
+	defer func() { v.settle(r.Context(), d, ended && sw.succeeded()) }()
 	serve(sw, body)
 	ended = true
 }

@@ -313,3 +313,19 @@ func TestMiddleware_UnknownClaimStateIsAStoreFailure(t *testing.T) {
 	assert.Zero(t, calls.Load())
 	assert.Equal(t, "ReplayState(7)", webhook.ReplayState(7).String())
 }
+
+// TestMiddleware_OutcomeIsKeptWhenTheRequestIsOver: the client went away
+// while the handler ran (its context is cancelled); the delivery was handled
+// all the same, and its copy is acknowledged.
+func TestMiddleware_OutcomeIsKeptWhenTheRequestIsOver(t *testing.T) {
+	store := newFakeStore(func() time.Time { return testNow })
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{Now: func() time.Time { return testNow }, ReplayStore: store})
+	require.NoError(t, err)
+	var calls atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	h := v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1); cancel() }))
+	body := readTestdata(t, "body_user_identified.json")
+	assert.Equal(t, 200, serve(h, newSignedRequest(testSecret, testNow.UnixMilli(), body).WithContext(ctx)))
+	assert.Equal(t, 200, serve(h, newSignedRequest(testSecret, testNow.UnixMilli(), body)))
+	assert.Equal(t, int32(1), calls.Load(), "the copy is acknowledged")
+}

@@ -512,7 +512,8 @@ func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
 }
 
 // settle records the outcome of d's handler: handled, so that a copy is
-// acknowledged, or released, so that a copy is handled.
+// acknowledged, or released, so that a copy is handled. ctx is the
+// request's, which may be over by now: the outcome is kept all the same.
 func (v *Verifier) settle(ctx context.Context, d *signed, handled bool) {
 	ttl := replayTTL(d.ts, d.now, d.tol)
 	if v.mem != nil {
@@ -524,6 +525,7 @@ func (v *Verifier) settle(ctx context.Context, d *signed, handled bool) {
 		}
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	key := hex.EncodeToString(d.sig[:])
 	var err error
 	if handled {

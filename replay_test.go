@@ -100,7 +100,10 @@ func (s *fakeStore) put(method, key string, state webhook.ReplayState, ttl time.
 	return webhook.ReplayUnseen, nil
 }
 
-func (s *fakeStore) Complete(_ context.Context, key string, ttl time.Duration) error {
+func (s *fakeStore) Complete(ctx context.Context, key string, ttl time.Duration) error {
+	if ctx.Err() != nil { // as a network client would
+		return ctx.Err()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, storeCall{"Complete", key, ttl})
