@@ -128,18 +128,21 @@ type VerifierOptions struct {
 // until [Verifier.SetSecrets] gives it secrets; it then checks them with the
 // defaults, as NewVerifier(secrets, nil) does.
 //
-// A Verifier refuses replays by default: it remembers each accepted
-// signature until the delivery's timestamp leaves the window, and refuses an
-// exact repeat with an error matching [ErrReplayed] (see
-// VerifierOptions.ReplayStore). It is on by default because the spec's
-// window is meant "to prevent replay" yet lets a captured delivery verify
-// again for 5 minutes, and because it never refuses a genuine delivery: the
-// sender signs every attempt afresh, and only authentic, fresh deliveries
-// are remembered, so a forger cannot fill the memory. The cost is a map
-// insertion per delivery and bounded memory, about 13 MiB at 1,000
-// deliveries per second (see [MemoryReplayStore]). Receivers running
-// several instances share a [ReplayStore]; with the default, each instance
-// refuses the replays it sees itself.
+// A Verifier remembers, by default, each authentic delivery's signature
+// until the delivery's timestamp leaves the window (see
+// VerifierOptions.ReplayStore). [Verifier.Verify] refuses an exact repeat
+// with an error matching [ErrReplayed]; [Verifier.Middleware] and the event
+// handlers hand a delivery to the handler once and acknowledge its copies
+// without losing one (see Middleware). It is on by default because the
+// spec's window is meant "to prevent replay" yet lets a captured delivery
+// verify again for 5 minutes, and because it never refuses a genuine
+// delivery: the sender signs every attempt afresh, each with a later
+// timestamp, and only authentic, fresh deliveries are remembered, so a
+// forger cannot fill the memory. The cost is two map operations per
+// delivery and bounded memory, about 13 MiB at 1,000 deliveries per second
+// (see [MemoryReplayStore]). Receivers running several instances share a
+// [ReplayStore]; with the default, each instance knows the copies it sees
+// itself.
 type Verifier struct {
 	keys         atomic.Pointer[[]*keyedMAC] // replaced whole by SetSecrets
 	tolerance    time.Duration

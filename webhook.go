@@ -25,10 +25,13 @@
 // signature, the timestamp window ([DefaultTolerance] either way) and the
 // body size ([DefaultMaxBodyBytes]). [Verifier.Middleware] wraps any
 // http.Handler and answers 401 (413 for a body over the limit) to what fails;
-// [NewHandler] also decodes the [Payload] and calls a function for each
-// [EventUserIdentified] delivery. A Verifier refuses replays: a delivery it
-// accepted is remembered until it leaves the window, and an exact repeat
-// fails with [ErrReplayed], in bounded memory or a shared [ReplayStore].
+// [NewEventHandler] also decodes each event into the type its handler takes
+// ([On]), and [NewHandler] is the one-liner for [EventUserIdentified]. Both
+// hand a delivery to the handler once: a copy of one that was handled is
+// acknowledged 200 without a second run, a copy of one whose handler failed
+// is handled, in bounded memory or a shared [ReplayStore]. [LastWriterWins]
+// makes a handler idempotent on a key and a version. [Verifier.Verify]
+// refuses an exact repeat with [ErrReplayed].
 // [Verify] checks one request against one secret with the defaults, and
 // keeps no memory.
 //
