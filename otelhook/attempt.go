@@ -56,11 +56,15 @@ func (i *Instruments) record(ctx context.Context, c webhook.Connection, a webhoo
 		method = "POST"
 	}
 	errorType := errorTypeOf(a)
+	var own []attribute.KeyValue
+	if i.attributes != nil {
+		own = i.attributes(ctx, c)
+	}
 
-	i.span(ctx, c, a, method, ep, errorType)
+	i.span(ctx, c, a, method, ep, errorType, own)
 
 	// The metrics.
-	endpoint := i.endpointAttrs(ep)
+	endpoint := append(i.endpointAttrs(ep), i.sets.admit(own)...)
 	durAttrs := append(make([]attribute.KeyValue, 0, 5), semconv.HTTPRequestMethodKey.String(method))
 	durAttrs = append(durAttrs, endpoint...)
 	if a.StatusCode != 0 {
@@ -79,8 +83,8 @@ func (i *Instruments) record(ctx context.Context, c webhook.Connection, a webhoo
 
 // span records attempt a to c as a span, child of ctx's, timed as the
 // attempt was.
-func (i *Instruments) span(ctx context.Context, c webhook.Connection, a webhook.Attempt, method string, ep endpoint, errorType string) {
-	attrs := make([]attribute.KeyValue, 0, 16)
+func (i *Instruments) span(ctx context.Context, c webhook.Connection, a webhook.Attempt, method string, ep endpoint, errorType string, own []attribute.KeyValue) {
+	attrs := make([]attribute.KeyValue, 0, 16+len(own))
 	attrs = append(attrs,
 		semconv.HTTPRequestMethodKey.String(method),
 		semconv.ServerAddress(ep.host),
@@ -101,6 +105,7 @@ func (i *Instruments) span(ctx context.Context, c webhook.Connection, a webhook.
 	if errorType != "" {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(errorType))
 	}
+	attrs = append(attrs, own...)
 	attrs = append(attrs, RetryKey.Bool(a.Retry))
 	if a.Retry {
 		attrs = append(attrs, RetryInKey.Int64(a.RetryIn.Milliseconds()))

@@ -105,3 +105,47 @@ func pick(set attribute.Set, keys ...attribute.Key) string {
 	}
 	return out
 }
+
+type tenantKey struct{}
+
+// A dimension per customer on the metrics, taken from the delivery's
+// context, bounded: past MaxAttributeSets customers, the metrics record
+// otel.metric.overflow instead. OmitEndpoint leaves the hosts off.
+func ExampleOptions_attributes() {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	inst, err := otelhook.New(&otelhook.Options{
+		MeterProvider: mp,
+		OmitEndpoint:  true,
+		Attributes: func(ctx context.Context, c webhook.Connection) []attribute.KeyValue {
+			tenant, _ := ctx.Value(tenantKey{}).(string)
+			return []attribute.KeyValue{attribute.String("tenant", tenant)}
+		},
+		MaxAttributeSets: 1,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := webhooktest.NewServer("whsec_example", nil)
+	defer srv.Close()
+	s, _ := webhook.NewSender(inst.SenderOptions(&webhook.SenderOptions{Client: srv.Client()}))
+	defer s.CloseIdleConnections()
+	for _, tenant := range []string{"acme", "globex"} {
+		ctx := context.WithValue(context.Background(), tenantKey{}, tenant)
+		s.Send(ctx, srv.Connection(), webhook.SamplePayload(time.Now()))
+	}
+
+	var rm metricdata.ResourceMetrics
+	reader.Collect(context.Background(), &rm)
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name == "webhook.deliveries" {
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				fmt.Println(dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Value)
+			}
+		}
+	}
+	// Unordered output:
+	// tenant=acme,webhook.outcome=delivered 1
+	// otel.metric.overflow=true,webhook.outcome=delivered 1
+}

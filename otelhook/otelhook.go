@@ -85,10 +85,14 @@
 package otelhook
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/signedhook/webhook"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -112,7 +116,32 @@ type Options struct {
 	// whose series are then per outcome, not per endpoint and outcome: for
 	// a service delivering to many customers' hosts. Spans keep them.
 	OmitEndpoint bool
+
+	// Attributes, if not nil, returns attributes of each attempt's
+	// connection, added to its span and to the attempt and delivery
+	// metrics (http.client.request.duration, webhook.attempts,
+	// webhook.deliveries): the dimension on-call looks at in a service with
+	// many customers, such as a customer id the service put in ctx or the
+	// connection's Name (ConnectionNameKey). It is called concurrently,
+	// with the context given to Send or Attempt. Nil means none.
+	Attributes func(ctx context.Context, c webhook.Connection) []attribute.KeyValue
+
+	// MaxAttributeSets bounds the distinct sets of values Attributes gives
+	// that the metrics record: past it, a new set is recorded as the one
+	// attribute otel.metric.overflow=true, as the OpenTelemetry SDK does
+	// past its cardinality limit, so that a service with a million
+	// connections cannot make a million series. Spans always carry the
+	// values. Zero means DefaultMaxAttributeSets; negative is an error.
+	MaxAttributeSets int
 }
+
+// DefaultMaxAttributeSets is how many distinct sets of Options.Attributes'
+// values the metrics record at most: 1,000.
+const DefaultMaxAttributeSets = 1000
+
+// OverflowKey is the attribute that stands, on the metrics, for the
+// Options.Attributes values past Options.MaxAttributeSets.
+const OverflowKey = attribute.Key("otel.metric.overflow")
 
 // Instruments records a Sender's attempts, deliveries and endpoint health
 // as OpenTelemetry metrics and spans, through the hooks it hands out. Make
@@ -121,6 +150,8 @@ type Options struct {
 type Instruments struct {
 	tracer       trace.Tracer
 	omitEndpoint bool
+	attributes   func(context.Context, webhook.Connection) []attribute.KeyValue
+	sets         boundedSets
 
 	duration   metric.Float64Histogram
 	attempts   metric.Int64Counter
@@ -130,11 +161,18 @@ type Instruments struct {
 }
 
 // New returns the Instruments configured by opts, which may be nil, having
-// made their meter's instruments. It fails when the meter provider refuses
-// one.
+// made their meter's instruments. It fails when an option is out of range or
+// the meter provider refuses an instrument.
 func New(opts *Options) (*Instruments, error) {
 	if opts == nil {
 		opts = &Options{}
+	}
+	maxSets := opts.MaxAttributeSets
+	switch {
+	case maxSets < 0:
+		return nil, fmt.Errorf("otelhook: MaxAttributeSets must not be negative, got %d", maxSets)
+	case maxSets == 0:
+		maxSets = DefaultMaxAttributeSets
 	}
 	mp, tp := opts.MeterProvider, opts.TracerProvider
 	if mp == nil {
@@ -144,7 +182,8 @@ func New(opts *Options) (*Instruments, error) {
 		tp = otel.GetTracerProvider()
 	}
 	meter := mp.Meter(ScopeName)
-	i := &Instruments{tracer: tp.Tracer(ScopeName), omitEndpoint: opts.OmitEndpoint}
+	i := &Instruments{tracer: tp.Tracer(ScopeName), omitEndpoint: opts.OmitEndpoint,
+		attributes: opts.Attributes, sets: boundedSets{max: maxSets}}
 	var err error
 	if i.duration, err = meter.Float64Histogram("http.client.request.duration",
 		metric.WithDescription("Duration of HTTP client requests."),
@@ -213,4 +252,33 @@ func (i *Instruments) SenderOptions(opts *webhook.SenderOptions) *webhook.Sender
 		o.Health = &h
 	}
 	return &o
+}
+
+// boundedSets admits at most max distinct attribute sets to the metrics.
+type boundedSets struct {
+	max  int
+	mu   sync.Mutex
+	seen map[attribute.Distinct]struct{}
+}
+
+// admit returns attrs, or the overflow attribute when attrs is a set past
+// the bound.
+func (b *boundedSets) admit(attrs []attribute.KeyValue) []attribute.KeyValue {
+	if len(attrs) == 0 {
+		return nil
+	}
+	set := attribute.NewSet(attrs...)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.seen[set.Equivalent()]; ok {
+		return attrs
+	}
+	if len(b.seen) >= b.max {
+		return []attribute.KeyValue{OverflowKey.Bool(true)}
+	}
+	if b.seen == nil {
+		b.seen = make(map[attribute.Distinct]struct{})
+	}
+	b.seen[set.Equivalent()] = struct{}{}
+	return attrs
 }

@@ -603,3 +603,50 @@ func TestSendAll_AttributesEachAttemptToItsEndpoint(t *testing.T) {
 		t.Errorf("got %d attempt spans under the caller's, want 2", children)
 	}
 }
+
+type customerKey struct{}
+
+// TestAttributes_PerCustomerBoundedInCardinality adds a customer id, taken
+// from the delivery's context, to the attempt metrics and spans: past
+// MaxAttributeSets, the metrics record the overflow attribute instead, and
+// the spans keep the value.
+func TestAttributes_PerCustomerBoundedInCardinality(t *testing.T) {
+	tm := newTelemetry(t, &otelhook.Options{
+		OmitEndpoint: true,
+		Attributes: func(ctx context.Context, c webhook.Connection) []attribute.KeyValue {
+			id, _ := ctx.Value(customerKey{}).(string)
+			return []attribute.KeyValue{attribute.String("customer.id", id)}
+		},
+		MaxAttributeSets: 2,
+	})
+	rv := newReceiver(t)
+	s := newSender(t, tm.inst.SenderOptions(&webhook.SenderOptions{Client: &http.Client{Transport: trustingTransport(t, rv)}, Retry: noWait(0)}))
+	for _, customer := range []string{"cus_a", "cus_b", "cus_c", "cus_a", "cus_d"} {
+		ctx := context.WithValue(context.Background(), customerKey{}, customer)
+		if _, err := s.Send(ctx, rv.connection(), webhook.SamplePayload(time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := tm.sums(t, "webhook.deliveries"), map[string]int64{
+		"customer.id=cus_a,webhook.outcome=delivered":         2,
+		"customer.id=cus_b,webhook.outcome=delivered":         1,
+		"otel.metric.overflow=true,webhook.outcome=delivered": 2,
+	}; !mapsEqual(got, want) {
+		t.Errorf("webhook.deliveries:\ngot  %v\nwant %v", got, want)
+	}
+	var customers []string
+	for _, sp := range tm.spans.GetSpans() {
+		for _, kv := range sp.Attributes {
+			if kv.Key == "customer.id" {
+				customers = append(customers, kv.Value.AsString())
+			}
+		}
+	}
+	slices.Sort(customers)
+	if want := []string{"cus_a", "cus_a", "cus_b", "cus_c", "cus_d"}; !slices.Equal(customers, want) {
+		t.Errorf("spans' customer.id: got %v, want %v", customers, want)
+	}
+	if _, err := otelhook.New(&otelhook.Options{MaxAttributeSets: -1}); err == nil {
+		t.Error("New accepted a negative MaxAttributeSets")
+	}
+}
