@@ -107,8 +107,8 @@ type TransportOptions struct {
 //
 // A Client keeps the guard as long as its Transport is this transport or
 // wraps it (a tracing RoundTripper such as otelhttp's, say): every
-// connection is still dialled here. opts may be nil; a negative option
-// panics (zero selects the default).
+// connection is still dialled here. opts may be nil (zero fields select
+// the defaults); a negative option is an error.
 //
 // To key sessions by host and port, which net/http cannot, the transport
 // makes the TLS handshake of direct HTTPS connections itself, in
@@ -118,9 +118,15 @@ type TransportOptions struct {
 // call NewTransport again for other TLS settings. It offers HTTP/2 to every
 // server that has it, also for a request that needs HTTP/1.1 (a WebSocket
 // upgrade): it is a transport for deliveries.
-func NewTransport(opts *TransportOptions) *http.Transport {
+func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
+	}
+	switch {
+	case opts.MaxIdleConnsPerHost < 0:
+		return nil, fmt.Errorf("webhook: TransportOptions.MaxIdleConnsPerHost must not be negative, got %d", opts.MaxIdleConnsPerHost)
+	case opts.MaxIdleConns < 0:
+		return nil, fmt.Errorf("webhook: TransportOptions.MaxIdleConns must not be negative, got %d", opts.MaxIdleConns)
 	}
 	d := &dialer{
 		guard:   !opts.AllowPrivateNetworks,
@@ -139,10 +145,6 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		cache = tls.NewLRUClientSessionCache(DefaultTLSSessionCacheSize)
 	}
 	tlsConfig.ClientSessionCache = portKeyed{cache}
-	if opts.MaxIdleConnsPerHost < 0 || opts.MaxIdleConns < 0 {
-		panic(fmt.Sprintf("webhook: TransportOptions.MaxIdleConnsPerHost and MaxIdleConns must not be negative, got %d and %d",
-			opts.MaxIdleConnsPerHost, opts.MaxIdleConns))
-	}
 	perHost := cmp.Or(opts.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
 	total := cmp.Or(opts.MaxIdleConns, DefaultMaxIdleConns)
 	t := &http.Transport{
@@ -164,7 +166,7 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		p := &proxyRouter{proxy: opts.Proxy, guard: d.guard}
 		t.Proxy = p.proxyFor
 	}
-	return t
+	return t, nil
 }
 
 // dialer makes the transport's connections: every one under the guard
