@@ -288,7 +288,7 @@ func (c *console[TTx]) apiTest(w http.ResponseWriter, r *http.Request, req reque
 		return
 	}
 	v := map[string]any{"delivered": t.OK, "outcome": t.Outcome, "duration_ms": webhook.Milliseconds(t.Took),
-		"diagnosis": t.Diagnosis, "start": webhook.JSONTime(t.At)}
+		"diagnosis": t.Diagnosis, "start": webhook.NewTime(t.At)}
 	if t.Status != 0 {
 		v["status"] = t.Status
 	}
@@ -305,11 +305,11 @@ type health struct {
 	// (attempts failing without a connection, not yet down), "down"
 	// (deliveries wait for the endpoint's probe) or "isolated" (the
 	// connection's URL connects and does not answer; it alone waits).
-	State     string            `json:"state"`
-	Since     *webhook.JSONTime `json:"since,omitempty"`
-	NextProbe *webhook.JSONTime `json:"next_probe,omitempty"`
-	Failures  int               `json:"failures,omitempty"`
-	LastKind  string            `json:"last_failure,omitempty"`
+	State     string        `json:"state"`
+	Since     *webhook.Time `json:"since,omitempty"`
+	NextProbe *webhook.Time `json:"next_probe,omitempty"`
+	Failures  int           `json:"failures,omitempty"`
+	LastKind  string        `json:"last_failure,omitempty"`
 }
 
 // health returns the health of the request's connection's endpoint.
@@ -332,10 +332,10 @@ func (c *console[TTx]) health(r *http.Request, req request) (health, error) {
 			continue
 		}
 		h.State, h.Failures, h.LastKind = state, e.Failures, string(e.LastFailure.Kind)
-		since := webhook.JSONTime(e.Since)
+		since := webhook.NewTime(e.Since)
 		h.Since, h.NextProbe = &since, nil
 		if !e.NextProbe.IsZero() {
-			next := webhook.JSONTime(e.NextProbe)
+			next := webhook.NewTime(e.NextProbe)
 			h.NextProbe = &next
 		}
 	}

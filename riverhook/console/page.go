@@ -108,11 +108,11 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
-	"jt": func(t *webhook.JSONTime) time.Time {
+	"jt": func(t *webhook.Time) time.Time {
 		if t == nil {
 			return time.Time{}
 		}
-		return time.Time(*t)
+		return t.Time
 	},
 	"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 	"took": func(d time.Duration) string {
