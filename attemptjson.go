@@ -57,12 +57,12 @@ func (a Attempt) JSON() AttemptJSON {
 	j := AttemptJSON{
 		N:          a.N,
 		Outcome:    a.Outcome(),
-		DurationMs: Milliseconds(a.Duration),
+		DurationMs: milliseconds(a.Duration),
 		Timestamp:  a.Timestamp,
 		Status:     a.StatusCode,
 		Response:   a.ResponseText(),
 		Retry:      a.Retry,
-		RetryInMs:  Milliseconds(a.RetryIn),
+		RetryInMs:  milliseconds(a.RetryIn),
 	}
 	if !a.Start.IsZero() {
 		t := NewTime(a.Start)
@@ -112,9 +112,9 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v)
 }
 
-// Milliseconds returns d in milliseconds, to the microsecond: the unit of
+// milliseconds returns d in milliseconds, to the microsecond: the unit of
 // every duration in the log's JSON.
-func Milliseconds(d time.Duration) float64 {
+func milliseconds(d time.Duration) float64 {
 	return math.Round(float64(d)/float64(time.Microsecond)) / 1000
 }
 

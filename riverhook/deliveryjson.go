@@ -6,7 +6,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/signedhook/webhook"
-	"github.com/signedhook/webhook/internal/redact"
+	"github.com/signedhook/webhook/riverhook/internal/human"
 )
 
 // This file holds a delivery's status and its JSON: what a dashboard serves
@@ -82,10 +82,10 @@ func (d *Delivery) MarshalJSON() ([]byte, error) {
 		Erased       bool          `json:"erased,omitempty"`
 		Attempts     []Attempt     `json:"attempts"`
 	}
-	v := delivery{JobID: d.JobID, ConnectionID: redact.Printable(d.ConnectionID), DeliveryID: redact.Printable(d.DeliveryID),
-		Event: redact.Printable(d.Event), Status: d.Status, State: string(d.State), CreatedAt: webhook.NewTime(d.CreatedAt),
-		AttemptsLeft: d.AttemptsLeft, Reason: redact.Printable(d.Reason), ResentFrom: d.ResentFrom,
-		ResendReason: redact.Printable(d.ResendReason), Erased: d.Erased, Attempts: d.Attempts}
+	v := delivery{JobID: d.JobID, ConnectionID: human.Printable(d.ConnectionID), DeliveryID: human.Printable(d.DeliveryID),
+		Event: human.Printable(d.Event), Status: d.Status, State: string(d.State), CreatedAt: webhook.NewTime(d.CreatedAt),
+		AttemptsLeft: d.AttemptsLeft, Reason: human.Printable(d.Reason), ResentFrom: d.ResentFrom,
+		ResendReason: human.Printable(d.ResendReason), Erased: d.Erased, Attempts: d.Attempts}
 	if !d.NextAt.IsZero() {
 		t := webhook.NewTime(d.NextAt)
 		v.NextAt = &t

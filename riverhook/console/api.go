@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/signedhook/webhook"
-	"github.com/signedhook/webhook/internal/redact"
 	"github.com/signedhook/webhook/riverhook"
 )
 
@@ -44,7 +44,7 @@ func listQuery(q url.Values, now time.Time) (*riverhook.ListParams, error) {
 	}
 	for _, s := range p.Statuses {
 		if !validStatus(s) {
-			return nil, fmt.Errorf("unknown status %q", redact.PrintableCut(string(s), 40))
+			return nil, fmt.Errorf("unknown status %.40q", s)
 		}
 	}
 	var err error
@@ -287,7 +287,7 @@ func (c *console[TTx]) apiTest(w http.ResponseWriter, r *http.Request, req reque
 	if !ok {
 		return
 	}
-	v := map[string]any{"delivered": t.OK, "outcome": t.Outcome, "duration_ms": webhook.Milliseconds(t.Took),
+	v := map[string]any{"delivered": t.OK, "outcome": t.Outcome, "duration_ms": t.TookMs,
 		"diagnosis": t.Diagnosis, "start": webhook.NewTime(t.At)}
 	if t.Status != 0 {
 		v["status"] = t.Status
@@ -318,7 +318,7 @@ func (c *console[TTx]) health(r *http.Request, req request) (health, error) {
 	if err != nil {
 		return health{}, err
 	}
-	h := health{Endpoint: redact.URL(endpoint), State: "up"}
+	h := health{Endpoint: cmp.Or(endpoint, "(unparsable URL)"), State: "up"} // the origin alone, printable (Connection.Endpoint)
 	rank := map[string]int{"up": 0, "failing": 1, "down": 2, "isolated": 3}
 	for _, e := range failing {
 		state := "failing"

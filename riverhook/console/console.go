@@ -355,6 +355,7 @@ type testResult struct {
 	Status    int
 	Outcome   string
 	Took      time.Duration
+	TookMs    float64 // Took as the attempt log's JSON writes it
 	Diagnosis string
 	Response  string
 }
@@ -370,7 +371,7 @@ func (c *console[TTx]) sendTest(ctx context.Context, conn string) (testResult, e
 	}
 	a := res.Attempts[0]
 	t := testResult{At: a.Start, OK: a.OK(), Status: a.StatusCode, Outcome: string(a.Outcome()), Took: a.Duration,
-		Diagnosis: a.Diagnosis(), Response: a.ResponseText()}
+		TookMs: a.JSON().DurationMs, Diagnosis: a.Diagnosis(), Response: a.ResponseText()}
 	c.mu.Lock()
 	c.tests[conn] = t
 	c.mu.Unlock()
