@@ -259,19 +259,12 @@ func (c *console[TTx]) actor(r *http.Request) string {
 	return cut(who, 200)
 }
 
-// cut returns s cut to at most n bytes at a rune boundary.
+// cut returns s as valid UTF-8 cut to at most n bytes at a rune boundary:
+// a rune the cut splits is dropped.
 func cut(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	return strings.ToValidUTF8(s[:min(n, len(s))], "")
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 func (c *console[TTx]) notFound(w http.ResponseWriter, r *http.Request, req request) {
 	if req.api {

@@ -34,3 +34,24 @@ func TestListQuery_NamesAnUnknownStatusCutAndEscaped(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// cut keeps at most n bytes, at a rune boundary, of valid UTF-8.
+func TestCut(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"alice", 200, "alice"},
+		{strings.Repeat("é", 150), 200, strings.Repeat("é", 100)},
+		{"a" + strings.Repeat("é", 150), 200, "a" + strings.Repeat("é", 99)},
+		{"a\xffb", 200, "a\uFFFDb"},
+		{"ab\xff", 3, "ab"},
+		{"東京", 5, "東"},
+		{"東京", 2, ""},
+	} {
+		if got := cut(tc.in, tc.n); got != tc.want {
+			t.Errorf("cut(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
