@@ -42,7 +42,7 @@ func (a Attempt) Outcome() FailureKind {
 type AttemptJSON struct {
 	N          int         `json:"n"`
 	Outcome    FailureKind `json:"outcome"` // "delivered" or the failure kind
-	Start      *JSONTime   `json:"start,omitempty"`
+	Start      *Time       `json:"start,omitempty"`
 	DurationMs float64     `json:"duration_ms"`
 	Timestamp  int64       `json:"timestamp,omitempty"` // X-Service-Timestamp, Unix ms
 	Status     int         `json:"status,omitempty"`
@@ -57,15 +57,15 @@ func (a Attempt) JSON() AttemptJSON {
 	j := AttemptJSON{
 		N:          a.N,
 		Outcome:    a.Outcome(),
-		DurationMs: Milliseconds(a.Duration),
+		DurationMs: milliseconds(a.Duration),
 		Timestamp:  a.Timestamp,
 		Status:     a.StatusCode,
 		Response:   a.ResponseText(),
 		Retry:      a.Retry,
-		RetryInMs:  Milliseconds(a.RetryIn),
+		RetryInMs:  milliseconds(a.RetryIn),
 	}
 	if !a.Start.IsZero() {
-		t := JSONTime(a.Start)
+		t := NewTime(a.Start)
 		j.Start = &t
 	}
 	if a.Err != nil {
@@ -112,35 +112,10 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v)
 }
 
-// Milliseconds returns d in milliseconds, to the microsecond: the unit of
+// milliseconds returns d in milliseconds, to the microsecond: the unit of
 // every duration in the log's JSON.
-func Milliseconds(d time.Duration) float64 {
+func milliseconds(d time.Duration) float64 {
 	return math.Round(float64(d)/float64(time.Microsecond)) / 1000
-}
-
-// JSONTime is a time as the log's JSON writes it: RFC 3339 in UTC, with
-// milliseconds, such as "2026-11-24T18:03:07.215Z".
-type JSONTime time.Time
-
-// JSONTimeLayout is the layout of a [JSONTime].
-const JSONTimeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// MarshalJSON writes t in [JSONTimeLayout], in UTC.
-func (t JSONTime) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, len(JSONTimeLayout)+2)
-	b = append(b, '"')
-	b = time.Time(t).UTC().AppendFormat(b, JSONTimeLayout)
-	return append(b, '"'), nil
-}
-
-// UnmarshalJSON reads an RFC 3339 time.
-func (t *JSONTime) UnmarshalJSON(b []byte) error {
-	var v time.Time
-	if err := v.UnmarshalJSON(b); err != nil {
-		return err
-	}
-	*t = JSONTime(v)
-	return nil
 }
 
 // notSentKind is the kind of why a delivery sent nothing.

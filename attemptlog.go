@@ -106,7 +106,7 @@ func (a Attempt) String() string {
 	if a.StatusCode != 0 {
 		fmt.Fprintf(&b, "%d ", a.StatusCode)
 	}
-	b.WriteString(a.outcome())
+	b.WriteString(string(a.Outcome()))
 	if a.Kind != KindInterrupted { // how long it ran is unknown
 		fmt.Fprintf(&b, " in %v", human.Duration(a.Duration))
 	}
@@ -114,14 +114,6 @@ func (a Attempt) String() string {
 		fmt.Fprintf(&b, ", retry in %v", a.RetryIn)
 	}
 	return b.String()
-}
-
-// outcome is "delivered" for a success, the failure kind otherwise.
-func (a Attempt) outcome() string {
-	if a.Kind == KindNone {
-		return "delivered"
-	}
-	return string(a.Kind)
 }
 
 // WriteTable writes the delivery-attempt log to w for people: a header line,
@@ -142,7 +134,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if a.StatusCode != 0 {
 			status = fmt.Sprint(a.StatusCode)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%v\t%s\t%s\n", a.N, a.Timestamp, status, a.outcome(),
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%v\t%s\t%s\n", a.N, a.Timestamp, status, a.Outcome(),
 			human.Duration(a.Duration), next, redact.PrintableCut(string(a.ResponseBody), 60))
 	}
 	tw.Flush()

@@ -216,7 +216,7 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	deadline := time.Now().Add(d.s.timeout)
 	// Lets NewTransport's dialer bound the dial and TLS handshake by the
 	// attempt, and tell a proxy's connection from a direct one.
-	ctx := withAttempt(d.ctx, deadline)
+	ctx := withDialScope(d.ctx, deadline)
 	if d.s.health != nil {
 		d.cur.trace = newConnTrace()
 		ctx = httptrace.WithClientTrace(ctx, &d.cur.trace.trace)

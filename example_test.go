@@ -285,7 +285,10 @@ func ExampleNewTransport() {
 	// the guard, the pool sizing and the header bound stay.
 	roots := x509.NewCertPool()
 	roots.AddCert(srv.Certificate())
-	guarded := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: roots}})
+	guarded, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: roots}})
+	if err != nil {
+		log.Fatal(err)
+	}
 	traced := &countingTransport{next: guarded}
 
 	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: traced}})
@@ -297,7 +300,10 @@ func ExampleNewTransport() {
 	fmt.Println(errors.Is(err, webhook.ErrBlockedDestination), traced.n.Load())
 
 	// Only AllowPrivateNetworks reaches the loopback test server.
-	open := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: roots}, AllowPrivateNetworks: true})
+	open, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: roots}, AllowPrivateNetworks: true})
+	if err != nil {
+		log.Fatal(err)
+	}
 	s, err = webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: &countingTransport{next: open}}})
 	if err != nil {
 		log.Fatal(err)

@@ -148,7 +148,7 @@ func faultSender(t *testing.T, pool *x509.CertPool, retry *webhook.RetryPolicy) 
 	if retry == nil {
 		retry = shortPolicy(1)
 	}
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
 	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: faultTimeout, Retry: retry})
 	require.NoError(t, err)
 	t.Cleanup(tr.CloseIdleConnections)
@@ -327,7 +327,7 @@ func TestSend_SwitchingProtocolsHeldNeverBlocks(t *testing.T) {
 		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
 		h.hold()
 	})
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: h.pool}, AllowPrivateNetworks: true})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: h.pool}, AllowPrivateNetworks: true})
 	defer tr.CloseIdleConnections()
 	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
 	require.NoError(t, err)

@@ -154,7 +154,7 @@ func BenchmarkDeadEndpoints(b *testing.B) {
 				dead = 0
 			}
 			w := newDeadEndpointsBench(b, dead)
-			counter := &attemptCounter{next: webhook.NewTransport(&webhook.TransportOptions{
+			counter := &attemptCounter{next: newTransport(b, &webhook.TransportOptions{
 				TLSClientConfig: &tls.Config{RootCAs: w.pool}, AllowPrivateNetworks: true}), hosts: map[string]*[2]atomic.Int32{}}
 			for _, h := range w.hosts {
 				counter.hosts[h.ln.Addr().String()] = new([2]atomic.Int32)

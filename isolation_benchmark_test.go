@@ -90,7 +90,7 @@ func BenchmarkIsolation(b *testing.B) {
 				counter.hosts[strings.TrimPrefix(conns[i].URL, "https://")] = new([2]atomic.Int32)
 			}
 			defer close(stop) // first: the hung handlers return, and the servers close
-			counter.next = webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+			counter.next = newTransport(b, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
 			counter.key = func(r *http.Request) string { return r.URL.Host + r.URL.Path }
 			s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: counter},
 				AttemptTimeout: 500 * time.Millisecond, Health: &webhook.HealthOptions{}})

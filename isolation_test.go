@@ -255,7 +255,7 @@ func TestHealth_AProxyThatCannotReachTheEndpointCountsAsNoConnection(t *testing.
 	refusing := l.Addr().String()
 	l.Close()
 	proxy.route("down.example.com:443", refusing) // the proxy's dial is refused: 502
-	tr := webhook.NewTransport(&webhook.TransportOptions{
+	tr := newTransport(t, &webhook.TransportOptions{
 		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.addr}),
 	})
 	defer tr.CloseIdleConnections()

@@ -201,7 +201,7 @@ func TestSend_Load(t *testing.T) {
 	lr := newLoadReceiver(t)
 	refused := closedPort(t)
 
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(&receiver{Server: lr.Server})}, AllowPrivateNetworks: true})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(&receiver{Server: lr.Server})}, AllowPrivateNetworks: true})
 	s, err := webhook.NewSender(&webhook.SenderOptions{
 		Client:         &http.Client{Transport: tr},
 		AttemptTimeout: attemptTimeout,
@@ -327,7 +327,7 @@ func TestSend_LoadCancelledMidRun(t *testing.T) {
 		t.Skip("load test: skipped under -short")
 	}
 	lr := newLoadReceiver(t)
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(&receiver{Server: lr.Server})}, AllowPrivateNetworks: true})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(&receiver{Server: lr.Server})}, AllowPrivateNetworks: true})
 	defer tr.CloseIdleConnections()
 	// The default policy: retries wait 1 s, 2 s, 4 s, so cancellation finds
 	// most deliveries waiting or in flight.

@@ -23,7 +23,8 @@ const (
 	ApplicationIDPrefix = "app_"
 )
 
-// TimeLayout is the layout of every time in a delivery body: UTC with exactly
+// TimeLayout is the layout of every time the library writes in JSON, in a
+// delivery body and in the attempt log ([AttemptJSON]): UTC with exactly
 // three fractional digits, such as "2026-11-21T10:00:00.000Z".
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
@@ -90,9 +91,10 @@ func (m Metadata) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]any(m))
 }
 
-// Time is a point in time as it appears in a delivery body. It encodes as UTC
-// with exactly three fractional digits ([TimeLayout]) and decodes any RFC 3339
-// time. The zero Time encodes as "0001-01-01T00:00:00.000Z".
+// Time is a point in time as the library's JSON holds it, in a delivery body
+// and in the attempt log ([AttemptJSON]). It encodes as UTC with exactly
+// three fractional digits ([TimeLayout]) and decodes any RFC 3339 time. The
+// zero Time encodes as "0001-01-01T00:00:00.000Z".
 type Time struct {
 	time.Time
 }

@@ -154,7 +154,11 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	if opts.Client != nil {
 		client = *opts.Client
 	} else {
-		client.Transport = NewTransport(&TransportOptions{AllowPrivateNetworks: opts.AllowPrivateNetworks})
+		tr, err := NewTransport(&TransportOptions{AllowPrivateNetworks: opts.AllowPrivateNetworks})
+		if err != nil {
+			return nil, err
+		}
+		client.Transport = tr
 	}
 	rt := client.Transport
 	if rt == nil {

@@ -86,7 +86,7 @@ func BenchmarkDeliver(b *testing.B) {
 		}
 	}
 	sender := newSender(&webhook.SenderOptions{Client: client})
-	senderDefault := newSender(&webhook.SenderOptions{Client: &http.Client{Transport: webhook.NewTransport(
+	senderDefault := newSender(&webhook.SenderOptions{Client: &http.Client{Transport: newTransport(b,
 		&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})}})
 
 	rc := retryablehttp.NewClient()
@@ -275,7 +275,7 @@ func BenchmarkNewConnections(b *testing.B) {
 	for _, conc := range []int{1, 8} {
 		for _, impl := range []string{"full", "resume"} {
 			b.Run(fmt.Sprintf("conc=%d/impl=%s", conc, impl), func(b *testing.B) {
-				tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+				tr := newTransport(b, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
 				if impl == "full" {
 					tr.TLSClientConfig.ClientSessionCache = nil
 				}

@@ -107,8 +107,8 @@ type TransportOptions struct {
 //
 // A Client keeps the guard as long as its Transport is this transport or
 // wraps it (a tracing RoundTripper such as otelhttp's, say): every
-// connection is still dialled here. opts may be nil; a negative option
-// panics (zero selects the default).
+// connection is still dialled here. opts may be nil (zero fields select
+// the defaults); a negative option is an error.
 //
 // To key sessions by host and port, which net/http cannot, the transport
 // makes the TLS handshake of direct HTTPS connections itself, in
@@ -118,9 +118,15 @@ type TransportOptions struct {
 // call NewTransport again for other TLS settings. It offers HTTP/2 to every
 // server that has it, also for a request that needs HTTP/1.1 (a WebSocket
 // upgrade): it is a transport for deliveries.
-func NewTransport(opts *TransportOptions) *http.Transport {
+func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
+	}
+	switch {
+	case opts.MaxIdleConnsPerHost < 0:
+		return nil, fmt.Errorf("webhook: TransportOptions.MaxIdleConnsPerHost must not be negative, got %d", opts.MaxIdleConnsPerHost)
+	case opts.MaxIdleConns < 0:
+		return nil, fmt.Errorf("webhook: TransportOptions.MaxIdleConns must not be negative, got %d", opts.MaxIdleConns)
 	}
 	d := &dialer{
 		guard:   !opts.AllowPrivateNetworks,
@@ -139,10 +145,6 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		cache = tls.NewLRUClientSessionCache(DefaultTLSSessionCacheSize)
 	}
 	tlsConfig.ClientSessionCache = portKeyed{cache}
-	if opts.MaxIdleConnsPerHost < 0 || opts.MaxIdleConns < 0 {
-		panic(fmt.Sprintf("webhook: TransportOptions.MaxIdleConnsPerHost and MaxIdleConns must not be negative, got %d and %d",
-			opts.MaxIdleConnsPerHost, opts.MaxIdleConns))
-	}
 	perHost := cmp.Or(opts.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost)
 	total := cmp.Or(opts.MaxIdleConns, DefaultMaxIdleConns)
 	t := &http.Transport{
@@ -164,7 +166,7 @@ func NewTransport(opts *TransportOptions) *http.Transport {
 		p := &proxyRouter{proxy: opts.Proxy, guard: d.guard}
 		t.Proxy = p.proxyFor
 	}
-	return t
+	return t, nil
 }
 
 // dialer makes the transport's connections: every one under the guard
@@ -271,54 +273,54 @@ func (s portSessions) Put(name string, cs *tls.ClientSessionState) {
 	s.cache.Put(net.JoinHostPort(name, s.port), cs)
 }
 
-// attempt is carried by the context of a Sender's attempt to the dial of
-// its connection (net/http dials with the request's context values, not
-// its deadline or cancellation). proxyRouter notes in it the address of the
-// proxy it chose for the request, which the dial may then reach unguarded:
-// a direct request's stays empty, so its dial is guarded even when its
-// address is a proxy's. Its deadline, the attempt's, bounds the dial and
-// the TLS handshake, which net/http would otherwise go on with after the
-// attempt ended (up to TLSHandshakeTimeout): a host that hangs sees no
-// more connections than attempts in flight.
-type attempt struct {
+// dialScope is what a Sender's attempt tells the dial of its connection,
+// carried by the attempt's context (net/http dials with the request's
+// context values, not its deadline or cancellation). proxyRouter notes in
+// it the address of the proxy it chose for the request, which the dial may
+// then reach unguarded: a direct request's stays empty, so its dial is
+// guarded even when its address is a proxy's. Its deadline, the attempt's,
+// bounds the dial and the TLS handshake, which net/http would otherwise go
+// on with after the attempt ended (up to TLSHandshakeTimeout): a host that
+// hangs sees no more connections than attempts in flight.
+type dialScope struct {
 	proxy    atomic.Pointer[string]
 	deadline time.Time
 }
 
-// attemptContext is a context carrying an attempt: one allocation for both
+// scopeContext is a context carrying a dialScope: one allocation for both
 // the value and its context.
-type attemptContext struct {
+type scopeContext struct {
 	context.Context
-	a attempt
+	s dialScope
 }
 
-type attemptKey struct{}
+type dialScopeKey struct{}
 
-func (c *attemptContext) Value(key any) any {
-	if key == (attemptKey{}) {
-		return &c.a
+func (c *scopeContext) Value(key any) any {
+	if key == (dialScopeKey{}) {
+		return &c.s
 	}
 	return c.Context.Value(key)
 }
 
-// withAttempt returns ctx carrying a new attempt that ends by deadline.
-func withAttempt(ctx context.Context, deadline time.Time) context.Context {
-	c := &attemptContext{Context: ctx}
-	c.a.deadline = deadline
+// withDialScope returns ctx carrying a new dialScope that ends by deadline.
+func withDialScope(ctx context.Context, deadline time.Time) context.Context {
+	c := &scopeContext{Context: ctx}
+	c.s.deadline = deadline
 	return c
 }
 
-// attemptOf returns the attempt ctx carries, or nil.
-func attemptOf(ctx context.Context) *attempt {
-	a, _ := ctx.Value(attemptKey{}).(*attempt)
-	return a
+// dialScopeOf returns the dialScope ctx carries, or nil.
+func dialScopeOf(ctx context.Context) *dialScope {
+	s, _ := ctx.Value(dialScopeKey{}).(*dialScope)
+	return s
 }
 
-// boundToAttempt returns ctx with the deadline of the attempt it carries,
-// if any.
+// boundToAttempt returns ctx with the deadline of the attempt whose
+// dialScope it carries, if any.
 func boundToAttempt(ctx context.Context) (context.Context, context.CancelFunc) {
-	if a := attemptOf(ctx); a != nil && !a.deadline.IsZero() {
-		return context.WithDeadline(ctx, a.deadline)
+	if s := dialScopeOf(ctx); s != nil && !s.deadline.IsZero() {
+		return context.WithDeadline(ctx, s.deadline)
 	}
 	return ctx, func() {}
 }
@@ -327,11 +329,11 @@ func boundToAttempt(ctx context.Context) (context.Context, context.CancelFunc) {
 // dials with the request's context values) was routed through the proxy at
 // addr.
 func routedToProxy(ctx context.Context, addr string) bool {
-	a := attemptOf(ctx)
-	if a == nil {
+	s := dialScopeOf(ctx)
+	if s == nil {
 		return false
 	}
-	p := a.proxy.Load()
+	p := s.proxy.Load()
 	return p != nil && *p == addr
 }
 
@@ -350,9 +352,9 @@ func (p *proxyRouter) proxyFor(r *http.Request) (*url.URL, error) {
 	}
 	u, err := p.proxy(r)
 	if u != nil && err == nil {
-		if a := attemptOf(r.Context()); a != nil {
+		if s := dialScopeOf(r.Context()); s != nil {
 			addr := proxyAddr(u)
-			a.proxy.Store(&addr)
+			s.proxy.Store(&addr)
 		}
 	}
 	return u, err

@@ -33,7 +33,7 @@ func TestNewTransport_WrappedClientKeepsTheGuard(t *testing.T) {
 	rv := newReceiver(t)
 	_, port, err := net.SplitHostPort(rv.Listener.Addr().String())
 	require.NoError(t, err)
-	guarded := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(rv)}})
+	guarded := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(rv)}})
 	defer guarded.CloseIdleConnections()
 	tracing := &countingTransport{next: guarded} // defined beside ExampleNewTransport
 	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tracing}, Retry: shortPolicy(0)})
@@ -47,7 +47,7 @@ func TestNewTransport_WrappedClientKeepsTheGuard(t *testing.T) {
 	assert.Empty(t, rv.deliveries(), "nothing reached the receiver")
 	assert.EqualValues(t, 6, tracing.n.Load(), "every request went through the wrapper")
 
-	open := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(rv)}, AllowPrivateNetworks: true})
+	open := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(rv)}, AllowPrivateNetworks: true})
 	defer open.CloseIdleConnections()
 	s = newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: &countingTransport{next: open}}})
 	_, err = s.Send(context.Background(), rv.conn("/"), samplePayload())
@@ -64,7 +64,7 @@ func trimBrackets(host string) string {
 
 func TestNewTransport_Defaults(t *testing.T) {
 	custom := &tls.Config{ServerName: "x", MinVersion: tls.VersionTLS10}
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: custom})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: custom})
 	assert.Nil(t, tr.Proxy, "no proxy: HTTP_PROXY would hide the destination from the guard")
 	assert.EqualValues(t, tls.VersionTLS12, tr.TLSClientConfig.MinVersion, "raised to TLS 1.2")
 	assert.EqualValues(t, tls.VersionTLS10, custom.MinVersion, "the caller's config is not modified")
@@ -74,15 +74,29 @@ func TestNewTransport_Defaults(t *testing.T) {
 	assert.Equal(t, webhook.DefaultMaxIdleConns, tr.MaxIdleConns, "a cap across all hosts")
 	assert.NotNil(t, tr.TLSClientConfig.ClientSessionCache, "sessions are resumed; nil turns that off")
 	assert.Nil(t, custom.ClientSessionCache)
-	assert.Equal(t, 7, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: 7}).MaxIdleConnsPerHost)
-	assert.Equal(t, 9, webhook.NewTransport(&webhook.TransportOptions{MaxIdleConns: 9}).MaxIdleConns)
-	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, webhook.NewTransport(nil).MaxIdleConnsPerHost)
+	assert.Equal(t, 7, newTransport(t, &webhook.TransportOptions{MaxIdleConnsPerHost: 7}).MaxIdleConnsPerHost)
+	assert.Equal(t, 9, newTransport(t, &webhook.TransportOptions{MaxIdleConns: 9}).MaxIdleConns)
+	assert.Equal(t, webhook.DefaultMaxIdleConnsPerHost, newTransport(t, nil).MaxIdleConnsPerHost)
 }
 
-func TestNewTransport_NegativeOptionPanics(t *testing.T) {
-	assert.PanicsWithValue(t, "webhook: TransportOptions.MaxIdleConnsPerHost and MaxIdleConns must not be negative, got -1 and 0",
-		func() { webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: -1}) })
-	assert.Panics(t, func() { webhook.NewTransport(&webhook.TransportOptions{MaxIdleConns: -1}) })
+func TestNewTransport_RefusesANegativeOption(t *testing.T) {
+	for _, opts := range []*webhook.TransportOptions{{MaxIdleConnsPerHost: -1}, {MaxIdleConns: -1}} {
+		tr, err := webhook.NewTransport(opts)
+		require.Error(t, err)
+		assert.Nil(t, tr)
+	}
+	_, err := webhook.NewTransport(&webhook.TransportOptions{MaxIdleConnsPerHost: -1})
+	assert.EqualError(t, err, "webhook: TransportOptions.MaxIdleConnsPerHost must not be negative, got -1")
+	_, err = webhook.NewTransport(&webhook.TransportOptions{MaxIdleConns: -2})
+	assert.EqualError(t, err, "webhook: TransportOptions.MaxIdleConns must not be negative, got -2")
+}
+
+// newTransport is NewTransport for a test: opts must be valid.
+func newTransport(tb testing.TB, opts *webhook.TransportOptions) *http.Transport {
+	tb.Helper()
+	tr, err := webhook.NewTransport(opts)
+	require.NoError(tb, err)
+	return tr
 }
 
 // keyRecorder is a session cache that records the keys it is given.
@@ -102,7 +116,7 @@ func (c *keyRecorder) Put(key string, cs *tls.ClientSessionState) {
 func TestNewTransport_UsesTheCallersSessionCache(t *testing.T) {
 	rv := newReceiver(t)
 	own := &keyRecorder{ClientSessionCache: tls.NewLRUClientSessionCache(4)}
-	tr := webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: true,
+	tr := newTransport(t, &webhook.TransportOptions{AllowPrivateNetworks: true,
 		TLSClientConfig: &tls.Config{RootCAs: certPool(rv), ClientSessionCache: own}})
 	defer tr.CloseIdleConnections()
 	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
@@ -121,7 +135,7 @@ func TestNewTransport_EgressProxy(t *testing.T) {
 	rv := newReceiver(t)
 	proxy := newConnectProxy(t)
 	_, port, _ := net.SplitHostPort(rv.Listener.Addr().String())
-	tr := webhook.NewTransport(&webhook.TransportOptions{
+	tr := newTransport(t, &webhook.TransportOptions{
 		TLSClientConfig: &tls.Config{RootCAs: certPool(rv)},
 		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.addr}),
 	})
@@ -239,7 +253,7 @@ func TestNewTransport_ResumesTLSSessions(t *testing.T) {
 	defer srv.Close()
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
 	defer tr.CloseIdleConnections()
 	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
 	for range 5 {
@@ -269,7 +283,7 @@ func TestNewTransport_ProxysAddressIsGuardedForDirectRequests(t *testing.T) {
 	_, port, _ := net.SplitHostPort(rv.Listener.Addr().String())
 	proxy.route("example.com:"+port, rv.Listener.Addr().String())
 	proxyURL := &url.URL{Scheme: "http", Host: "localhost:" + proxyPort}
-	tr := webhook.NewTransport(&webhook.TransportOptions{
+	tr := newTransport(t, &webhook.TransportOptions{
 		TLSClientConfig: &tls.Config{RootCAs: certPool(rv)},
 		Proxy: func(r *http.Request) (*url.URL, error) {
 			if r.URL.Hostname() == "localhost" {
@@ -326,7 +340,7 @@ func TestNewTransport_SessionsAreKeyedByHostAndPort(t *testing.T) {
 	a, b := newServer(&resumedA), newServer(&resumedB)
 	pool := x509.NewCertPool()
 	pool.AddCert(a.Certificate())
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
 	defer tr.CloseIdleConnections()
 	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
 	send := func(srv *httptest.Server) {
@@ -353,7 +367,7 @@ func TestNewTransport_HTTP2(t *testing.T) {
 	defer srv.Close()
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
 	defer tr.CloseIdleConnections()
 	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}})
 	_, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL, Secret: testSecret}, samplePayload())
@@ -371,7 +385,7 @@ func TestNewTransport_DialsHTTPSThroughItsDialContext(t *testing.T) {
 	defer srv.Close()
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	tr := webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: true,
+	tr := newTransport(t, &webhook.TransportOptions{AllowPrivateNetworks: true,
 		TLSClientConfig: &tls.Config{RootCAs: pool}})
 	defer tr.CloseIdleConnections()
 	errDenied := errors.New("egress allowlist: denied")
@@ -406,7 +420,7 @@ func TestNewTransport_TraceSeesTheTLSHandshake(t *testing.T) {
 	defer srv.Close()
 	pool := x509.NewCertPool()
 	pool.AddCert(srv.Certificate())
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
 	defer tr.CloseIdleConnections()
 
 	var start, done atomic.Int64

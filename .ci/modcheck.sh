@@ -4,8 +4,12 @@
 # module proxy would serve. It builds a file:// module proxy from this
 # repository's git history (the root module at the version each one's go.mod
 # requires, the nested modules at HEAD), then builds, for each, a throwaway
-# module that imports it. Any other module comes from the usual proxy. Run
-# from the repository root; used by .ci/run.
+# module that imports it, and runs the nested module's own tests that need no
+# database (TEST_DATABASE_URL unset) against that root: .ci/run runs them all
+# against the root in the tree (go.work), the newest. A build alone would
+# miss a root whose behaviour changed under an unchanged API (the rules
+# riverhook/internal/human copies, say). Any other module comes from the
+# usual proxy. Run from the repository root; used by .ci/run.
 set -euo pipefail
 root=$(pwd)
 work=$(mktemp -d)
@@ -93,6 +97,15 @@ GO
 	go get "$mod@$head" >/dev/null
 	go build -o /dev/null .
 	echo "modcheck: a module outside the repository builds $dir $head with github.com/signedhook/webhook $req"
+	mkdir -p "$work/src-$dir"
+	git -C "$root" archive HEAD:"$dir" | tar -x -C "$work/src-$dir"
+	cd "$work/src-$dir"
+	if ! out=$(env -u TEST_DATABASE_URL -u CI go test ./... 2>&1); then
+		echo "$out" | tail -40
+		echo "modcheck: $dir $head fails its tests with github.com/signedhook/webhook $req, the version its go.mod requires (run .ci/bump-root.sh if it needs a later one)"
+		exit 1
+	fi
+	echo "modcheck: $dir $head passes its tests that need no database with github.com/signedhook/webhook $req"
 }
 
 check riverhook 'riverhook.Args{}.Kind()'

@@ -241,7 +241,7 @@ func (i *Instruments) SenderOptions(opts *webhook.SenderOptions) *webhook.Sender
 	if o.Client != nil {
 		c = *o.Client
 	} else {
-		c.Transport = webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: o.AllowPrivateNetworks})
+		c.Transport, _ = webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: o.AllowPrivateNetworks}) // no option that can be invalid
 	}
 	c.Transport = i.Transport(c.Transport)
 	o.Client = &c

@@ -207,7 +207,10 @@ func trustingTransport(t *testing.T, rv *receiver) *http.Transport {
 		cfg.RootCAs = x509.NewCertPool()
 		cfg.RootCAs.AddCert(rv.Certificate())
 	}
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: cfg, AllowPrivateNetworks: true})
+	tr, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: cfg, AllowPrivateNetworks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
 }
@@ -574,7 +577,10 @@ func TestSendAll_AttributesEachAttemptToItsEndpoint(t *testing.T) {
 	ok, failing := newReceiver(t), newReceiver(t, http.StatusInternalServerError)
 	pool := x509.NewCertPool()
 	pool.AddCert(ok.Certificate()) // httptest's servers share one certificate
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	tr, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(tr.CloseIdleConnections)
 	s := newSender(t, tm.inst.SenderOptions(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: noWait(0)}))
 

@@ -6,7 +6,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/signedhook/webhook"
-	"github.com/signedhook/webhook/internal/redact"
+	"github.com/signedhook/webhook/riverhook/internal/human"
 )
 
 // This file holds a delivery's status and its JSON: what a dashboard serves
@@ -67,27 +67,27 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 // [Attempt.MarshalJSON]. Text is printable, as in the attempt log.
 func (d *Delivery) MarshalJSON() ([]byte, error) {
 	type delivery struct {
-		JobID        int64             `json:"job_id"`
-		ConnectionID string            `json:"connection_id"`
-		DeliveryID   string            `json:"delivery_id"`
-		Event        string            `json:"event"`
-		Status       Status            `json:"status"`
-		State        string            `json:"river_state"`
-		CreatedAt    webhook.JSONTime  `json:"created_at"`
-		NextAt       *webhook.JSONTime `json:"next_at,omitempty"`
-		AttemptsLeft int               `json:"attempts_left"`
-		Reason       string            `json:"reason,omitempty"`
-		ResentFrom   int64             `json:"resent_from,omitempty"`
-		ResendReason string            `json:"resend_reason,omitempty"`
-		Erased       bool              `json:"erased,omitempty"`
-		Attempts     []Attempt         `json:"attempts"`
+		JobID        int64         `json:"job_id"`
+		ConnectionID string        `json:"connection_id"`
+		DeliveryID   string        `json:"delivery_id"`
+		Event        string        `json:"event"`
+		Status       Status        `json:"status"`
+		State        string        `json:"river_state"`
+		CreatedAt    webhook.Time  `json:"created_at"`
+		NextAt       *webhook.Time `json:"next_at,omitempty"`
+		AttemptsLeft int           `json:"attempts_left"`
+		Reason       string        `json:"reason,omitempty"`
+		ResentFrom   int64         `json:"resent_from,omitempty"`
+		ResendReason string        `json:"resend_reason,omitempty"`
+		Erased       bool          `json:"erased,omitempty"`
+		Attempts     []Attempt     `json:"attempts"`
 	}
-	v := delivery{JobID: d.JobID, ConnectionID: redact.Printable(d.ConnectionID), DeliveryID: redact.Printable(d.DeliveryID),
-		Event: redact.Printable(d.Event), Status: d.Status, State: string(d.State), CreatedAt: webhook.JSONTime(d.CreatedAt),
-		AttemptsLeft: d.AttemptsLeft, Reason: redact.Printable(d.Reason), ResentFrom: d.ResentFrom,
-		ResendReason: redact.Printable(d.ResendReason), Erased: d.Erased, Attempts: d.Attempts}
+	v := delivery{JobID: d.JobID, ConnectionID: human.Printable(d.ConnectionID), DeliveryID: human.Printable(d.DeliveryID),
+		Event: human.Printable(d.Event), Status: d.Status, State: string(d.State), CreatedAt: webhook.NewTime(d.CreatedAt),
+		AttemptsLeft: d.AttemptsLeft, Reason: human.Printable(d.Reason), ResentFrom: d.ResentFrom,
+		ResendReason: human.Printable(d.ResendReason), Erased: d.Erased, Attempts: d.Attempts}
 	if !d.NextAt.IsZero() {
-		t := webhook.JSONTime(d.NextAt)
+		t := webhook.NewTime(d.NextAt)
 		v.NextAt = &t
 	}
 	if v.Attempts == nil {

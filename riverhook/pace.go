@@ -8,7 +8,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/signedhook/webhook"
-	"github.com/signedhook/webhook/internal/human"
 )
 
 // This file paces the jobs that must wait for their connection: over
@@ -190,7 +189,7 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 	job := r.job
 	now := w.now()
 	if waited := now.Sub(job.CreatedAt); waited >= w.maxWait {
-		a.Err = fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait): %w", human.Duration(waited.Round(time.Minute)).String(), a.Err)
+		a.Err = fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait): %w", waited.Round(time.Minute).String(), a.Err)
 		r.entries = append(r.entries, newLogEntry(a, job.Attempt))
 		w.record(ctx, job, r.entries)
 		w.notify(ctx, r.hooked, a)

@@ -152,10 +152,14 @@ func NewUnstartedServer(secret string, opts *ServerOptions) *Server {
 	s.srv = httptest.NewUnstartedServer(s.own)
 	s.Config = s.srv.Config
 	s.Config.ErrorLog = discardLog
-	s.client = &http.Client{Transport: webhook.NewTransport(&webhook.TransportOptions{
+	tr, err := webhook.NewTransport(&webhook.TransportOptions{
 		TLSClientConfig:      &tls.Config{RootCAs: RootCAs()},
 		AllowPrivateNetworks: true, // the Server listens on loopback
-	})}
+	})
+	if err != nil {
+		panic("webhooktest: " + err.Error())
+	}
+	s.client = &http.Client{Transport: tr}
 	return s
 }
 

@@ -197,7 +197,11 @@ func (t *trigger) client(plain bool) (*http.Client, error) {
 		}
 		opts.TLSClientConfig = &tls.Config{RootCAs: pool}
 	}
-	var rt http.RoundTripper = webhook.NewTransport(opts)
+	tr, err := webhook.NewTransport(opts)
+	if err != nil {
+		return nil, err
+	}
+	var rt http.RoundTripper = tr
 	if plain {
 		rt = plainHTTP{rt}
 	}

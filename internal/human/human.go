@@ -1,5 +1,9 @@
 // Package human formats values for people reading a log, a table or an
-// error: the one rounding rule the library and its nested modules share.
+// error: the library's one rounding rule. Nested modules may not import it
+// (they may be built with a later root): riverhook keeps a copy that its
+// tests hold to [webhook.Attempt.String].
+//
+// [webhook.Attempt.String]: https://pkg.go.dev/github.com/signedhook/webhook#Attempt.String
 package human
 
 import "time"

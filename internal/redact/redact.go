@@ -1,7 +1,9 @@
 // Package redact makes text safe to show: printable text without control or
 // format characters ([Printable]), an endpoint named by its origin alone
 // ([URL]), and text without a connection's secret texts ([Secrets]), which a
-// receiver may echo in its answer.
+// receiver may echo in its answer. Nested modules may not import it (they
+// may be built with a later root): riverhook keeps a copy of [Printable]
+// that its tests hold to webhook.Attempt.ResponseText.
 package redact
 
 import (

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/signedhook/webhook"
-	"github.com/signedhook/webhook/internal/redact"
 	"github.com/signedhook/webhook/riverhook"
 )
 
@@ -44,7 +44,7 @@ func listQuery(q url.Values, now time.Time) (*riverhook.ListParams, error) {
 	}
 	for _, s := range p.Statuses {
 		if !validStatus(s) {
-			return nil, fmt.Errorf("unknown status %q", redact.PrintableCut(string(s), 40))
+			return nil, fmt.Errorf("unknown status %.40q", s)
 		}
 	}
 	var err error
@@ -287,8 +287,8 @@ func (c *console[TTx]) apiTest(w http.ResponseWriter, r *http.Request, req reque
 	if !ok {
 		return
 	}
-	v := map[string]any{"delivered": t.OK, "outcome": t.Outcome, "duration_ms": webhook.Milliseconds(t.Took),
-		"diagnosis": t.Diagnosis, "start": webhook.JSONTime(t.At)}
+	v := map[string]any{"delivered": t.OK, "outcome": t.Outcome, "duration_ms": t.TookMs,
+		"diagnosis": t.Diagnosis, "start": webhook.NewTime(t.At)}
 	if t.Status != 0 {
 		v["status"] = t.Status
 	}
@@ -305,11 +305,11 @@ type health struct {
 	// (attempts failing without a connection, not yet down), "down"
 	// (deliveries wait for the endpoint's probe) or "isolated" (the
 	// connection's URL connects and does not answer; it alone waits).
-	State     string            `json:"state"`
-	Since     *webhook.JSONTime `json:"since,omitempty"`
-	NextProbe *webhook.JSONTime `json:"next_probe,omitempty"`
-	Failures  int               `json:"failures,omitempty"`
-	LastKind  string            `json:"last_failure,omitempty"`
+	State     string        `json:"state"`
+	Since     *webhook.Time `json:"since,omitempty"`
+	NextProbe *webhook.Time `json:"next_probe,omitempty"`
+	Failures  int           `json:"failures,omitempty"`
+	LastKind  string        `json:"last_failure,omitempty"`
 }
 
 // health returns the health of the request's connection's endpoint.
@@ -318,7 +318,7 @@ func (c *console[TTx]) health(r *http.Request, req request) (health, error) {
 	if err != nil {
 		return health{}, err
 	}
-	h := health{Endpoint: redact.URL(endpoint), State: "up"}
+	h := health{Endpoint: cmp.Or(endpoint, "(unparsable URL)"), State: "up"} // the origin alone, printable (Connection.Endpoint)
 	rank := map[string]int{"up": 0, "failing": 1, "down": 2, "isolated": 3}
 	for _, e := range failing {
 		state := "failing"
@@ -332,10 +332,10 @@ func (c *console[TTx]) health(r *http.Request, req request) (health, error) {
 			continue
 		}
 		h.State, h.Failures, h.LastKind = state, e.Failures, string(e.LastFailure.Kind)
-		since := webhook.JSONTime(e.Since)
+		since := webhook.NewTime(e.Since)
 		h.Since, h.NextProbe = &since, nil
 		if !e.NextProbe.IsZero() {
-			next := webhook.JSONTime(e.NextProbe)
+			next := webhook.NewTime(e.NextProbe)
 			h.NextProbe = &next
 		}
 	}

@@ -259,19 +259,12 @@ func (c *console[TTx]) actor(r *http.Request) string {
 	return cut(who, 200)
 }
 
-// cut returns s cut to at most n bytes at a rune boundary.
+// cut returns s as valid UTF-8 cut to at most n bytes at a rune boundary:
+// a rune the cut splits is dropped.
 func cut(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	return strings.ToValidUTF8(s[:min(n, len(s))], "")
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 func (c *console[TTx]) notFound(w http.ResponseWriter, r *http.Request, req request) {
 	if req.api {
@@ -355,6 +348,7 @@ type testResult struct {
 	Status    int
 	Outcome   string
 	Took      time.Duration
+	TookMs    float64 // Took as the attempt log's JSON writes it
 	Diagnosis string
 	Response  string
 }
@@ -370,7 +364,7 @@ func (c *console[TTx]) sendTest(ctx context.Context, conn string) (testResult, e
 	}
 	a := res.Attempts[0]
 	t := testResult{At: a.Start, OK: a.OK(), Status: a.StatusCode, Outcome: string(a.Outcome()), Took: a.Duration,
-		Diagnosis: a.Diagnosis(), Response: a.ResponseText()}
+		TookMs: a.JSON().DurationMs, Diagnosis: a.Diagnosis(), Response: a.ResponseText()}
 	c.mu.Lock()
 	c.tests[conn] = t
 	c.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/riverhook/internal/human"
 )
 
 // This file holds the HTML pages, server-rendered with html/template (which
@@ -108,19 +109,14 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
-	"jt": func(t *webhook.JSONTime) time.Time {
+	"jt": func(t *webhook.Time) time.Time {
 		if t == nil {
 			return time.Time{}
 		}
-		return time.Time(*t)
+		return t.Time
 	},
-	"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	"took": func(d time.Duration) string {
-		if d < time.Second {
-			return strconv.FormatFloat(webhook.Milliseconds(d), 'f', 0, 64) + " ms"
-		}
-		return d.Round(10 * time.Millisecond).String()
-	},
+	"iso":  func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"took": func(d time.Duration) string { return human.Duration(d).String() },
 	"wait": func(d time.Duration) string {
 		s := d.Round(time.Second).String()
 		if d >= time.Minute {

@@ -347,7 +347,10 @@ func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration, o
 		}
 		tlsConfig.RootCAs = roots
 	}
-	tr := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: tlsConfig, AllowPrivateNetworks: allowPrivate})
+	tr, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: tlsConfig, AllowPrivateNetworks: allowPrivate})
+	if err != nil {
+		return nil, err
+	}
 	// Endpoint health on: an endpoint that cannot be reached, or a URL that
 	// connects and never answers, is isolated, and its deliveries wait
 	// without spending attempts (at most -max-wait) while the others go on.

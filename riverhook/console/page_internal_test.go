@@ -1,0 +1,57 @@
+package console
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/signedhook/webhook"
+)
+
+// The pages round an attempt's duration by the one rule the attempt log
+// prints it with (webhook.Attempt.String).
+func TestPages_RoundDurationsAsTheAttemptLog(t *testing.T) {
+	took := funcs["took"].(func(time.Duration) string)
+	for _, d := range []time.Duration{0, 7 * time.Microsecond, 412345 * time.Nanosecond, 3214 * time.Microsecond,
+		12345 * time.Microsecond, 999600 * time.Microsecond, 1254 * time.Millisecond, 72 * time.Hour} {
+		const prefix = "attempt 1: 200 delivered in "
+		want := webhook.Attempt{N: 1, StatusCode: 200, Duration: d}.String()[len(prefix):]
+		if got := took(d); got != want {
+			t.Errorf("took(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// A listing's unknown status is named in the answer, cut and escaped: the
+// answer never carries what the request sent as it came.
+func TestListQuery_NamesAnUnknownStatusCutAndEscaped(t *testing.T) {
+	_, err := listQuery(url.Values{"status": {"\x1b[2J\u202e" + strings.Repeat("x", 100)}}, time.Now())
+	if err == nil {
+		t.Fatal("got no error, want one for an unknown status")
+	}
+	if got, want := err.Error(), `unknown status "\x1b[2J\u202e`+strings.Repeat("x", 35)+`"`; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// cut keeps at most n bytes, at a rune boundary, of valid UTF-8.
+func TestCut(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"alice", 200, "alice"},
+		{strings.Repeat("é", 150), 200, strings.Repeat("é", 100)},
+		{"a" + strings.Repeat("é", 150), 200, "a" + strings.Repeat("é", 99)},
+		{"a\xffb", 200, "a\uFFFDb"},
+		{"ab\xff", 3, "ab"},
+		{"東京", 5, "東"},
+		{"東京", 2, ""},
+	} {
+		if got := cut(tc.in, tc.n); got != tc.want {
+			t.Errorf("cut(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
