@@ -366,9 +366,11 @@ func TestListen_TLSServesWhatTheLibrarysSenderDeliversTo(t *testing.T) {
 	path, pool := trusted(t, out)
 	assert.Equal(t, caPath, path)
 
-	client := &http.Client{Transport: webhook.NewTransport(&webhook.TransportOptions{
+	tr, err := webhook.NewTransport(&webhook.TransportOptions{
 		TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true,
-	})}
+	})
+	require.NoError(t, err)
+	client := &http.Client{Transport: tr}
 	defer client.CloseIdleConnections()
 	s, err := webhook.NewSender(&webhook.SenderOptions{Client: client, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
 	require.NoError(t, err)
