@@ -131,8 +131,7 @@ func (e logEntry) attempt() webhook.Attempt {
 	return a
 }
 
-// readLog returns the attempt log that job's previous runs recorded, also
-// those of the earlier riverhook.
+// readLog returns the attempt log that job's previous runs recorded.
 func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 	out := job.Output()
 	var log attemptLog
@@ -140,9 +139,6 @@ func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 		if err := json.Unmarshal(out, &log); err != nil {
 			return nil, fmt.Errorf("riverhook: job %d's output is not an attempt log: %w", job.ID, err)
 		}
-	}
-	if len(log.Attempts) == 0 {
-		return legacyLog(job, out), nil // a job the earlier riverhook ran, or none
 	}
 	return log.Attempts, nil
 }
@@ -338,7 +334,7 @@ func cancelReason(job *rivertype.JobRow) string {
 // its retention periods (a day for completed ones by default), and with
 // them their logs. It finds the jobs by the connection's id in their args
 // (River's GIN index on args serves it), not by their tags, so it lists a
-// job inserted with tags of its own, or by the earlier riverhook, too.
+// job inserted with tags of its own too.
 // client is any client on the database with a pool (an insert-only one
 // will do); ListDeliveries blocks on its query and, like it, is safe for
 // concurrent use.
@@ -348,9 +344,7 @@ func ListDeliveries[TTx any](ctx context.Context, client *river.Client[TTx], con
 	}
 	limit = min(limit, maxListed)
 	params := river.NewJobListParams().Kinds(Kind).
-		Where(`(args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
-			OR args @> jsonb_build_object('connection', @riverhook_connection_id::text))`, // the interim JSON name
-			river.NamedArgs{"riverhook_connection_id": connectionID}).
+		Where(connectionWhere, river.NamedArgs{"riverhook_connection_id": connectionID}).
 		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit)
 	res, err := client.JobList(ctx, params)
 	if err != nil {

@@ -42,10 +42,10 @@ func erase(ctx context.Context, exec riverdriver.Executor, schema string, delive
 	if len(deliveryIDs) == 0 {
 		return 0, nil
 	}
-	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET args = (args - 'payload_base64' - 'body') || '{"erased": true}'::jsonb
+	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET args = (args - 'payload_base64') || '{"erased": true}'::jsonb
 		WHERE kind = $1 AND state IN ('completed', 'discarded', 'cancelled')
-		AND coalesce(args->>'delivery_id', args->>'delivery') = ANY($2::text[])
-		AND (args ? 'payload_base64' OR args ? 'body') RETURNING 1) SELECT count(*) FROM erased`
+		AND args->>'delivery_id' = ANY($2::text[])
+		AND args ? 'payload_base64' RETURNING 1) SELECT count(*) FROM erased`
 	var n int
 	if err := exec.QueryRow(ctx, sql, Kind, deliveryIDs).Scan(&n); err != nil {
 		return 0, fmt.Errorf("riverhook: erasing the bodies of %d deliveries: %w", len(deliveryIDs), err)

@@ -111,10 +111,8 @@ func list(_ context.Context, connectionID string, p *ListParams, run func(*river
 	return page, nil
 }
 
-// connectionWhere finds a connection's jobs by their args, also those of the
-// interim JSON name.
-const connectionWhere = `(args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
-	OR args @> jsonb_build_object('connection', @riverhook_connection_id::text))`
+// connectionWhere finds a connection's jobs by their args.
+const connectionWhere = `args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)`
 
 // underWay are the River states of a delivery that has not ended.
 const underWay = `state IN ('available', 'pending', 'retryable', 'running', 'scheduled')`
@@ -190,7 +188,7 @@ func count(ctx context.Context, exec riverdriver.Executor, schema, connectionID 
 	// At most MaxCounted rows of each status are read: the inner query
 	// stops at MaxCounted times the number of statuses.
 	sql := `SELECT ` + strings.Join(cols, ", ") + ` FROM (SELECT state, errors FROM ` + table +
-		` WHERE kind = $1 AND (args @> jsonb_build_object('connection_id', $2::text) OR args @> jsonb_build_object('connection', $2::text))
+		` WHERE kind = $1 AND args @> jsonb_build_object('connection_id', $2::text)
 		AND created_at >= $3 LIMIT ` + strconv.Itoa(MaxCounted*len(Statuses)) + `) AS jobs`
 	n := make([]int, len(Statuses))
 	dest := make([]any, len(n))

@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -77,7 +78,7 @@ func laterParams(jobID int64, args Args) *river.JobListParams {
 	return river.NewJobListParams().Kinds(Kind).
 		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning,
 			rivertype.JobStateScheduled, rivertype.JobStateCompleted).
-		Where(connectionWhere+` AND coalesce(args->>'delivery_id', args->>'delivery') = @riverhook_delivery_id AND id > @riverhook_job`,
+		Where(connectionWhere+` AND args->>'delivery_id' = @riverhook_delivery_id AND id > @riverhook_job`,
 			river.NamedArgs{"riverhook_connection_id": args.ConnectionID, "riverhook_delivery_id": args.DeliveryID, "riverhook_job": jobID}).
 		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(1)
 }
@@ -109,7 +110,7 @@ func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (ri
 		return river.InsertManyParams{}, fmt.Errorf("%w: job %d is %s", ErrUnderWay, job.ID, job.State)
 	}
 	var args Args
-	if err := args.UnmarshalJSON(job.EncodedArgs); err != nil {
+	if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
 		return river.InsertManyParams{}, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 	}
 	if args.Erased || len(args.Body) == 0 {
@@ -124,9 +125,8 @@ func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (ri
 // has one is no longer the delivery's to resend.
 func laterJob(table string) string {
 	return `SELECT 1 FROM ` + table + ` AS later WHERE later.kind = river_job.kind AND later.id > river_job.id
-		AND (later.args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
-			OR later.args @> jsonb_build_object('connection', @riverhook_connection_id::text))
-		AND coalesce(later.args->>'delivery_id', later.args->>'delivery') = coalesce(river_job.args->>'delivery_id', river_job.args->>'delivery')`
+		AND later.args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
+		AND later.args->>'delivery_id' = river_job.args->>'delivery_id'`
 }
 
 func checkReason(reason string) error {
@@ -202,7 +202,7 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 	}
 	args := river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": p.Since.UTC()}
 	gaveUp, err := listJobs(river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
-		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND (args ? 'payload_base64' OR args ? 'body')
+		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND args ? 'payload_base64'
 			AND NOT EXISTS (`+laterJob(table)+`)`, args).
 		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(MaxRecovered + 1))
 	if err != nil {
@@ -220,7 +220,7 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 	deliveries := make([]string, len(jobs))
 	for i, job := range jobs {
 		var a Args
-		if err := a.UnmarshalJSON(job.EncodedArgs); err != nil {
+		if err := json.Unmarshal(job.EncodedArgs, &a); err != nil {
 			return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 		}
 		deliveries[i] = a.DeliveryID
@@ -235,7 +235,7 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 	newest := map[string]int64{} // delivery id -> its newest job
 	for _, job := range append(jobs, later.Jobs...) {
 		var a Args
-		if err := a.UnmarshalJSON(job.EncodedArgs); err != nil {
+		if err := json.Unmarshal(job.EncodedArgs, &a); err != nil {
 			return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 		}
 		newest[a.DeliveryID] = max(newest[a.DeliveryID], job.ID)
@@ -243,7 +243,7 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 	var params []river.InsertManyParams
 	for _, job := range jobs {
 		var a Args
-		_ = a.UnmarshalJSON(job.EncodedArgs) // read above
+		_ = json.Unmarshal(job.EncodedArgs, &a) // read above
 		switch {
 		case newest[a.DeliveryID] != job.ID:
 			res.Pending++

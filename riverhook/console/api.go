@@ -164,7 +164,7 @@ func (c *console[TTx]) payload(job *rivertype.JobRow) json.RawMessage {
 		return nil
 	}
 	var a riverhook.Args
-	if err := a.UnmarshalJSON(job.EncodedArgs); err != nil || a.Erased || !json.Valid(a.Body) {
+	if err := json.Unmarshal(job.EncodedArgs, &a); err != nil || a.Erased || !json.Valid(a.Body) {
 		return nil
 	}
 	return json.RawMessage(a.Body)
