@@ -298,10 +298,6 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	return d, nil
 }
 
-// maxListed is the most deliveries [ListDeliveries] returns: River's bound
-// on one listing (JobListParams.First panics above it).
-const maxListed = 10_000
-
 // cancelReason says why job was cancelled. A cancel in River
 // (client.JobCancel, River UI) stamps the job's metadata with
 // cancel_attempted_at and adds no error for a job that is not running, and

@@ -307,7 +307,7 @@ func ExampleRecover() {
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
 	receiver.Script(webhooktest.Status(http.StatusInternalServerError)) // broken, then fixed
-	client, worker, ended, done := exampleClient(ctx, receiver)
+	pool, client, worker, ended, done := exampleClient(ctx, receiver)
 	defer done()
 	<-ended
 
@@ -315,7 +315,7 @@ func ExampleRecover() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	counts, err := riverhook.Count(ctx, client, "crm", time.Now().Add(-24*time.Hour))
+	counts, err := riverhook.Count(ctx, client, pool, "crm", time.Now().Add(-24*time.Hour))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func ExampleRecover() {
 // exampleClient starts a River client working the deliveries to receiver on
 // a fresh schema, and returns it with its Worker and the events of ended
 // jobs, and a func that stops it and drops the schema.
-func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*river.Client[pgx.Tx], *riverhook.Worker, <-chan *river.Event, func()) {
+func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*pgxpool.Pool, *river.Client[pgx.Tx], *riverhook.Worker, <-chan *river.Event, func()) {
 	pool, schema, drop := exampleDatabase(ctx)
 	migrate(ctx, pool, schema)
 	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}}) // one attempt, for the examples
@@ -382,7 +382,7 @@ func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*river.Cl
 	if err != nil {
 		log.Fatal(err)
 	}
-	return client, worker, ended, func() {
+	return pool, client, worker, ended, func() {
 		client.Stop(ctx)
 		cancel()
 		drop()
@@ -395,7 +395,7 @@ func ExampleResend() {
 	ctx := context.Background()
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
-	client, worker, ended, done := exampleClient(ctx, receiver)
+	_, client, worker, ended, done := exampleClient(ctx, receiver)
 	defer done()
 	first := (<-ended).Job // delivered
 
@@ -426,11 +426,11 @@ func ExampleEraseBodies() {
 	ctx := context.Background()
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
-	client, _, ended, done := exampleClient(ctx, receiver)
+	pool, client, _, ended, done := exampleClient(ctx, receiver)
 	defer done()
 	<-ended
 
-	n, err := riverhook.EraseBodies(ctx, client, []string{"evt_42"}) // the user's deliveries, as the service knows them
+	n, err := riverhook.EraseBodies(ctx, client, pool, []string{"evt_42"}) // the user's deliveries, as the service knows them
 	if err != nil {
 		log.Fatal(err)
 	}

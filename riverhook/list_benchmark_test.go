@@ -65,7 +65,7 @@ func BenchmarkList(b *testing.B) {
 			return err
 		}},
 		{"count=24h", func() error {
-			_, err := riverhook.Count(ctx, client, "crm", time.Now().Add(-24*time.Hour))
+			_, err := riverhook.Count(ctx, client, pool, "crm", time.Now().Add(-24*time.Hour))
 			return err
 		}},
 	} {

@@ -110,7 +110,7 @@ func (c *console[TTx]) list(r *http.Request, req request) (*listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	counts, err := riverhook.Count(r.Context(), c.client, req.conn, p.Since)
+	counts, err := riverhook.Count(r.Context(), c.client, c.db, req.conn, p.Since)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -35,10 +36,16 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 
-	_, err = console.New(client, worker, nil)
+	pool, err := pgxpool.New(context.Background(), "postgres://db.example/service") // connects on first use
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	_, err = console.New(client, pool, worker, nil)
 	fmt.Println(err)
 
-	h, err := console.New(client, worker, &console.Options{
+	h, err := console.New(client, pool, worker, &console.Options{
 		Connections: func(r *http.Request) ([]string, error) {
 			// In a service: the signed-in customer's connections.
 			return []string{"crm"}, nil

@@ -175,7 +175,7 @@ func newFixture(t *testing.T, opts *console.Options, work bool) *fixture {
 	if opts == nil {
 		opts = &console.Options{Connections: customerConnections}
 	}
-	f.handler, err = console.New(f.client, f.worker, opts)
+	f.handler, err = console.New(f.client, f.pool, f.worker, opts)
 	require.NoError(t, err)
 	return f
 }

@@ -411,7 +411,7 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 		return err
 	}
 	if consoleAddr != "" {
-		stop, err := serveConsole(consoleAddr, client, worker, conns, logger, out)
+		stop, err := serveConsole(consoleAddr, client, pool, worker, conns, logger, out)
 		if err != nil {
 			return err
 		}

@@ -117,7 +117,7 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 		return nil
 	case "erase":
 		ids := strings.FieldsFunc(*o.dlvrs, func(r rune) bool { return r == ',' })
-		n, err := riverhook.EraseBodies(ctx, client, ids)
+		n, err := riverhook.EraseBodies(ctx, client, pool, ids)
 		if err != nil {
 			return err
 		}
@@ -146,7 +146,7 @@ func deliveriesJSON(ctx context.Context, pool *pgxpool.Pool, schema, connectionI
 	if err != nil {
 		return err
 	}
-	counts, err := riverhook.Count(ctx, client, connectionID, time.Now().Add(-24*time.Hour))
+	counts, err := riverhook.Count(ctx, client, pool, connectionID, time.Now().Add(-24*time.Hour))
 	if err != nil {
 		return err
 	}
