@@ -15,9 +15,10 @@ import (
 // MaxPage is the most deliveries one [List] page holds.
 const MaxPage = 1000
 
-// MaxCounted is the most deliveries [Count] counts in one status; a
-// count at MaxCounted means "that many or more". It bounds the query's cost
-// on a connection with a long history.
+// MaxCounted is the most deliveries [Count] counts in one status, each
+// status on its own; a count at MaxCounted means "that many or more". It
+// bounds the cost of counting a common status on a connection with a long
+// history.
 const MaxCounted = 100_000
 
 // ListParams filters and pages [List]. The zero value lists the newest 20
@@ -111,8 +112,10 @@ func list(_ context.Context, connectionID string, p *ListParams, run func(*river
 // Count returns how many deliveries to connectionID are in each status,
 // among those whose job was created at or after since (a zero since counts
 // every job River still holds): the dashboard's "12 given up in the last
-// 24 hours". Each count stops at [MaxCounted]. It is one query, served by
-// River's GIN index on args, run on db: River's client has no API for it.
+// 24 hours". Each status is counted on its own and stops at [MaxCounted]:
+// a rare status is counted however many jobs the others have. It is one
+// query, served by River's indexes on args and on state, run on db:
+// River's client has no API for it.
 // db is on the database of client (any client will do, for its schema): a
 // pool, or the caller's transaction.
 func Count[TTx any](ctx context.Context, client *river.Client[TTx], db DB, connectionID string, since time.Time) (map[Status]int, error) {

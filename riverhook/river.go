@@ -167,18 +167,17 @@ func (p *ListParams) where(connectionID string) (string, river.NamedArgs, error)
 }
 
 // count returns how many of connectionID's jobs created at or after since
-// are in each of [Statuses], each count stopping at bound
-// (TestRiver/CountAndErase).
+// are in each of [Statuses], each count stopping at bound on its own: a
+// status reads at most bound rows, however many the others have
+// (TestRiver/CountAndErase, TestCount_BoundsEachStatusApart).
 func count(ctx context.Context, db DB, schema, connectionID string, since time.Time, bound int) ([]int, error) {
-	var cols []string
-	for _, s := range Statuses {
-		cols = append(cols, fmt.Sprintf("least(count(*) FILTER (WHERE %s), %d)", statusWhere[s], bound))
+	jobs := `SELECT 1 FROM ` + jobTable(schema) + ` WHERE kind = @riverhook_kind AND ` + connectionWhere +
+		` AND created_at >= @riverhook_since AND `
+	cols := make([]string, len(Statuses))
+	for i, s := range Statuses {
+		cols[i] = `(SELECT count(*) FROM (` + jobs + statusWhere[s] + ` LIMIT ` + strconv.Itoa(bound) + `) AS jobs)`
 	}
-	// At most bound rows of each status are read: the inner query stops at
-	// bound times the number of statuses.
-	sql := `SELECT ` + strings.Join(cols, ", ") + ` FROM (SELECT state, errors FROM ` + jobTable(schema) +
-		` WHERE kind = @riverhook_kind AND ` + connectionWhere + ` AND created_at >= @riverhook_since LIMIT ` +
-		strconv.Itoa(bound*len(Statuses)) + `) AS jobs`
+	sql := `SELECT ` + strings.Join(cols, ", ")
 	n := make([]int, len(Statuses))
 	dest := make([]any, len(n))
 	for i := range n {

@@ -309,3 +309,27 @@ func riverSource(t *testing.T, module, file string) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestCount_BoundsEachStatusApart pins that each status is counted up to
+// the bound on its own: a rare status is counted however many jobs of
+// another status the connection has.
+func TestCount_BoundsEachStatusApart(t *testing.T) {
+	client, pool := pinClient(t)
+	ctx := context.Background()
+	const bound = 2
+	var params []river.InsertManyParams
+	for i := range 6 * bound {
+		params = append(params, river.InsertManyParams{Args: Args{ConnectionID: "crm", DeliveryID: fmt.Sprint("d", i), Event: "user.identified"}})
+	}
+	_, err := client.InsertMany(ctx, params)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'completed', finalized_at = now()`)
+	require.NoError(t, err)
+	_, err = client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "rare", Event: "user.identified"}, nil)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'discarded', finalized_at = now() WHERE args->>'delivery_id' = 'rare'`)
+	require.NoError(t, err)
+	n, err := count(ctx, pool, client.Schema(), "crm", time.Time{}, bound)
+	require.NoError(t, err)
+	assert.Equal(t, []int{bound, 0, 0, 1, 0}, n, "delivered, retrying, waiting, given up, cancelled")
+}
