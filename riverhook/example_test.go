@@ -23,7 +23,7 @@ import (
 
 // databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
 // skips them, saying so, where there is none and CI is not set.
-const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleListDeliveries|ExampleRecover|ExampleResend|ExampleEraseBodies)$"
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseBodies)$"
 
 // exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
 // one Example, and a func that drops the schema and closes the pool. A
@@ -206,7 +206,7 @@ func ExampleWorker_RescueStuckJobsAfter() {
 // A dashboard's log of delivery attempts, or a GET
 // /connections/{id}/attempts: a connection's recent deliveries, each with
 // its whole attempt log, from River's jobs.
-func ExampleListDeliveries() {
+func ExampleList() {
 	ctx := context.Background()
 	pool, schema, done := exampleDatabase(ctx)
 	defer done()
@@ -244,11 +244,11 @@ func ExampleListDeliveries() {
 	}
 	<-completed
 
-	deliveries, err := riverhook.ListDeliveries(ctx, client, "crm", 20)
+	page, err := riverhook.List(ctx, client, "crm", nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, d := range deliveries {
+	for _, d := range page.Deliveries {
 		fmt.Printf("%s %s to %s: %s\n", d.DeliveryID, d.Event, d.ConnectionID, d.State)
 		for _, a := range d.Attempts {
 			line := fmt.Sprintf("  attempt %d: %d %s", a.N, a.StatusCode, cmpOr(string(a.Kind), "delivered"))

@@ -124,7 +124,7 @@ func Count[TTx any](ctx context.Context, client *river.Client[TTx], db DB, conne
 		return nil, fmt.Errorf("riverhook: counting the deliveries to %q: %w", connectionID, err)
 	}
 	out := make(map[Status]int, len(n))
-	for i, s := range Statuses {
+	for i, s := range statuses {
 		out[s] = n[i]
 	}
 	return out, nil

@@ -105,7 +105,7 @@ func TestOperatingDeliveries(t *testing.T) {
 	t.Run("FiltersByStatusEventAndTime", func(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
-		for _, st := range riverhook.Statuses {
+		for _, st := range riverhook.Statuses() {
 			page, err := riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{st}})
 			require.NoError(t, err)
 			require.Len(t, page.Deliveries, 1, "status %s", st)
@@ -370,3 +370,10 @@ func TestOperatingDeliveries(t *testing.T) {
 }
 
 func pgIdent(s string) string { return `"` + s + `"` }
+
+func TestStatuses_ReturnsANewSlice(t *testing.T) {
+	s := riverhook.Statuses()
+	s[0] = "failed"
+	assert.Equal(t, []riverhook.Status{riverhook.StatusDelivered, riverhook.StatusRetrying, riverhook.StatusWaiting,
+		riverhook.StatusGivenUp, riverhook.StatusCancelled}, riverhook.Statuses(), "in a dashboard's order, whatever a caller does with its copy")
+}

@@ -104,7 +104,7 @@ func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (ri
 	if args.Erased || len(args.Body) == 0 {
 		return river.InsertManyParams{}, fmt.Errorf("%w: job %d", ErrErased, job.ID)
 	}
-	args.JobResent, args.JobResentWhy = job.ID, reason
+	args.ResentFrom, args.ResendReason = job.ID, reason
 	return insertParams(args, opts), nil
 }
 
@@ -223,7 +223,7 @@ func recoverDeliveries(_ context.Context, schema, connectionID string, p Recover
 		case a.Erased || len(a.Body) == 0:
 			continue // erased meanwhile: nothing to send
 		}
-		a.JobResent, a.JobResentWhy = job.ID, p.Reason
+		a.ResentFrom, a.ResendReason = job.ID, p.Reason
 		params = append(params, insertParams(a, opts))
 	}
 	if p.DryRun || len(params) == 0 {

@@ -137,7 +137,7 @@ func (p *ListParams) where(connectionID string) (string, river.NamedArgs, error)
 		for _, s := range p.Statuses {
 			w, ok := statusWhere[s]
 			if !ok {
-				return "", nil, fmt.Errorf("riverhook: unknown delivery status %q (want one of %v)", s, Statuses)
+				return "", nil, fmt.Errorf("riverhook: unknown delivery status %q (want one of %v)", s, statuses)
 			}
 			either = append(either, w)
 		}
@@ -173,12 +173,12 @@ func (p *ListParams) where(connectionID string) (string, river.NamedArgs, error)
 func count(ctx context.Context, db DB, schema, connectionID string, since time.Time, bound int) ([]int, error) {
 	jobs := `SELECT 1 FROM ` + jobTable(schema) + ` WHERE kind = @riverhook_kind AND ` + connectionWhere +
 		` AND created_at >= @riverhook_since AND `
-	cols := make([]string, len(Statuses))
-	for i, s := range Statuses {
+	cols := make([]string, len(statuses))
+	for i, s := range statuses {
 		cols[i] = `(SELECT count(*) FROM (` + jobs + statusWhere[s] + ` LIMIT ` + strconv.Itoa(bound) + `) AS jobs)`
 	}
 	sql := `SELECT ` + strings.Join(cols, ", ")
-	n := make([]int, len(Statuses))
+	n := make([]int, len(statuses))
 	dest := make([]any, len(n))
 	for i := range n {
 		dest[i] = &n[i]

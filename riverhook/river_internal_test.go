@@ -150,15 +150,15 @@ func TestRiver(t *testing.T) {
 		}
 		slices.Sort(want)
 		require.Equal(t, want, states, "River's job states in its migration and in rivertype")
-		cols := make([]string, len(Statuses))
-		for i, s := range Statuses {
+		cols := make([]string, len(statuses))
+		for i, s := range statuses {
 			cols[i] = statusWhere[s]
 		}
 		sql := `SELECT ` + strings.Join(cols, ", ") + ` FROM (SELECT $1::text::"` + schema + `".river_job_state AS state,
 			(CASE $2::int WHEN 0 THEN NULL WHEN 1 THEN '{}' ELSE ARRAY['{"error": "500"}'::jsonb] END)::jsonb[] AS errors) AS river_job`
 		for _, st := range rivertype.JobStates() {
 			for errs := range 3 {
-				in := make([]bool, len(Statuses))
+				in := make([]bool, len(statuses))
 				dest := make([]any, len(in))
 				for i := range in {
 					dest[i] = &in[i]
@@ -169,7 +169,7 @@ func TestRiver(t *testing.T) {
 					job.Errors = []rivertype.AttemptError{{Error: "500"}}
 				}
 				var got []Status
-				for i, s := range Statuses {
+				for i, s := range statuses {
 					if in[i] {
 						got = append(got, s)
 					}
@@ -184,7 +184,7 @@ func TestRiver(t *testing.T) {
 		ctx := context.Background()
 		res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "d1", Event: "user.identified"}, nil)
 		require.NoError(t, err)
-		p := &ListParams{Statuses: Statuses, Event: "user.identified", Since: time.Now().Add(-time.Hour),
+		p := &ListParams{Statuses: Statuses(), Event: "user.identified", Since: time.Now().Add(-time.Hour),
 			Until: time.Now().Add(time.Hour), After: strconv.FormatInt(res.Job.ID+1, 10)}
 		where, args, err := p.where("crm")
 		require.NoError(t, err)
@@ -234,7 +234,7 @@ func TestRiver(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, gaveUp.Jobs, 1)
 
-		args.JobResent = first.Job.ID
+		args.ResentFrom = first.Job.ID
 		resent, err := client.Insert(ctx, args, nil)
 		require.NoError(t, err)
 		gaveUp, err = client.JobList(ctx, gaveUpParams(client.Schema(), "crm", since, 10))

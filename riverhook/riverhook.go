@@ -113,12 +113,12 @@ type Args struct {
 	Event        string `json:"event"`
 	Body         []byte `json:"payload_base64"`
 
-	// JobResent is the job this one sends again, and JobResentWhy the
+	// ResentFrom is the job this one sends again, and ResendReason the
 	// reason given ([Resend], [Recover]); zero and empty in a delivery's
-	// first job. A job is unique by JobResent too: one resend of a job is
+	// first job. A job is unique by ResentFrom too: one resend of a job is
 	// under way or done at a time.
-	JobResent    int64  `json:"job_resent,omitempty" river:"unique"`
-	JobResentWhy string `json:"job_resent_why,omitempty"`
+	ResentFrom   int64  `json:"resent_from,omitempty" river:"unique"`
+	ResendReason string `json:"resend_reason,omitempty"`
 
 	// Erased reports that [EraseBodies] removed Body.
 	Erased bool `json:"erased,omitempty"`

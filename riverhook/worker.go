@@ -201,7 +201,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
-	conn, err := w.resolveConnection(ctx, job)
+	conn, err := w.resolveConnection(ctx, job.Args.ConnectionID, job.ID)
 	if err != nil {
 		w.record(ctx, job, r.entries)
 		if errors.Is(err, ErrConnectionGone) {
@@ -338,25 +338,27 @@ func (w *Worker) RescueStuckJobsAfter(clientJobTimeout time.Duration) time.Durat
 	return max(w.Timeout(nil)+river.JobStuckThresholdDefault, clientJobTimeout)
 }
 
-// resolveConnection calls the Resolver for job's connection. Its error, or
-// panic, goes to the Logger; the error returned is a *resolveError.
-func (w *Worker) resolveConnection(ctx context.Context, job *river.Job[Args]) (webhook.Connection, error) {
-	id := job.Args.ConnectionID
+// resolveConnection calls the Resolver for the connection with the given
+// id, in the run of job jobID, or outside a job when jobID is zero (a Send
+// Test, a health check). Its error, or panic, goes to the Logger; the error
+// returned is a *resolveError.
+func (w *Worker) resolveConnection(ctx context.Context, id string, jobID int64) (webhook.Connection, error) {
 	conn, panicVal, err := w.callResolver(ctx, id)
 	if err == nil {
 		return conn, nil
 	}
-	attrs := []any{slog.Int64("job_id", job.ID), slog.String("connection_id", id)}
-	re := &resolveError{id: id, errs: []error{err}}
+	re := &resolveError{id: id, errs: []error{err}, gone: errors.Is(err, ErrConnectionGone), panicked: panicVal != nil}
+	attrs := []any{slog.String("connection_id", id)}
+	if jobID != 0 {
+		attrs = append(attrs, slog.Int64("job_id", jobID))
+	}
 	switch {
-	case panicVal != nil:
-		re.panicked = true
-		w.logger.ErrorContext(ctx, "riverhook: the Resolver panicked; the run makes no attempt", append(attrs, slog.Any("panic", panicVal))...)
-	case errors.Is(err, ErrConnectionGone):
-		re.gone = true
-		w.logger.InfoContext(ctx, "riverhook: the connection is gone; its delivery is cancelled", append(attrs, slog.String("error", err.Error()))...)
+	case re.panicked:
+		w.logger.ErrorContext(ctx, "riverhook: the Resolver panicked; no attempt is made", append(attrs, slog.Any("panic", panicVal))...)
+	case re.gone:
+		w.logger.InfoContext(ctx, "riverhook: the connection is gone", append(attrs, slog.String("error", err.Error()))...)
 	default:
-		w.logger.WarnContext(ctx, "riverhook: the Resolver failed; the run makes no attempt", append(attrs, slog.String("error", err.Error()))...)
+		w.logger.WarnContext(ctx, "riverhook: the Resolver failed; no attempt is made", append(attrs, slog.String("error", err.Error()))...)
 	}
 	if ctx.Err() != nil {
 		// The client stopping: River puts the job back, uncounted, only

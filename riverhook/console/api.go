@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,14 +68,7 @@ func listQuery(q url.Values, now time.Time) (*riverhook.ListParams, error) {
 	return p, nil
 }
 
-func validStatus(s riverhook.Status) bool {
-	for _, v := range riverhook.Statuses {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
+func validStatus(s riverhook.Status) bool { return slices.Contains(riverhook.Statuses(), s) }
 
 // timeParam reads q's name as RFC 3339 or as a duration before now, such as
 // 24h; empty is the zero time.

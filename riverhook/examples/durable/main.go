@@ -445,11 +445,11 @@ func deliveries(ctx context.Context, pool *pgxpool.Pool, schema, connectionID st
 	if err != nil {
 		return err
 	}
-	list, err := riverhook.ListDeliveries(ctx, client, connectionID, n)
+	page, err := riverhook.List(ctx, client, connectionID, &riverhook.ListParams{Limit: n})
 	if err != nil {
 		return err
 	}
-	for _, d := range list {
+	for _, d := range page.Deliveries {
 		fmt.Fprintf(out, "%s %s to %s: %s", d.DeliveryID, d.Event, d.ConnectionID, d.State)
 		switch {
 		case d.Reason != "":

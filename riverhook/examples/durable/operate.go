@@ -57,7 +57,7 @@ type opFlags struct {
 
 func (o *opFlags) deliveries(fs *flag.FlagSet) {
 	o.json = fs.Bool("json", false, "print the page and the counts per status as JSON, as a dashboard's API serves them")
-	o.status = fs.String("status", "", "keep the deliveries in these statuses, comma-separated: "+fmt.Sprint(riverhook.Statuses))
+	o.status = fs.String("status", "", "keep the deliveries in these statuses, comma-separated: "+fmt.Sprint(riverhook.Statuses()))
 	o.after = fs.String("after", "", "the cursor of the page to list (the previous page's next)")
 }
 
