@@ -126,13 +126,16 @@ func ExampleNewWorker() {
 		}
 		return receiver.Connection(), nil
 	}
-	worker := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
+	worker, err := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
 		MaxInFlightPerConnection: 8,
 		OnAttempt: func(_ context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
 			fmt.Printf("%s to %s: attempt %d, status %d\n", job.Args.DeliveryID, job.Args.ConnectionID, a.N, a.StatusCode)
 			return nil
 		},
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -194,7 +197,10 @@ func ExampleWorker_RescueStuckJobsAfter() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		worker := riverhook.NewWorker(sender, resolve, nil)
+		worker, err := riverhook.NewWorker(sender, resolve, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
 		fmt.Printf("attempt timeout %v: job timeout %v, rescue after %v; with a client JobTimeout of 5m: %v\n",
 			sender.AttemptTimeout(), worker.Timeout(nil), worker.RescueStuckJobsAfter(0), worker.RescueStuckJobsAfter(5*time.Minute))
 	}
@@ -217,9 +223,12 @@ func ExampleList() {
 	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{
 		MaxRetries: 3, Backoff: webhook.ExponentialBackoff(10*time.Millisecond, time.Second),
 	}})
-	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
 		return receiver.Connection(), nil
 	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -280,9 +289,12 @@ func ExampleRegister() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
 		return webhook.Connection{}, riverhook.ErrConnectionGone // your connections' table
 	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	config := &river.Config{Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}}}
 	if err := riverhook.Register(config, worker); err != nil {
 		log.Fatal(err)
@@ -359,9 +371,12 @@ func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*pgxpool.
 	pool, schema, drop := exampleDatabase(ctx)
 	migrate(ctx, pool, schema)
 	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}}) // one attempt, for the examples
-	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
 		return receiver.Connection(), nil
 	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	config := &river.Config{Schema: schema, FetchCooldown: 10 * time.Millisecond,
 		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}}}
 	if err := riverhook.Register(config, worker); err != nil {

@@ -38,7 +38,7 @@ func newScenario(t *testing.T) *scenario {
 	t.Cleanup(srv.Close)
 	srv.Script(webhooktest.Status(500), webhooktest.Status(500), webhooktest.Status(503))
 	policy := fastPolicy(1)
-	w := riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
+	w := newWorker(t, srv.Sender(&webhook.SenderOptions{Retry: policy}),
 		newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "erp": srv.Connection()}).resolve, nil)
 	tw := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: quietLogger()}, w)
 	ctx := context.Background()

@@ -37,7 +37,7 @@ var ErrConnectionGone = errors.New("riverhook: connection gone")
 type Resolver func(ctx context.Context, connectionID string) (webhook.Connection, error)
 
 // WorkerOptions configures a [Worker]. A nil *WorkerOptions, or a zero field,
-// selects the documented default.
+// selects the documented default; [NewWorker] refuses a negative one.
 type WorkerOptions struct {
 	// MaxInFlightPerConnection bounds the deliveries to one connection in
 	// flight at once in this process, so that one slow endpoint cannot take
@@ -147,9 +147,10 @@ const retryKeep = time.Minute
 
 // NewWorker returns a Worker making attempts with sender, whose retry policy
 // schedules the retries, and resolving connections with resolve. opts may
-// be nil. It panics if sender or resolve is nil, or if an option is
-// negative: as everywhere in the library, zero selects the default and a
-// negative value is refused, never taken for zero.
+// be nil. It returns an error if sender or resolve is nil, or if an option
+// is negative: as everywhere in the library, zero selects the default and a
+// negative value is refused, never taken for zero. River's NewClient
+// validates its Config the same way.
 //
 // Register a Worker in every River client started on the database, also
 // those working other queues only: the elected leader's rescuer discards a
@@ -158,36 +159,46 @@ const retryKeep = time.Minute
 // the rescuer, which asks its [Worker.Timeout] and [Worker.NextRetry]:
 // build it with a Sender of the same attempt timeout. See the package
 // documentation.
-func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *Worker {
+func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*Worker, error) {
 	if sender == nil || resolve == nil {
-		panic("riverhook: NewWorker needs a Sender and a Resolver")
+		return nil, errors.New("riverhook: NewWorker needs a Sender and a Resolver")
 	}
 	if opts == nil {
 		opts = &WorkerOptions{}
 	}
-	if opts.MaxInFlightPerConnection < 0 || opts.SnoozeFor < 0 || opts.MaxWait < 0 {
-		panic(fmt.Sprintf("riverhook: WorkerOptions.MaxInFlightPerConnection, SnoozeFor and MaxWait must not be negative, got %d, %v and %v",
-			opts.MaxInFlightPerConnection, opts.SnoozeFor, opts.MaxWait))
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	w := &Worker{
 		sender:    sender,
 		resolve:   resolve,
 		maxPerCon: opts.MaxInFlightPerConnection,
-		snooze:    opts.SnoozeFor,
+		snooze:    cmp.Or(opts.SnoozeFor, time.Second),
 		onAttempt: opts.OnAttempt,
 		logger:    opts.Logger,
 		now:       time.Now,
 		inFlight:  map[string]int{},
 		pacers:    map[string]*pacer{},
-		maxWait:   opts.MaxWait,
+		maxWait:   cmp.Or(opts.MaxWait, DefaultMaxWait),
 		retries:   map[retryKey]pendingRetry{},
 	}
-	w.snooze = cmp.Or(w.snooze, time.Second)
-	w.maxWait = cmp.Or(w.maxWait, DefaultMaxWait)
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
-	return w
+	return w, nil
+}
+
+// validate refuses a negative option.
+func (o *WorkerOptions) validate() error {
+	switch {
+	case o.MaxInFlightPerConnection < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.MaxInFlightPerConnection is %d: it must not be negative (zero means no bound)", o.MaxInFlightPerConnection)
+	case o.SnoozeFor < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.SnoozeFor is %v: it must not be negative (zero means one second)", o.SnoozeFor)
+	case o.MaxWait < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.MaxWait is %v: it must not be negative (zero means DefaultMaxWait)", o.MaxWait)
+	}
+	return nil
 }
 
 // Work runs the job once: one attempt of its delivery, added to its attempt

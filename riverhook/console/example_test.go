@@ -26,9 +26,12 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	worker := riverhook.NewWorker(sender, func(_ context.Context, id string) (webhook.Connection, error) {
+	worker, err := riverhook.NewWorker(sender, func(_ context.Context, id string) (webhook.Connection, error) {
 		return webhook.Connection{Name: id, URL: "https://hooks.example.com/in/T0kenInThePath", Secret: "whsec_example"}, nil
 	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// The service's River client; this one has no database, which the
 	// requests below never reach.
 	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})

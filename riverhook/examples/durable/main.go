@@ -370,7 +370,7 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 		}
 		return c, nil
 	}
-	worker := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
+	worker, err := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
 		MaxInFlightPerConnection: 8, // one slow endpoint never takes every worker: the rest wait in paced slots
 		MaxWait:                  maxWait,
 		Logger:                   logger,
@@ -390,6 +390,9 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 			return err
 		},
 	})
+	if err != nil {
+		return err
+	}
 	config := &river.Config{
 		Schema:               schema,
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
