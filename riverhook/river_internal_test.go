@@ -229,10 +229,14 @@ func TestRiver(t *testing.T) {
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'discarded', finalized_at = now()`)
 		require.NoError(t, err)
+		other := args // the same delivery to another connection: not a later job of crm's
+		other.ConnectionID = "erp"
+		_, err = client.Insert(ctx, other, nil)
+		require.NoError(t, err)
 		since := time.Now().Add(-time.Hour)
 		gaveUp, err := client.JobList(ctx, gaveUpParams(client.Schema(), "crm", since, 10))
 		require.NoError(t, err)
-		require.Len(t, gaveUp.Jobs, 1)
+		require.Len(t, gaveUp.Jobs, 1, "the subquery's connection condition reads the later job's args")
 
 		args.ResentFrom = first.Job.ID
 		resent, err := client.Insert(ctx, args, nil)
