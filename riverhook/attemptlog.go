@@ -2,7 +2,6 @@ package riverhook
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/signedhook/webhook"
@@ -44,8 +42,6 @@ const (
 	// maxErrorBytes bounds an entry's error text; the response excerpt
 	// gets what is left.
 	maxErrorBytes = 400
-	// kindDelivered is the kind of an entry whose attempt succeeded.
-	kindDelivered = "delivered"
 )
 
 // errInterrupted is the Err of an attempt whose run was cut.
@@ -53,7 +49,7 @@ var errInterrupted = errors.New("riverhook: interrupted: the run making the atte
 
 // newLogEntry returns the entry of attempt a, made by River's run run.
 func newLogEntry(a webhook.Attempt, run int) logEntry {
-	e := logEntry{N: a.N, Run: run, Kind: kindDelivered, Status: a.StatusCode, Timestamp: a.Timestamp,
+	e := logEntry{N: a.N, Run: run, Kind: string(webhook.KindDelivered), Status: a.StatusCode, Timestamp: a.Timestamp,
 		Took: tookText(a.Duration)}
 	if !a.Start.IsZero() {
 		e.Start = a.Start.UTC().Round(time.Microsecond)
@@ -122,7 +118,7 @@ func (e logEntry) attempt() webhook.Attempt {
 		a.ResponseBody = []byte(e.Response)
 	}
 	switch e.Kind {
-	case kindDelivered:
+	case string(webhook.KindDelivered):
 	case string(webhook.KindInterrupted):
 		a.Kind, a.Err = webhook.KindInterrupted, errInterrupted
 	default:
@@ -131,8 +127,7 @@ func (e logEntry) attempt() webhook.Attempt {
 	return a
 }
 
-// readLog returns the attempt log that job's previous runs recorded, also
-// those of the earlier riverhook.
+// readLog returns the attempt log that job's previous runs recorded.
 func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 	out := job.Output()
 	var log attemptLog
@@ -140,9 +135,6 @@ func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 		if err := json.Unmarshal(out, &log); err != nil {
 			return nil, fmt.Errorf("riverhook: job %d's output is not an attempt log: %w", job.ID, err)
 		}
-	}
-	if len(log.Attempts) == 0 {
-		return legacyLog(job, out), nil // a job the earlier riverhook ran, or none
 	}
 	return log.Attempts, nil
 }
@@ -271,7 +263,7 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	entries = append(entries, interrupted(job, entries, last)...)
 	d := &Delivery{JobID: job.ID, ConnectionID: args.ConnectionID, DeliveryID: args.DeliveryID, Event: args.Event,
 		Status: statusOf(job), State: job.State, CreatedAt: job.CreatedAt, Attempts: make([]Attempt, len(entries)),
-		ResentFrom: args.JobResent, ResendReason: args.JobResentWhy, Erased: args.Erased}
+		ResentFrom: args.ResentFrom, ResendReason: args.ResendReason, Erased: args.Erased}
 	for i, e := range entries {
 		d.Attempts[i] = Attempt{Attempt: e.attempt(), Run: e.Run}
 	}
@@ -302,10 +294,6 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	return d, nil
 }
 
-// maxListed is the most deliveries [ListDeliveries] returns: River's bound
-// on one listing (JobListParams.First panics above it).
-const maxListed = 10_000
-
 // cancelReason says why job was cancelled. A cancel in River
 // (client.JobCancel, River UI) stamps the job's metadata with
 // cancel_attempted_at and adds no error for a job that is not running, and
@@ -328,39 +316,4 @@ func cancelReason(job *rivertype.JobRow) string {
 		return text
 	}
 	return fmt.Sprintf("riverhook: cancelled by the client's ErrorHandler after run %d: %s", last.Attempt, last.Error)
-}
-
-// ListDeliveries returns the deliveries to connectionID that River holds,
-// newest first, at most limit of them (zero or less means 20; over 10,000,
-// River's bound on one listing, means 10,000), each with its attempt log:
-// what a dashboard's "delivery attempts" page, or a
-// GET /connections/{id}/attempts, shows. River deletes finished jobs after
-// its retention periods (a day for completed ones by default), and with
-// them their logs. It finds the jobs by the connection's id in their args
-// (River's GIN index on args serves it), not by their tags, so it lists a
-// job inserted with tags of its own, or by the earlier riverhook, too.
-// client is any client on the database with a pool (an insert-only one
-// will do); ListDeliveries blocks on its query and, like it, is safe for
-// concurrent use.
-func ListDeliveries[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, limit int) ([]*Delivery, error) {
-	if limit <= 0 {
-		limit = 20
-	}
-	limit = min(limit, maxListed)
-	params := river.NewJobListParams().Kinds(Kind).
-		Where(`(args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
-			OR args @> jsonb_build_object('connection', @riverhook_connection_id::text))`, // the interim JSON name
-			river.NamedArgs{"riverhook_connection_id": connectionID}).
-		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit)
-	res, err := client.JobList(ctx, params)
-	if err != nil {
-		return nil, fmt.Errorf("riverhook: listing the deliveries to %q: %w", connectionID, err)
-	}
-	out := make([]*Delivery, len(res.Jobs))
-	for i, job := range res.Jobs {
-		if out[i], err = DeliveryOf(job); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/signedhook/webhook/webhooktest"
 )
 
-func TestListDeliveries(t *testing.T) {
+func TestList(t *testing.T) {
 	t.Parallel()
 
 	t.Run("ListsAConnectionsDeliveriesNewestFirst", func(t *testing.T) {
@@ -47,8 +47,9 @@ func TestListDeliveries(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, bundle.tx.Commit(ctx))
 
-		got, err := riverhook.ListDeliveries(ctx, client, "crm.eu", 0)
+		page, err := riverhook.List(ctx, client, "crm.eu", nil)
 		require.NoError(t, err)
+		got := page.Deliveries
 		require.Len(t, got, 3, "crm-eu's are not crm.eu's")
 		for i, want := range []struct {
 			id       string
@@ -74,33 +75,32 @@ func TestListDeliveries(t *testing.T) {
 		assert.False(t, got[0].NextAt.IsZero(), "d3 waits for its first run")
 		assert.True(t, got[1].NextAt.IsZero())
 
-		two, err := riverhook.ListDeliveries(ctx, client, "crm.eu", 2)
+		two, err := riverhook.List(ctx, client, "crm.eu", &riverhook.ListParams{Limit: 2})
 		require.NoError(t, err)
-		require.Len(t, two, 2, "the limit")
-		assert.Equal(t, "d2", two[1].DeliveryID)
-		none, err := riverhook.ListDeliveries(ctx, client, "erp", 0)
+		require.Len(t, two.Deliveries, 2, "the limit")
+		assert.Equal(t, "d2", two.Deliveries[1].DeliveryID)
+		none, err := riverhook.List(ctx, client, "erp", nil)
 		require.NoError(t, err)
-		assert.Empty(t, none)
+		assert.Empty(t, none.Deliveries)
 	})
 
-	// ListDeliveries serves a dashboard's GET /connections/{id}/attempts, whose
-	// limit often comes from the request: a limit over River's 10,000 (which
-	// JobListParams.First panics on) lists 10,000.
+	// List serves a dashboard's GET /connections/{id}/deliveries, whose
+	// limit often comes from the request: a limit over MaxPage lists
+	// MaxPage, and never reaches River's bound (JobListParams.First panics
+	// over 10,000).
 	t.Run("LargeLimitDoesNotPanic", func(t *testing.T) {
 		t.Parallel()
 		client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Logger: quietLogger()})
 		require.NoError(t, err)
 		assert.NotPanics(t, func() {
-			riverhook.ListDeliveries(context.Background(), client, "crm", 20_000) //nolint:errcheck // no pool: only the panic matters
+			riverhook.List(context.Background(), client, "crm", &riverhook.ListParams{Limit: 20_000}) //nolint:errcheck // no pool: only the panic matters
 		})
 	})
 
 	// Args.InsertOpts' doc: a plain client.Insert of Args is unique and tagged
 	// too. A caller who adds a tag of its own (a tenant, a trace) with River's
 	// InsertOpts replaces the delivery's tags (River takes InsertOpts.Tags over
-	// the args'), and ListDeliveries, which finds deliveries by tag, never
-	// shows that delivery. River's JobListParams.Where can filter on the args
-	// themselves.
+	// the args'); List finds the delivery by its args, not its tags.
 	t.Run("ShowsAPlainInsertWithTagsOfItsOwn", func(t *testing.T) {
 		t.Parallel()
 		pool, schema := testDB(t)
@@ -109,10 +109,10 @@ func TestListDeliveries(t *testing.T) {
 		res, err := client.Insert(ctx, riverhook.Args{ConnectionID: "crm", DeliveryID: "d1", Event: webhook.EventUserIdentified, Body: []byte(`{}`)},
 			&river.InsertOpts{Tags: []string{"tenant-42"}})
 		require.NoError(t, err)
-		got, err := riverhook.ListDeliveries(ctx, client, "crm", 0)
+		got, err := riverhook.List(ctx, client, "crm", nil)
 		require.NoError(t, err)
-		require.Len(t, got, 1, "the delivery to crm")
-		assert.Equal(t, res.Job.ID, got[0].JobID)
+		require.Len(t, got.Deliveries, 1, "the delivery to crm")
+		assert.Equal(t, res.Job.ID, got.Deliveries[0].JobID)
 	})
 }
 

@@ -115,7 +115,7 @@ func BenchmarkBurst(b *testing.B) {
 				conns["c"+strconv.Itoa(i)] = fast.Connection()
 			}
 			sender := fast.Sender(nil) // one CA: it trusts both
-			w := &runCounter{Worker: riverhook.NewWorker(sender, newResolver(conns).resolve, &riverhook.WorkerOptions{MaxInFlightPerConnection: 8})}
+			w := &runCounter{Worker: newWorker(b, sender, newResolver(conns).resolve, &riverhook.WorkerOptions{MaxInFlightPerConnection: 8})}
 			client, events := backlogClient(b, w)
 			const burst = 5000
 			if impl == "burst" {
@@ -172,7 +172,7 @@ func BenchmarkDownBacklog(b *testing.B) {
 	sender := srv.Sender(&webhook.SenderOptions{AttemptTimeout: 500 * time.Millisecond,
 		Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Second, MaxProbeInterval: 2 * time.Second}})
 	conns := map[string]webhook.Connection{"dead": host.connection(srv.Connection())}
-	w := &runCounter{Worker: riverhook.NewWorker(sender, newResolver(conns).resolve,
+	w := &runCounter{Worker: newWorker(b, sender, newResolver(conns).resolve,
 		&riverhook.WorkerOptions{MaxInFlightPerConnection: 8, SnoozeFor: 250 * time.Millisecond})}
 	client, events := backlogClient(b, w)
 	insertMany(b, client, "first", 1, func(int) string { return "dead" })

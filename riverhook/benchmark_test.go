@@ -68,10 +68,10 @@ func BenchmarkDelivery(b *testing.B) {
 			benchmarkRiver(b, river.WorkFunc(func(context.Context, *river.Job[riverhook.Args]) error { return nil }))
 		})
 		b.Run(name+"/impl=riverhook", func(b *testing.B) {
-			benchmarkRiver(b, riverhook.NewWorker(srv.Sender(nil), resolve, nil))
+			benchmarkRiver(b, newWorker(b, srv.Sender(nil), resolve, nil))
 		})
 		b.Run(name+"/impl=riverhook-nolog", func(b *testing.B) {
-			benchmarkRiver(b, riverhook.WithoutAttemptLog(riverhook.NewWorker(srv.Sender(nil), resolve, nil)))
+			benchmarkRiver(b, riverhook.WithoutAttemptLog(newWorker(b, srv.Sender(nil), resolve, nil)))
 		})
 		srv.Close()
 	}

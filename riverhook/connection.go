@@ -2,8 +2,6 @@ package riverhook
 
 import (
 	"context"
-	"errors"
-	"log/slog"
 
 	"github.com/signedhook/webhook"
 )
@@ -24,7 +22,7 @@ import (
 // gone. It blocks for the attempt, at most the Sender's attempt timeout,
 // and is safe for concurrent use.
 func (w *Worker) SendTest(ctx context.Context, connectionID string) (*webhook.Result, error) {
-	conn, err := w.connection(ctx, connectionID)
+	conn, err := w.resolveConnection(ctx, connectionID, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +37,7 @@ func (w *Worker) SendTest(ctx context.Context, connectionID string) (*webhook.Re
 // when the endpoint answers, or when the Sender's endpoint health is off.
 // The error is as for [Worker.SendTest]. It is safe for concurrent use.
 func (w *Worker) EndpointHealth(ctx context.Context, connectionID string) (endpoint string, failing []webhook.EndpointHealth, err error) {
-	conn, err := w.connection(ctx, connectionID)
+	conn, err := w.resolveConnection(ctx, connectionID, 0)
 	if err != nil {
 		return "", nil, err
 	}
@@ -50,22 +48,4 @@ func (w *Worker) EndpointHealth(ctx context.Context, connectionID string) (endpo
 		}
 	}
 	return endpoint, failing, nil
-}
-
-// connection resolves the connection with the given id outside a job, its
-// Resolver's error or panic logged and wrapped in a *resolveError.
-func (w *Worker) connection(ctx context.Context, id string) (webhook.Connection, error) {
-	conn, panicVal, err := w.callResolver(ctx, id)
-	if err == nil {
-		return conn, nil
-	}
-	re := &resolveError{id: id, errs: []error{err}, gone: errors.Is(err, ErrConnectionGone), panicked: panicVal != nil}
-	attrs := []any{slog.String("connection_id", id), slog.String("error", err.Error())}
-	if re.panicked {
-		attrs = append(attrs, slog.Any("panic", panicVal))
-	}
-	if !re.gone {
-		w.logger.WarnContext(ctx, "riverhook: the Resolver failed outside a delivery", attrs...)
-	}
-	return webhook.Connection{}, re
 }

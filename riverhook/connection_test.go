@@ -20,7 +20,7 @@ func TestWorker_SendTestMakesTheSenderAttemptToTheResolvedConnection(t *testing.
 	srv := webhooktest.NewServer(secret, nil)
 	t.Cleanup(srv.Close)
 	srv.Script(webhooktest.Status(503))
-	w := newTestWorker(srv, nil, nil)
+	w := newTestWorker(t, srv, nil, nil)
 	ctx := context.Background()
 
 	res, err := w.SendTest(ctx, "crm")
@@ -47,7 +47,7 @@ func TestWorker_SendTestNamesAConnectionThatDoesNotResolveByIDAlone(t *testing.T
 	srv := webhooktest.NewServer(secret, nil)
 	t.Cleanup(srv.Close)
 	leak := errors.New("select failed for https://crm.example/hook/s3cr3t")
-	w := riverhook.NewWorker(srv.Sender(nil), func(_ context.Context, id string) (webhook.Connection, error) {
+	w := newWorker(t, srv.Sender(nil), func(_ context.Context, id string) (webhook.Connection, error) {
 		if id == "gone" {
 			return webhook.Connection{}, riverhook.ErrConnectionGone
 		}
@@ -76,7 +76,7 @@ func TestWorker_EndpointHealthReportsTheConnectionsOriginAndURLOnly(t *testing.T
 	dead.URL = "https://" + ln.Addr().String() + "/hooks/s3cr3t-path"
 	require.NoError(t, ln.Close()) // refused from now on
 	sender := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}})
-	w := riverhook.NewWorker(sender, newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "dead": dead}).resolve, nil)
+	w := newWorker(t, sender, newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "dead": dead}).resolve, nil)
 	ctx := context.Background()
 
 	a := sender.Attempt(ctx, dead, webhook.EventUserIdentified, []byte(`{}`), 1)

@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/riverqueue/river/rivertype"
 
@@ -25,8 +26,12 @@ const (
 	StatusCancelled Status = "cancelled" // its job was cancelled: see Delivery.Reason
 )
 
-// Statuses lists every Status, in a dashboard's order.
-var Statuses = []Status{StatusDelivered, StatusRetrying, StatusWaiting, StatusGivenUp, StatusCancelled}
+// statuses is every Status, in a dashboard's order: that of [Count]'s
+// query.
+var statuses = [...]Status{StatusDelivered, StatusRetrying, StatusWaiting, StatusGivenUp, StatusCancelled}
+
+// Statuses returns every Status, in a dashboard's order, in a new slice.
+func Statuses() []Status { return slices.Clone(statuses[:]) }
 
 // statusOf returns the status of job, as List's filter computes it in SQL.
 func statusOf(job *rivertype.JobRow) Status {

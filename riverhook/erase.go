@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver"
 )
 
 // This file holds erasure: a user's personal data out of the job rows.
@@ -28,35 +26,16 @@ var ErrErased = errors.New("riverhook: the delivery's body was erased")
 // service knows which delivery ids carried that user), or for every
 // delivery once it has ended, to keep personal data out of River's tables
 // and River UI at all: see the package documentation, "Retention and
-// personal data". It is one UPDATE, in tx with [EraseBodiesTx].
-func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], deliveryIDs []string) (int, error) {
-	return erase(ctx, client.Driver().GetExecutor(), client.Schema(), deliveryIDs)
-}
-
-// EraseBodiesTx is [EraseBodies] in tx.
-func EraseBodiesTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, deliveryIDs []string) (int, error) {
-	return erase(ctx, client.Driver().UnwrapExecutor(tx), client.Schema(), deliveryIDs)
-}
-
-func erase(ctx context.Context, exec riverdriver.Executor, schema string, deliveryIDs []string) (int, error) {
+// personal data". It is one UPDATE, run on db: River's client has no API
+// for it. db is on the database of client (any client will do, for its
+// schema): a pool, or the caller's transaction.
+func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB, deliveryIDs []string) (int, error) {
 	if len(deliveryIDs) == 0 {
 		return 0, nil
 	}
-	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET args = (args - 'payload_base64' - 'body') || '{"erased": true}'::jsonb
-		WHERE kind = $1 AND state IN ('completed', 'discarded', 'cancelled')
-		AND coalesce(args->>'delivery_id', args->>'delivery') = ANY($2::text[])
-		AND (args ? 'payload_base64' OR args ? 'body') RETURNING 1) SELECT count(*) FROM erased`
-	var n int
-	if err := exec.QueryRow(ctx, sql, Kind, deliveryIDs).Scan(&n); err != nil {
+	n, err := erase(ctx, db, client.Schema(), deliveryIDs)
+	if err != nil {
 		return 0, fmt.Errorf("riverhook: erasing the bodies of %d deliveries: %w", len(deliveryIDs), err)
 	}
 	return n, nil
-}
-
-// jobTable is River's job table in schema ("" for the search path), quoted.
-func jobTable(schema string) string {
-	if schema == "" {
-		return "river_job"
-	}
-	return `"` + strings.ReplaceAll(schema, `"`, `""`) + `".river_job`
 }

@@ -23,7 +23,7 @@ import (
 
 // databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
 // skips them, saying so, where there is none and CI is not set.
-const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleListDeliveries|ExampleRecover|ExampleResend|ExampleEraseBodies)$"
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseBodies)$"
 
 // exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
 // one Example, and a func that drops the schema and closes the pool. A
@@ -126,13 +126,16 @@ func ExampleNewWorker() {
 		}
 		return receiver.Connection(), nil
 	}
-	worker := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
+	worker, err := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
 		MaxInFlightPerConnection: 8,
 		OnAttempt: func(_ context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
 			fmt.Printf("%s to %s: attempt %d, status %d\n", job.Args.DeliveryID, job.Args.ConnectionID, a.N, a.StatusCode)
 			return nil
 		},
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -194,7 +197,10 @@ func ExampleWorker_RescueStuckJobsAfter() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		worker := riverhook.NewWorker(sender, resolve, nil)
+		worker, err := riverhook.NewWorker(sender, resolve, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
 		fmt.Printf("attempt timeout %v: job timeout %v, rescue after %v; with a client JobTimeout of 5m: %v\n",
 			sender.AttemptTimeout(), worker.Timeout(nil), worker.RescueStuckJobsAfter(0), worker.RescueStuckJobsAfter(5*time.Minute))
 	}
@@ -206,7 +212,7 @@ func ExampleWorker_RescueStuckJobsAfter() {
 // A dashboard's log of delivery attempts, or a GET
 // /connections/{id}/attempts: a connection's recent deliveries, each with
 // its whole attempt log, from River's jobs.
-func ExampleListDeliveries() {
+func ExampleList() {
 	ctx := context.Background()
 	pool, schema, done := exampleDatabase(ctx)
 	defer done()
@@ -217,9 +223,12 @@ func ExampleListDeliveries() {
 	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{
 		MaxRetries: 3, Backoff: webhook.ExponentialBackoff(10*time.Millisecond, time.Second),
 	}})
-	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
 		return receiver.Connection(), nil
 	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, worker)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
@@ -244,11 +253,11 @@ func ExampleListDeliveries() {
 	}
 	<-completed
 
-	deliveries, err := riverhook.ListDeliveries(ctx, client, "crm", 20)
+	page, err := riverhook.List(ctx, client, "crm", nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, d := range deliveries {
+	for _, d := range page.Deliveries {
 		fmt.Printf("%s %s to %s: %s\n", d.DeliveryID, d.Event, d.ConnectionID, d.State)
 		for _, a := range d.Attempts {
 			line := fmt.Sprintf("  attempt %d: %d %s", a.N, a.StatusCode, cmpOr(string(a.Kind), "delivered"))
@@ -280,9 +289,12 @@ func ExampleRegister() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
 		return webhook.Connection{}, riverhook.ErrConnectionGone // your connections' table
 	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	config := &river.Config{Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}}}
 	if err := riverhook.Register(config, worker); err != nil {
 		log.Fatal(err)
@@ -307,7 +319,7 @@ func ExampleRecover() {
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
 	receiver.Script(webhooktest.Status(http.StatusInternalServerError)) // broken, then fixed
-	client, worker, ended, done := exampleClient(ctx, receiver)
+	pool, client, worker, ended, done := exampleClient(ctx, receiver)
 	defer done()
 	<-ended
 
@@ -315,7 +327,7 @@ func ExampleRecover() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	counts, err := riverhook.Count(ctx, client, "crm", time.Now().Add(-24*time.Hour))
+	counts, err := riverhook.Count(ctx, client, pool, "crm", time.Now().Add(-24*time.Hour))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -355,13 +367,16 @@ func ExampleRecover() {
 // exampleClient starts a River client working the deliveries to receiver on
 // a fresh schema, and returns it with its Worker and the events of ended
 // jobs, and a func that stops it and drops the schema.
-func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*river.Client[pgx.Tx], *riverhook.Worker, <-chan *river.Event, func()) {
+func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*pgxpool.Pool, *river.Client[pgx.Tx], *riverhook.Worker, <-chan *river.Event, func()) {
 	pool, schema, drop := exampleDatabase(ctx)
 	migrate(ctx, pool, schema)
 	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}}) // one attempt, for the examples
-	worker := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
 		return receiver.Connection(), nil
 	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	config := &river.Config{Schema: schema, FetchCooldown: 10 * time.Millisecond,
 		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}}}
 	if err := riverhook.Register(config, worker); err != nil {
@@ -382,7 +397,7 @@ func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*river.Cl
 	if err != nil {
 		log.Fatal(err)
 	}
-	return client, worker, ended, func() {
+	return pool, client, worker, ended, func() {
 		client.Stop(ctx)
 		cancel()
 		drop()
@@ -395,7 +410,7 @@ func ExampleResend() {
 	ctx := context.Background()
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
-	client, worker, ended, done := exampleClient(ctx, receiver)
+	_, client, worker, ended, done := exampleClient(ctx, receiver)
 	defer done()
 	first := (<-ended).Job // delivered
 
@@ -426,11 +441,11 @@ func ExampleEraseBodies() {
 	ctx := context.Background()
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
-	client, _, ended, done := exampleClient(ctx, receiver)
+	pool, client, _, ended, done := exampleClient(ctx, receiver)
 	defer done()
 	<-ended
 
-	n, err := riverhook.EraseBodies(ctx, client, []string{"evt_42"}) // the user's deliveries, as the service knows them
+	n, err := riverhook.EraseBodies(ctx, client, pool, []string{"evt_42"}) // the user's deliveries, as the service knows them
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,8 +2,8 @@ package riverhook
 
 import "time"
 
-// WithoutAttemptLog makes w keep no attempt log, as riverhook did before it
-// had one: for BenchmarkDelivery to measure what the log costs.
+// WithoutAttemptLog makes w keep no attempt log: for BenchmarkDelivery to
+// measure what the log costs.
 func WithoutAttemptLog(w *Worker) *Worker {
 	w.noLog = true
 	return w

@@ -88,7 +88,7 @@ func BenchmarkDeadEndpoints(b *testing.B) {
 
 			pool, schema := testDB(b)
 			workers := river.NewWorkers()
-			river.AddWorker(workers, riverhook.NewWorker(sender, newResolver(conns).resolve, nil))
+			river.AddWorker(workers, newWorker(b, sender, newResolver(conns).resolve, nil))
 			client := newClient(b, pool, schema, workers, func(c *river.Config) {
 				c.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 32}}
 				c.FetchCooldown = time.Millisecond

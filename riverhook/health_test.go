@@ -57,7 +57,7 @@ func TestDownEndpoint(t *testing.T) {
 				}}})
 		require.NoError(t, err)
 		bundle.conns.set("crm", host.connection(bundle.srv.Connection()))
-		client, final := workerClient(t, bundle.pool, bundle.schema, riverhook.NewWorker(sender, bundle.conns.resolve, nil))
+		client, final := workerClient(t, bundle.pool, bundle.schema, newWorker(t, sender, bundle.conns.resolve, nil))
 		snoozed, cancel := client.Subscribe(river.EventKindJobSnoozed)
 		defer cancel()
 		start(t, client)
@@ -144,7 +144,7 @@ func TestDownEndpoint(t *testing.T) {
 			"dead": {Name: "dead", URL: deadURL, Secret: secret},
 			"ok":   bundle.srv.Connection(),
 		})}
-		client, final := workerClient(t, bundle.pool, bundle.schema, riverhook.NewWorker(sender, runs.resolve, nil))
+		client, final := workerClient(t, bundle.pool, bundle.schema, newWorker(t, sender, runs.resolve, nil))
 		snoozed, stopSnoozed := client.Subscribe(river.EventKindJobSnoozed)
 		defer stopSnoozed()
 		start(t, client)

@@ -2,14 +2,11 @@ package riverhook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver"
 )
 
 // This file holds the listing of a connection's deliveries for a dashboard:
@@ -18,9 +15,10 @@ import (
 // MaxPage is the most deliveries one [List] page holds.
 const MaxPage = 1000
 
-// MaxCounted is the most deliveries [Count] counts in one status; a
-// count at MaxCounted means "that many or more". It bounds the query's cost
-// on a connection with a long history.
+// MaxCounted is the most deliveries [Count] counts in one status, each
+// status on its own; a count at MaxCounted means "that many or more". It
+// bounds the cost of counting a common status on a connection with a long
+// history.
 const MaxCounted = 100_000
 
 // ListParams filters and pages [List]. The zero value lists the newest 20
@@ -111,97 +109,22 @@ func list(_ context.Context, connectionID string, p *ListParams, run func(*river
 	return page, nil
 }
 
-// connectionWhere finds a connection's jobs by their args, also those of the
-// interim JSON name.
-const connectionWhere = `(args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
-	OR args @> jsonb_build_object('connection', @riverhook_connection_id::text))`
-
-// underWay are the River states of a delivery that has not ended.
-const underWay = `state IN ('available', 'pending', 'retryable', 'running', 'scheduled')`
-
-// statusWhere is each status as SQL over River's job row; statusOf is the
-// same in Go.
-var statusWhere = map[Status]string{
-	StatusDelivered: `state = 'completed'`,
-	StatusGivenUp:   `state = 'discarded'`,
-	StatusCancelled: `state = 'cancelled'`,
-	StatusRetrying:  `(` + underWay + ` AND coalesce(cardinality(errors), 0) > 0)`,
-	StatusWaiting:   `(` + underWay + ` AND coalesce(cardinality(errors), 0) = 0)`,
-}
-
-// where returns p's filter as SQL for River's JobListParams.Where.
-func (p *ListParams) where(connectionID string) (string, river.NamedArgs, error) {
-	conds := []string{connectionWhere}
-	args := river.NamedArgs{"riverhook_connection_id": connectionID}
-	if len(p.Statuses) > 0 {
-		var either []string
-		for _, s := range p.Statuses {
-			w, ok := statusWhere[s]
-			if !ok {
-				return "", nil, fmt.Errorf("riverhook: unknown delivery status %q (want one of %v)", s, Statuses)
-			}
-			either = append(either, w)
-		}
-		conds = append(conds, "("+strings.Join(either, " OR ")+")")
-	}
-	if p.Event != "" {
-		conds = append(conds, `args @> jsonb_build_object('event', @riverhook_event::text)`)
-		args["riverhook_event"] = p.Event
-	}
-	if !p.Since.IsZero() {
-		conds = append(conds, `created_at >= @riverhook_since`)
-		args["riverhook_since"] = p.Since.UTC()
-	}
-	if !p.Until.IsZero() {
-		conds = append(conds, `created_at < @riverhook_until`)
-		args["riverhook_until"] = p.Until.UTC()
-	}
-	if p.After != "" {
-		id, err := strconv.ParseInt(p.After, 10, 64)
-		if err != nil || id <= 0 {
-			return "", nil, errors.New("riverhook: ListParams.After is not a cursor List returned")
-		}
-		conds = append(conds, `id < @riverhook_after`)
-		args["riverhook_after"] = id
-	}
-	return strings.Join(conds, " AND "), args, nil
-}
-
 // Count returns how many deliveries to connectionID are in each status,
 // among those whose job was created at or after since (a zero since counts
 // every job River still holds): the dashboard's "12 given up in the last
-// 24 hours". Each count stops at [MaxCounted]. It is one query, served by
-// River's GIN index on args. client is any client on the database.
-func Count[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, since time.Time) (map[Status]int, error) {
-	return count(ctx, client.Driver().GetExecutor(), client.Schema(), connectionID, since)
-}
-
-// CountTx is [Count] in tx.
-func CountTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, connectionID string, since time.Time) (map[Status]int, error) {
-	return count(ctx, client.Driver().UnwrapExecutor(tx), client.Schema(), connectionID, since)
-}
-
-func count(ctx context.Context, exec riverdriver.Executor, schema, connectionID string, since time.Time) (map[Status]int, error) {
-	var cols []string
-	for _, s := range Statuses {
-		cols = append(cols, fmt.Sprintf("least(count(*) FILTER (WHERE %s), %d)", statusWhere[s], MaxCounted))
-	}
-	table := jobTable(schema)
-	// At most MaxCounted rows of each status are read: the inner query
-	// stops at MaxCounted times the number of statuses.
-	sql := `SELECT ` + strings.Join(cols, ", ") + ` FROM (SELECT state, errors FROM ` + table +
-		` WHERE kind = $1 AND (args @> jsonb_build_object('connection_id', $2::text) OR args @> jsonb_build_object('connection', $2::text))
-		AND created_at >= $3 LIMIT ` + strconv.Itoa(MaxCounted*len(Statuses)) + `) AS jobs`
-	n := make([]int, len(Statuses))
-	dest := make([]any, len(n))
-	for i := range n {
-		dest[i] = &n[i]
-	}
-	if err := exec.QueryRow(ctx, sql, Kind, connectionID, since.UTC()).Scan(dest...); err != nil {
+// 24 hours". Each status is counted on its own and stops at [MaxCounted]:
+// a rare status is counted however many jobs the others have. It is one
+// query, served by River's indexes on args and on state, run on db:
+// River's client has no API for it.
+// db is on the database of client (any client will do, for its schema): a
+// pool, or the caller's transaction.
+func Count[TTx any](ctx context.Context, client *river.Client[TTx], db DB, connectionID string, since time.Time) (map[Status]int, error) {
+	n, err := count(ctx, db, client.Schema(), connectionID, since, MaxCounted)
+	if err != nil {
 		return nil, fmt.Errorf("riverhook: counting the deliveries to %q: %w", connectionID, err)
 	}
 	out := make(map[Status]int, len(n))
-	for i, s := range Statuses {
+	for i, s := range statuses {
 		out[s] = n[i]
 	}
 	return out, nil

@@ -230,7 +230,7 @@ func setupWorker(t *testing.T, opts *workerOpts) (*riverhook.Worker, *workerBund
 	if opts.record {
 		wopts.OnAttempt = b.rec.onAttempt
 	}
-	w := riverhook.NewWorker(b.sender, resolve, &wopts)
+	w := newWorker(t, b.sender, resolve, &wopts)
 	b.pool, b.schema = testDB(t)
 	b.tx = testTx(t, b.pool)
 	b.tw = rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: b.schema, Logger: quietLogger()}, w)
@@ -339,12 +339,12 @@ func logged(a webhook.Attempt) string {
 
 // newTestWorker returns a Worker delivering to srv as connection "crm" with
 // the policy, and OnAttempt recording into rec when rec is not nil.
-func newTestWorker(srv *webhooktest.Server, policy *webhook.RetryPolicy, rec *attemptRecorder) *riverhook.Worker {
+func newTestWorker(t testing.TB, srv *webhooktest.Server, policy *webhook.RetryPolicy, rec *attemptRecorder) *riverhook.Worker {
 	opts := &riverhook.WorkerOptions{}
 	if rec != nil {
 		opts.OnAttempt = rec.onAttempt
 	}
-	return riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
+	return newWorker(t, srv.Sender(&webhook.SenderOptions{Retry: policy}),
 		newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve, opts)
 }
 
@@ -497,4 +497,13 @@ func (c *attemptCounter) peak() int32 {
 		most = max(most, n[1].Load())
 	}
 	return most
+}
+
+// newWorker returns riverhook.NewWorker's Worker, failing the test on its
+// error.
+func newWorker(t testing.TB, sender *webhook.Sender, resolve riverhook.Resolver, opts *riverhook.WorkerOptions) *riverhook.Worker {
+	t.Helper()
+	w, err := riverhook.NewWorker(sender, resolve, opts)
+	require.NoError(t, err)
+	return w
 }

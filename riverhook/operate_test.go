@@ -3,6 +3,7 @@ package riverhook_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func newScenario(t *testing.T) *scenario {
 	t.Cleanup(srv.Close)
 	srv.Script(webhooktest.Status(500), webhooktest.Status(500), webhooktest.Status(503))
 	policy := fastPolicy(1)
-	w := riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{Retry: policy}),
+	w := newWorker(t, srv.Sender(&webhook.SenderOptions{Retry: policy}),
 		newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "erp": srv.Connection()}).resolve, nil)
 	tw := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: quietLogger()}, w)
 	ctx := context.Background()
@@ -104,7 +105,7 @@ func TestOperatingDeliveries(t *testing.T) {
 	t.Run("FiltersByStatusEventAndTime", func(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
-		for _, st := range riverhook.Statuses {
+		for _, st := range riverhook.Statuses() {
 			page, err := riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{st}})
 			require.NoError(t, err)
 			require.Len(t, page.Deliveries, 1, "status %s", st)
@@ -152,14 +153,14 @@ func TestOperatingDeliveries(t *testing.T) {
 	t.Run("CountsPerStatus", func(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
-		counts, err := riverhook.Count(ctx, s.client, "crm", time.Now().Add(-24*time.Hour))
+		counts, err := riverhook.Count(ctx, s.client, s.pool, "crm", time.Now().Add(-24*time.Hour))
 		require.NoError(t, err)
 		assert.Equal(t, map[riverhook.Status]int{riverhook.StatusDelivered: 1, riverhook.StatusRetrying: 1, riverhook.StatusWaiting: 1,
 			riverhook.StatusGivenUp: 1, riverhook.StatusCancelled: 1}, counts)
-		counts, err = riverhook.Count(ctx, s.client, "erp", time.Time{})
+		counts, err = riverhook.Count(ctx, s.client, s.pool, "erp", time.Time{})
 		require.NoError(t, err)
 		assert.Equal(t, 1, counts[riverhook.StatusWaiting])
-		counts, err = riverhook.Count(ctx, s.client, "crm", time.Now().Add(time.Hour))
+		counts, err = riverhook.Count(ctx, s.client, s.pool, "crm", time.Now().Add(time.Hour))
 		require.NoError(t, err)
 		assert.Zero(t, counts[riverhook.StatusDelivered])
 	})
@@ -222,7 +223,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 1, res.Resent)
 		require.NoError(t, tx.Rollback(ctx))
-		counts, err := riverhook.Count(ctx, s.client, "crm", time.Time{})
+		counts, err := riverhook.Count(ctx, s.client, s.pool, "crm", time.Time{})
 		require.NoError(t, err)
 		assert.Equal(t, 1, counts[riverhook.StatusWaiting], "rolled back with the caller's transaction")
 
@@ -234,14 +235,14 @@ func TestOperatingDeliveries(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, page.Deliveries, 2, "seen in the transaction")
 		require.NoError(t, tx.Commit(ctx))
-		counts, err = riverhook.Count(ctx, s.client, "crm", time.Time{})
+		counts, err = riverhook.Count(ctx, s.client, s.pool, "crm", time.Time{})
 		require.NoError(t, err)
 		assert.Equal(t, 2, counts[riverhook.StatusWaiting])
 	})
 	t.Run("ErasesTheBodiesOfEndedDeliveriesOnly", func(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
-		n, err := riverhook.EraseBodies(ctx, s.client, []string{"given-up", "delivered", "waiting", "unknown"})
+		n, err := riverhook.EraseBodies(ctx, s.client, s.pool, []string{"given-up", "delivered", "waiting", "unknown"})
 		require.NoError(t, err)
 		assert.Equal(t, 2, n, "the waiting delivery keeps its body: its attempt sends it")
 		for d, erased := range map[string]bool{"given-up": true, "delivered": true, "waiting": false, "retrying": false} {
@@ -264,9 +265,85 @@ func TestOperatingDeliveries(t *testing.T) {
 		res, err := riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "x"}, nil)
 		require.NoError(t, err)
 		assert.Equal(t, &riverhook.RecoverResult{}, res, "an erased delivery is not listed: nothing to send")
-		n, err = riverhook.EraseBodies(ctx, s.client, []string{"given-up"})
+		n, err = riverhook.EraseBodies(ctx, s.client, s.pool, []string{"given-up"})
 		require.NoError(t, err)
 		assert.Zero(t, n, "erased once")
+	})
+	// Calling Recover again while More says so reaches every given-up
+	// delivery, each resent once: a call goes on past the jobs the last one
+	// resent, which stay discarded.
+	t.Run("RecoverProgressesPastMaxRecovered", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		var params []river.InsertManyParams
+		for i := range riverhook.MaxRecovered {
+			p, err := riverhook.InsertParams(fmt.Sprintf("bulk-%d", i), []string{"crm"}, payload("bulk"), s.worker.InsertOptions(nil))
+			require.NoError(t, err)
+			params = append(params, p...)
+		}
+		_, err := s.client.InsertMany(ctx, params)
+		require.NoError(t, err)
+		_, err = s.pool.Exec(ctx, `UPDATE `+pgIdent(s.client.Schema())+`.river_job SET state = 'discarded', attempt = 1,
+			attempted_at = now(), finalized_at = now() WHERE args->>'delivery_id' LIKE 'bulk-%'`)
+		require.NoError(t, err)
+
+		p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "incident 43"}
+		resent := 0
+		for calls := 0; ; calls++ {
+			require.Less(t, calls, 3, "More stays true: Recover lists the same given-up jobs again (resent %d of %d)", resent, riverhook.MaxRecovered+1)
+			res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+			require.NoError(t, err)
+			resent += res.Resent
+			if !res.More {
+				break
+			}
+		}
+		assert.Equal(t, riverhook.MaxRecovered+1, resent, "every given-up delivery resent once")
+		res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		assert.Zero(t, res.Resent, "and not again")
+	})
+
+	// A Resend of an older job of a delivery (a row of the log a dashboard
+	// still shows as given up) inserts nothing while a later job of the
+	// same delivery is under way: the delivery is sent once.
+	t.Run("ResendOfAnOlderJobWhileALaterIsUnderWaySendsNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		opts := s.worker.InsertOptions(nil)
+		x := s.jobs["given-up"]
+		y, inserted, err := riverhook.Resend(ctx, s.client, x, "first", opts)
+		require.NoError(t, err)
+		require.True(t, inserted)
+		_, err = s.client.JobCancel(ctx, y.ID) // the resend ends without delivering
+		require.NoError(t, err)
+		z, inserted, err := riverhook.Resend(ctx, s.client, y.ID, "second, from the resend", opts)
+		require.NoError(t, err)
+		require.True(t, inserted)
+
+		got, inserted, err := riverhook.Resend(ctx, s.client, x, "a click on the old row", opts)
+		require.NoError(t, err)
+		assert.False(t, inserted, "job %d sends the delivery already", z.ID)
+		assert.Equal(t, z.ID, got.ID)
+	})
+
+	// The same through the outbox: while a delivery inserted again once its
+	// first job gave up is under way, a Resend of that first job sends
+	// nothing.
+	t.Run("ResendWhileTheDeliveryIsInsertedAgainSendsNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		opts := s.worker.InsertOptions(nil)
+		res, err := riverhook.InsertParams("given-up", []string{"crm"}, payload("given-up"), opts)
+		require.NoError(t, err)
+		again, err := s.client.InsertMany(ctx, res)
+		require.NoError(t, err)
+		require.False(t, again[0].UniqueSkippedAsDuplicate, "River's unique states leave out discarded")
+
+		got, inserted, err := riverhook.Resend(ctx, s.client, s.jobs["given-up"], "the endpoint is fixed", opts)
+		require.NoError(t, err)
+		assert.False(t, inserted, "job %d sends the delivery already", again[0].Job.ID)
+		assert.Equal(t, again[0].Job.ID, got.ID)
 	})
 	t.Run("MarshalsADeliveryForADashboard", func(t *testing.T) {
 		t.Parallel()
@@ -290,4 +367,13 @@ func TestOperatingDeliveries(t *testing.T) {
 		assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`, first["start"])
 		assert.NotContains(t, string(b), "payload", "the body (personal data) is never in the log's JSON")
 	})
+}
+
+func pgIdent(s string) string { return `"` + s + `"` }
+
+func TestStatuses_ReturnsANewSlice(t *testing.T) {
+	s := riverhook.Statuses()
+	s[0] = "failed"
+	assert.Equal(t, []riverhook.Status{riverhook.StatusDelivered, riverhook.StatusRetrying, riverhook.StatusWaiting,
+		riverhook.StatusGivenUp, riverhook.StatusCancelled}, riverhook.Statuses(), "in a dashboard's order, whatever a caller does with its copy")
 }

@@ -17,11 +17,6 @@ import (
 // River about one run per delivery made (and one to learn it must wait),
 // not n runs every snooze, and healthy connections keep River's capacity.
 
-// schedulerInterval is River's JobSchedulerIntervalDefault: a job snoozed
-// for longer is made available by River's scheduler, which runs this often,
-// so it wakes up to this much late; a shorter snooze wakes on time.
-const schedulerInterval = 5 * time.Second
-
 // pacer hands out one connection's slots. Under Worker.mu.
 type pacer struct {
 	busyNext  time.Time           // the last slot handed to a job over the bound

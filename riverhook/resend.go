@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -70,18 +71,6 @@ func ResendTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, j
 	return insertResult(jobID, res, err)
 }
 
-// laterParams lists the newest job of the delivery of args later than job
-// jobID that is under way or delivered: one that sends the delivery
-// already, which a resend of jobID would send a second time.
-func laterParams(jobID int64, args Args) *river.JobListParams {
-	return river.NewJobListParams().Kinds(Kind).
-		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning,
-			rivertype.JobStateScheduled, rivertype.JobStateCompleted).
-		Where(connectionWhere+` AND coalesce(args->>'delivery_id', args->>'delivery') = @riverhook_delivery_id AND id > @riverhook_job`,
-			river.NamedArgs{"riverhook_connection_id": args.ConnectionID, "riverhook_delivery_id": args.DeliveryID, "riverhook_job": jobID}).
-		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(1)
-}
-
 func laterResult(jobID int64, later *river.JobListResult, err error) (*rivertype.JobRow, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
@@ -109,24 +98,14 @@ func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (ri
 		return river.InsertManyParams{}, fmt.Errorf("%w: job %d is %s", ErrUnderWay, job.ID, job.State)
 	}
 	var args Args
-	if err := args.UnmarshalJSON(job.EncodedArgs); err != nil {
+	if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
 		return river.InsertManyParams{}, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 	}
 	if args.Erased || len(args.Body) == 0 {
 		return river.InsertManyParams{}, fmt.Errorf("%w: job %d", ErrErased, job.ID)
 	}
-	args.JobResent, args.JobResentWhy = job.ID, reason
+	args.ResentFrom, args.ResendReason = job.ID, reason
 	return insertParams(args, opts), nil
-}
-
-// laterJob is SQL selecting a later job of the delivery of River's job row
-// river_job (a resend, or the delivery inserted again) in table: a job that
-// has one is no longer the delivery's to resend.
-func laterJob(table string) string {
-	return `SELECT 1 FROM ` + table + ` AS later WHERE later.kind = river_job.kind AND later.id > river_job.id
-		AND (later.args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)
-			OR later.args @> jsonb_build_object('connection', @riverhook_connection_id::text))
-		AND coalesce(later.args->>'delivery_id', later.args->>'delivery') = coalesce(river_job.args->>'delivery_id', river_job.args->>'delivery')`
 }
 
 func checkReason(reason string) error {
@@ -173,7 +152,7 @@ type RecoverResult struct {
 // p.DryRun it only counts. A delivery whose body was erased is not listed:
 // there is nothing to send. Jobs lists the jobs inserted.
 func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, jobTable(client.Schema()), connectionID, p, opts,
+	return recoverDeliveries(ctx, client.Schema(), connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobList(ctx, params) },
 		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
 			return client.InsertMany(ctx, params)
@@ -182,7 +161,7 @@ func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connection
 
 // RecoverTx is [Recover] in tx: its resends exist once tx commits.
 func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, jobTable(client.Schema()), connectionID, p, opts,
+	return recoverDeliveries(ctx, client.Schema(), connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) {
 			return client.JobListTx(ctx, tx, params)
 		},
@@ -191,7 +170,7 @@ func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, 
 		})
 }
 
-func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverParams, opts *InsertOptions,
+func recoverDeliveries(_ context.Context, schema, connectionID string, p RecoverParams, opts *InsertOptions,
 	listJobs func(*river.JobListParams) (*river.JobListResult, error),
 	insert func([]river.InsertManyParams) ([]*rivertype.JobInsertResult, error)) (*RecoverResult, error) {
 	if p.Since.IsZero() {
@@ -200,11 +179,7 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 	if err := checkReason(p.Reason); err != nil {
 		return nil, err
 	}
-	args := river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": p.Since.UTC()}
-	gaveUp, err := listJobs(river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
-		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND (args ? 'payload_base64' OR args ? 'body')
-			AND NOT EXISTS (`+laterJob(table)+`)`, args).
-		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(MaxRecovered + 1))
+	gaveUp, err := listJobs(gaveUpParams(schema, connectionID, p.Since, MaxRecovered+1))
 	if err != nil {
 		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
 	}
@@ -220,22 +195,19 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 	deliveries := make([]string, len(jobs))
 	for i, job := range jobs {
 		var a Args
-		if err := a.UnmarshalJSON(job.EncodedArgs); err != nil {
+		if err := json.Unmarshal(job.EncodedArgs, &a); err != nil {
 			return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 		}
 		deliveries[i] = a.DeliveryID
 	}
-	later, err := listJobs(river.NewJobListParams().Kinds(Kind).
-		Where(connectionWhere+` AND args->>'delivery_id' = ANY(@riverhook_deliveries::text[]) AND id > @riverhook_first`,
-			river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_deliveries": deliveries, "riverhook_first": jobs[0].ID}).
-		First(maxListed))
+	later, err := listJobs(laterOfParams(connectionID, deliveries, jobs[0].ID))
 	if err != nil {
 		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
 	}
 	newest := map[string]int64{} // delivery id -> its newest job
 	for _, job := range append(jobs, later.Jobs...) {
 		var a Args
-		if err := a.UnmarshalJSON(job.EncodedArgs); err != nil {
+		if err := json.Unmarshal(job.EncodedArgs, &a); err != nil {
 			return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 		}
 		newest[a.DeliveryID] = max(newest[a.DeliveryID], job.ID)
@@ -243,7 +215,7 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 	var params []river.InsertManyParams
 	for _, job := range jobs {
 		var a Args
-		_ = a.UnmarshalJSON(job.EncodedArgs) // read above
+		_ = json.Unmarshal(job.EncodedArgs, &a) // read above
 		switch {
 		case newest[a.DeliveryID] != job.ID:
 			res.Pending++
@@ -251,7 +223,7 @@ func recoverDeliveries(_ context.Context, table, connectionID string, p RecoverP
 		case a.Erased || len(a.Body) == 0:
 			continue // erased meanwhile: nothing to send
 		}
-		a.JobResent, a.JobResentWhy = job.ID, p.Reason
+		a.ResentFrom, a.ResendReason = job.ID, p.Reason
 		params = append(params, insertParams(a, opts))
 	}
 	if p.DryRun || len(params) == 0 {

@@ -4,16 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
 
 // This file holds what riverhook relies on of River (v0.51) beyond its
-// documented API, each assumption in one place and pinned by a test in
-// river_test.go that fails if River changes it.
+// documented API, each assumption in one place and pinned by a case of
+// TestRiver (river_internal_test.go) that fails if River changes it: the
+// behaviours of its executor, the constants copied from it, and every
+// query riverhook makes on River's tables, run against River's migration.
 
 // discardAfterThisRun makes River discard job when the run returns an
 // error, whatever runs it has left: River's executor decides between a
@@ -69,4 +75,163 @@ func cancelAttemptedAt(job *rivertype.JobRow) time.Time {
 // (TestRiver/StopPutsTheJobBackUncounted).
 func stopping(ctx context.Context) bool {
 	return errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely)
+}
+
+// schedulerInterval is River's JobSchedulerIntervalDefault: a job snoozed
+// for longer is made available by River's scheduler, which runs this often,
+// so it wakes up to this much late; a shorter snooze wakes on time
+// (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval).
+const schedulerInterval = 5 * time.Second
+
+// maxListed is River's bound on one listing: JobListParams.First panics
+// above it (TestRiver/JobListBound).
+const maxListed = 10_000
+
+// DB runs riverhook's own queries on River's tables, those River's client
+// has no API for ([Count], [EraseBodies]): a *pgxpool.Pool, a *pgx.Conn,
+// or the pgx.Tx of the caller's transaction. It must be on the database of
+// the River client given with it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// The queries below read and write these columns of River's river_job
+// (TestRiver/JobColumns): id, kind, state (river_job_state), args (jsonb),
+// errors (jsonb[]), created_at and finalized_at. Those given to River's
+// JobListParams.Where use River's named arguments, prefixed riverhook_.
+
+// jobTable is River's job table in schema ("" for the search path), quoted.
+func jobTable(schema string) string {
+	if schema == "" {
+		return "river_job"
+	}
+	return `"` + strings.ReplaceAll(schema, `"`, `""`) + `".river_job`
+}
+
+// connectionWhere finds a connection's jobs by their args, served by River's
+// GIN index on args. In a subquery it reads the subquery's own row.
+const connectionWhere = `args @> jsonb_build_object('connection_id', @riverhook_connection_id::text)`
+
+// underWay are the River states of a delivery that has not ended.
+const underWay = `state IN ('available', 'pending', 'retryable', 'running', 'scheduled')`
+
+// statusWhere is each status as SQL over River's job row; statusOf is the
+// same in Go (TestRiver/StatusesCoverEveryJobState).
+var statusWhere = map[Status]string{
+	StatusDelivered: `state = 'completed'`,
+	StatusGivenUp:   `state = 'discarded'`,
+	StatusCancelled: `state = 'cancelled'`,
+	StatusRetrying:  `(` + underWay + ` AND coalesce(cardinality(errors), 0) > 0)`,
+	StatusWaiting:   `(` + underWay + ` AND coalesce(cardinality(errors), 0) = 0)`,
+}
+
+// where returns p's filter as SQL for River's JobListParams.Where
+// (TestRiver/ListWhere).
+func (p *ListParams) where(connectionID string) (string, river.NamedArgs, error) {
+	conds := []string{connectionWhere}
+	args := river.NamedArgs{"riverhook_connection_id": connectionID}
+	if len(p.Statuses) > 0 {
+		var either []string
+		for _, s := range p.Statuses {
+			w, ok := statusWhere[s]
+			if !ok {
+				return "", nil, fmt.Errorf("riverhook: unknown delivery status %q (want one of %v)", s, statuses)
+			}
+			either = append(either, w)
+		}
+		conds = append(conds, "("+strings.Join(either, " OR ")+")")
+	}
+	if p.Event != "" {
+		conds = append(conds, `args @> jsonb_build_object('event', @riverhook_event::text)`)
+		args["riverhook_event"] = p.Event
+	}
+	if !p.Since.IsZero() {
+		conds = append(conds, `created_at >= @riverhook_since`)
+		args["riverhook_since"] = p.Since.UTC()
+	}
+	if !p.Until.IsZero() {
+		conds = append(conds, `created_at < @riverhook_until`)
+		args["riverhook_until"] = p.Until.UTC()
+	}
+	if p.After != "" {
+		id, err := strconv.ParseInt(p.After, 10, 64)
+		if err != nil || id <= 0 {
+			return "", nil, errors.New("riverhook: ListParams.After is not a cursor List returned")
+		}
+		conds = append(conds, `id < @riverhook_after`)
+		args["riverhook_after"] = id
+	}
+	return strings.Join(conds, " AND "), args, nil
+}
+
+// count returns how many of connectionID's jobs created at or after since
+// are in each of [Statuses], each count stopping at bound on its own: a
+// status reads at most bound rows, however many the others have
+// (TestRiver/CountAndErase, TestCount_BoundsEachStatusApart).
+func count(ctx context.Context, db DB, schema, connectionID string, since time.Time, bound int) ([]int, error) {
+	jobs := `SELECT 1 FROM ` + jobTable(schema) + ` WHERE kind = @riverhook_kind AND ` + connectionWhere +
+		` AND created_at >= @riverhook_since AND `
+	cols := make([]string, len(statuses))
+	for i, s := range statuses {
+		cols[i] = `(SELECT count(*) FROM (` + jobs + statusWhere[s] + ` LIMIT ` + strconv.Itoa(bound) + `) AS jobs)`
+	}
+	sql := `SELECT ` + strings.Join(cols, ", ")
+	n := make([]int, len(statuses))
+	dest := make([]any, len(n))
+	for i := range n {
+		dest[i] = &n[i]
+	}
+	err := db.QueryRow(ctx, sql, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID,
+		"riverhook_since": since.UTC()}).Scan(dest...)
+	return n, err
+}
+
+// erase removes the body from the ended jobs of deliveryIDs, and returns
+// how many it erased (TestRiver/CountAndErase).
+func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (int, error) {
+	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET args = (args - 'payload_base64') || '{"erased": true}'::jsonb
+		WHERE kind = $1 AND state IN ('completed', 'discarded', 'cancelled')
+		AND args->>'delivery_id' = ANY($2::text[])
+		AND args ? 'payload_base64' RETURNING 1) SELECT count(*) FROM erased`
+	var n int
+	err := db.QueryRow(ctx, sql, Kind, deliveryIDs).Scan(&n)
+	return n, err
+}
+
+// laterParams lists the newest job of the delivery of args later than job
+// jobID that is under way or delivered: one that sends the delivery
+// already, which a resend of jobID would send a second time
+// (TestRiver/ResendAndRecoverListings).
+func laterParams(jobID int64, args Args) *river.JobListParams {
+	return river.NewJobListParams().Kinds(Kind).
+		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning,
+			rivertype.JobStateScheduled, rivertype.JobStateCompleted).
+		Where(connectionWhere+` AND args->>'delivery_id' = @riverhook_delivery_id AND id > @riverhook_job`,
+			river.NamedArgs{"riverhook_connection_id": args.ConnectionID, "riverhook_delivery_id": args.DeliveryID, "riverhook_job": jobID}).
+		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(1)
+}
+
+// gaveUpParams lists the first limit given-up jobs of connectionID, oldest
+// first, discarded at or after since, that still hold a body and have no
+// later job of their delivery (a resend, or the delivery inserted again).
+// River's JobList names the job table river_job, which the subquery reads
+// (TestRiver/ResendAndRecoverListings).
+func gaveUpParams(schema, connectionID string, since time.Time, limit int) *river.JobListParams {
+	laterJob := `SELECT 1 FROM ` + jobTable(schema) + ` AS later WHERE later.kind = river_job.kind AND later.id > river_job.id
+		AND ` + connectionWhere + ` AND later.args->>'delivery_id' = river_job.args->>'delivery_id'`
+	return river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
+		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND args ? 'payload_base64' AND NOT EXISTS (`+laterJob+`)`,
+			river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": since.UTC()}).
+		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(limit)
+}
+
+// laterOfParams lists the jobs of connectionID's deliveries after job first
+// (TestRiver/ResendAndRecoverListings).
+func laterOfParams(connectionID string, deliveries []string, first int64) *river.JobListParams {
+	return river.NewJobListParams().Kinds(Kind).
+		Where(connectionWhere+` AND args->>'delivery_id' = ANY(@riverhook_deliveries::text[]) AND id > @riverhook_first`,
+			river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_deliveries": deliveries, "riverhook_first": first}).
+		First(maxListed)
 }

@@ -3,13 +3,18 @@ package riverhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
@@ -92,6 +97,170 @@ func TestRiver(t *testing.T) {
 		require.NotNil(t, asked, "River did not ask NextRetry")
 		assert.Same(t, worked, asked, "River asks NextRetry with another *Job than Work got: the Worker's retries are keyed by it")
 	})
+
+	t.Run("SnoozeWakesOnTimeUpToTheSchedulerInterval", func(t *testing.T) {
+		src := riverSource(t, "github.com/riverqueue/river", "internal/maintenance/job_scheduler.go")
+		assert.Contains(t, src, fmt.Sprintf("JobSchedulerIntervalDefault = %d * time.Second", schedulerInterval/time.Second))
+		for snooze, want := range map[time.Duration]rivertype.JobState{
+			schedulerInterval:               rivertype.JobStateAvailable, // fetched at its time
+			schedulerInterval + time.Second: rivertype.JobStateScheduled, // made available by the scheduler
+		} {
+			w := &pinWorker{work: func(context.Context, *river.Job[Args]) error { return river.JobSnooze(snooze) }}
+			res, err := pinRun(t, w, nil)
+			require.NoError(t, err)
+			assert.Equal(t, want, res.Job.State, "a snooze of %v", snooze)
+		}
+	})
+
+	t.Run("JobListBound", func(t *testing.T) {
+		assert.NotPanics(t, func() { river.NewJobListParams().First(maxListed) })
+		assert.Panics(t, func() { river.NewJobListParams().First(maxListed + 1) }, "River's bound on a listing is no longer %d", maxListed)
+	})
+
+	t.Run("JobColumns", func(t *testing.T) {
+		pool, schema := testdb.Schema(t, "riverpin", true)
+		rows, err := pool.Query(context.Background(), `SELECT column_name, udt_name FROM information_schema.columns
+			WHERE table_schema = $1 AND table_name = 'river_job'`, schema)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
+			var c [2]string
+			return c, row.Scan(&c[0], &c[1])
+		})
+		require.NoError(t, err)
+		types := map[string]string{}
+		for _, c := range got {
+			types[c[0]] = c[1]
+		}
+		for column, udt := range map[string]string{"id": "int8", "kind": "text", "state": "river_job_state", "args": "jsonb",
+			"errors": "_jsonb", "created_at": "timestamptz", "finalized_at": "timestamptz"} {
+			assert.Equal(t, udt, types[column], "river_job.%s, which riverhook's queries read", column)
+		}
+	})
+
+	t.Run("StatusesCoverEveryJobState", func(t *testing.T) {
+		pool, schema := testdb.Schema(t, "riverpin", true)
+		ctx := context.Background()
+		var states []string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(enumlabel::text ORDER BY enumlabel) FROM pg_enum
+			JOIN pg_type ON pg_type.oid = enumtypid JOIN pg_namespace ON pg_namespace.oid = typnamespace
+			WHERE typname = 'river_job_state' AND nspname = $1`, schema).Scan(&states))
+		var want []string
+		for _, st := range rivertype.JobStates() {
+			want = append(want, string(st))
+		}
+		slices.Sort(want)
+		require.Equal(t, want, states, "River's job states in its migration and in rivertype")
+		cols := make([]string, len(statuses))
+		for i, s := range statuses {
+			cols[i] = statusWhere[s]
+		}
+		sql := `SELECT ` + strings.Join(cols, ", ") + ` FROM (SELECT $1::text::"` + schema + `".river_job_state AS state,
+			(CASE $2::int WHEN 0 THEN NULL WHEN 1 THEN '{}' ELSE ARRAY['{"error": "500"}'::jsonb] END)::jsonb[] AS errors) AS river_job`
+		for _, st := range rivertype.JobStates() {
+			for errs := range 3 {
+				in := make([]bool, len(statuses))
+				dest := make([]any, len(in))
+				for i := range in {
+					dest[i] = &in[i]
+				}
+				require.NoError(t, pool.QueryRow(ctx, sql, string(st), errs).Scan(dest...))
+				job := &rivertype.JobRow{State: st}
+				if errs == 2 {
+					job.Errors = []rivertype.AttemptError{{Error: "500"}}
+				}
+				var got []Status
+				for i, s := range statuses {
+					if in[i] {
+						got = append(got, s)
+					}
+				}
+				assert.Equal(t, []Status{statusOf(job)}, got, "state %s with %d errors: SQL and Go disagree", st, errs)
+			}
+		}
+	})
+
+	t.Run("ListWhere", func(t *testing.T) {
+		client, _ := pinClient(t)
+		ctx := context.Background()
+		res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "d1", Event: "user.identified"}, nil)
+		require.NoError(t, err)
+		p := &ListParams{Statuses: Statuses(), Event: "user.identified", Since: time.Now().Add(-time.Hour),
+			Until: time.Now().Add(time.Hour), After: strconv.FormatInt(res.Job.ID+1, 10)}
+		where, args, err := p.where("crm")
+		require.NoError(t, err)
+		got, err := client.JobList(ctx, river.NewJobListParams().Where(where, args))
+		require.NoError(t, err)
+		require.Len(t, got.Jobs, 1)
+		assert.Equal(t, res.Job.ID, got.Jobs[0].ID)
+	})
+
+	t.Run("CountAndErase", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		var ids []int64
+		for _, d := range []string{"d1", "d2"} {
+			res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: d, Event: "user.identified", Body: []byte("{}")}, nil)
+			require.NoError(t, err)
+			ids = append(ids, res.Job.ID)
+		}
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'completed', finalized_at = now() WHERE args->>'delivery_id' = 'd1'`)
+		require.NoError(t, err)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		for _, db := range []DB{pool, tx} {
+			n, err := count(ctx, db, client.Schema(), "crm", time.Time{}, MaxCounted)
+			require.NoError(t, err)
+			assert.Equal(t, []int{1, 0, 1, 0, 0}, n, "delivered, retrying, waiting, given up, cancelled")
+		}
+		n, err := erase(ctx, tx, client.Schema(), []string{"d1", "d2"})
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, "the ended delivery")
+		job, err := client.JobGetTx(ctx, tx, ids[0])
+		require.NoError(t, err)
+		assert.JSONEq(t, `{"connection_id": "crm", "delivery_id": "d1", "event": "user.identified", "erased": true}`, string(job.EncodedArgs))
+	})
+
+	t.Run("ResendAndRecoverListings", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		args := Args{ConnectionID: "crm", DeliveryID: "d1", Event: "user.identified", Body: []byte("{}")}
+		first, err := client.Insert(ctx, args, nil)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'discarded', finalized_at = now()`)
+		require.NoError(t, err)
+		other := args // the same delivery to another connection: not a later job of crm's
+		other.ConnectionID = "erp"
+		_, err = client.Insert(ctx, other, nil)
+		require.NoError(t, err)
+		since := time.Now().Add(-time.Hour)
+		gaveUp, err := client.JobList(ctx, gaveUpParams(client.Schema(), "crm", since, 10))
+		require.NoError(t, err)
+		require.Len(t, gaveUp.Jobs, 1, "the subquery's connection condition reads the later job's args")
+
+		args.ResentFrom = first.Job.ID
+		resent, err := client.Insert(ctx, args, nil)
+		require.NoError(t, err)
+		gaveUp, err = client.JobList(ctx, gaveUpParams(client.Schema(), "crm", since, 10))
+		require.NoError(t, err)
+		assert.Empty(t, gaveUp.Jobs, "a job with a later job of its delivery is not given up for Recover")
+		for _, params := range []*river.JobListParams{laterParams(first.Job.ID, args), laterOfParams("crm", []string{"d1"}, first.Job.ID)} {
+			later, err := client.JobList(ctx, params)
+			require.NoError(t, err)
+			require.Len(t, later.Jobs, 1)
+			assert.Equal(t, resent.Job.ID, later.Jobs[0].ID)
+		}
+	})
+}
+
+// pinClient returns an insert-only River client on a fresh schema, and its
+// pool.
+func pinClient(t *testing.T) (*river.Client[pgx.Tx], *pgxpool.Pool) {
+	t.Helper()
+	pool, schema := testdb.Schema(t, "riverpin", true)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	return client, pool
 }
 
 // pinWorker is a worker of Args whose Work and NextRetry are the test's.
@@ -114,6 +283,15 @@ func (w *pinWorker) NextRetry(job *river.Job[Args]) time.Time {
 // transaction rolled back at the end; the run must fail.
 func pinWork(t *testing.T, w *pinWorker, opts *river.InsertOpts) *rivertest.WorkResult {
 	t.Helper()
+	res, err := pinRun(t, w, opts)
+	require.Error(t, err, "the run's own error, which the pinned cases return")
+	return res
+}
+
+// pinRun runs one job of w through River's executor (rivertest) in a
+// transaction rolled back at the end, and returns its result and error.
+func pinRun(t *testing.T, w *pinWorker, opts *river.InsertOpts) (*rivertest.WorkResult, error) {
+	t.Helper()
 	pool, schema := testdb.Schema(t, "riverpin", true)
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -121,9 +299,8 @@ func pinWork(t *testing.T, w *pinWorker, opts *river.InsertOpts) *rivertest.Work
 	t.Cleanup(func() { tx.Rollback(context.Background()) })
 	tw := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: testdb.Quiet()}, w)
 	res, err := tw.Work(ctx, t, tx, Args{ConnectionID: "crm", DeliveryID: "d1", Event: "user.identified"}, opts)
-	require.Error(t, err, "the run's own error, which the pinned cases return")
-	require.NotNil(t, res)
-	return res
+	require.NotNil(t, res, "%v", err)
+	return res, err
 }
 
 // riverSource returns the text of file in module, at the version this
@@ -135,4 +312,28 @@ func riverSource(t *testing.T, module, file string) string {
 	b, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), file))
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestCount_BoundsEachStatusApart pins that each status is counted up to
+// the bound on its own: a rare status is counted however many jobs of
+// another status the connection has.
+func TestCount_BoundsEachStatusApart(t *testing.T) {
+	client, pool := pinClient(t)
+	ctx := context.Background()
+	const bound = 2
+	var params []river.InsertManyParams
+	for i := range 6 * bound {
+		params = append(params, river.InsertManyParams{Args: Args{ConnectionID: "crm", DeliveryID: fmt.Sprint("d", i), Event: "user.identified"}})
+	}
+	_, err := client.InsertMany(ctx, params)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'completed', finalized_at = now()`)
+	require.NoError(t, err)
+	_, err = client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "rare", Event: "user.identified"}, nil)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'discarded', finalized_at = now() WHERE args->>'delivery_id' = 'rare'`)
+	require.NoError(t, err)
+	n, err := count(ctx, pool, client.Schema(), "crm", time.Time{}, bound)
+	require.NoError(t, err)
+	assert.Equal(t, []int{bound, 0, 0, 1, 0}, n, "delivered, retrying, waiting, given up, cancelled")
 }

@@ -106,22 +106,20 @@ const MaxInterruptedRuns = 5
 // PostgreSQL's jsonb would reorder a JSON object and break every
 // signature. The body's JSON name is the last of the four both in River
 // UI, which sorts keys by name, and in PostgreSQL, which sorts them by
-// length: the connection, the delivery and the event read first. The ids'
-// JSON names are those of the earlier riverhook, since River's unique key
-// hashes them: an insert after an upgrade is unique against the same
-// delivery queued before it.
+// length: the connection, the delivery and the event read first. River's
+// unique key hashes the ids under these JSON names.
 type Args struct {
 	ConnectionID string `json:"connection_id" river:"unique"`
 	DeliveryID   string `json:"delivery_id" river:"unique"`
 	Event        string `json:"event"`
 	Body         []byte `json:"payload_base64"`
 
-	// JobResent is the job this one sends again, and JobResentWhy the
+	// ResentFrom is the job this one sends again, and ResendReason the
 	// reason given ([Resend], [Recover]); zero and empty in a delivery's
-	// first job. A job is unique by JobResent too: one resend of a job is
+	// first job. A job is unique by ResentFrom too: one resend of a job is
 	// under way or done at a time.
-	JobResent    int64  `json:"job_resent,omitempty" river:"unique"`
-	JobResentWhy string `json:"job_resent_why,omitempty"`
+	ResentFrom   int64  `json:"resent_from,omitempty" river:"unique"`
+	ResendReason string `json:"resend_reason,omitempty"`
 
 	// Erased reports that [EraseBodies] removed Body.
 	Erased bool `json:"erased,omitempty"`
@@ -129,31 +127,6 @@ type Args struct {
 
 // Kind returns [Kind].
 func (Args) Kind() string { return Kind }
-
-// UnmarshalJSON decodes a job's args, also those of a job enqueued by an
-// earlier riverhook, whose body's JSON name was body (and, for a while,
-// the ids' connection and delivery): the deliveries queued before an
-// upgrade still run after it.
-func (a *Args) UnmarshalJSON(b []byte) error {
-	type args Args // without this method
-	var v struct {
-		args
-		Body       []byte `json:"body"`
-		Connection string `json:"connection"`
-		Delivery   string `json:"delivery"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*a = Args(v.args)
-	if a.Body == nil {
-		a.Body = v.Body
-	}
-	if a.ConnectionID == "" && a.DeliveryID == "" {
-		a.ConnectionID, a.DeliveryID = v.Connection, v.Delivery
-	}
-	return nil
-}
 
 // InsertOpts returns River's insert options of every delivery job, which
 // River applies to a plain client.Insert of Args too: unique by delivery

@@ -32,7 +32,7 @@ func TestWorkerInAClient(t *testing.T) {
 		policy := fastPolicy(3)
 		var mu sync.Mutex
 		var seen []webhook.Attempt
-		worker := riverhook.NewWorker(bundle.srv.Sender(&webhook.SenderOptions{Retry: policy}), bundle.conns.resolve,
+		worker := newWorker(t, bundle.srv.Sender(&webhook.SenderOptions{Retry: policy}), bundle.conns.resolve,
 			&riverhook.WorkerOptions{OnAttempt: func(_ context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -80,7 +80,7 @@ func TestWorkerInAClient(t *testing.T) {
 		bundle := setupReceiver(t, nil)
 		bundle.srv.Script(webhooktest.Status(503), webhooktest.Status(503))
 		policy := fastPolicy(1)
-		client, events := workerClient(t, bundle.pool, bundle.schema, riverhook.NewWorker(bundle.srv.Sender(&webhook.SenderOptions{Retry: policy}), bundle.conns.resolve, nil))
+		client, events := workerClient(t, bundle.pool, bundle.schema, newWorker(t, bundle.srv.Sender(&webhook.SenderOptions{Retry: policy}), bundle.conns.resolve, nil))
 		start(t, client)
 
 		res := insert(t, client, "d1", []string{"crm"}, policy)
@@ -95,7 +95,7 @@ func TestWorkerInAClient(t *testing.T) {
 		bundle := setupReceiver(t, holdFirst(arrived))
 		newWorkers := func() *river.Workers {
 			workers := river.NewWorkers()
-			river.AddWorker(workers, riverhook.NewWorker(bundle.srv.Sender(nil), bundle.conns.resolve, nil))
+			river.AddWorker(workers, newWorker(t, bundle.srv.Sender(nil), bundle.conns.resolve, nil))
 			return workers
 		}
 		first := newClient(t, bundle.pool, bundle.schema, newWorkers(), nil)
@@ -125,7 +125,7 @@ func TestWorkerInAClient(t *testing.T) {
 		var clients []*river.Client[pgxTx]
 		var events []<-chan *river.Event
 		for range 2 {
-			c, ev := workerClient(t, bundle.pool, bundle.schema, riverhook.NewWorker(bundle.srv.Sender(nil), bundle.conns.resolve, nil))
+			c, ev := workerClient(t, bundle.pool, bundle.schema, newWorker(t, bundle.srv.Sender(nil), bundle.conns.resolve, nil))
 			events = append(events, ev)
 			clients = append(clients, c)
 		}
@@ -190,7 +190,7 @@ func TestWorkerInAClient(t *testing.T) {
 			}
 		}))
 		bundle.conns.set("slow", bundle.srv.Connection())
-		client, events := workerClient(t, bundle.pool, bundle.schema, riverhook.NewWorker(bundle.srv.Sender(nil), bundle.conns.resolve,
+		client, events := workerClient(t, bundle.pool, bundle.schema, newWorker(t, bundle.srv.Sender(nil), bundle.conns.resolve,
 			&riverhook.WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: 10 * time.Millisecond}))
 		const n = 12
 		var params []river.InsertManyParams
@@ -265,7 +265,7 @@ func TestRescue(t *testing.T) {
 		srv := webhooktest.NewServer(secret, nil)
 		t.Cleanup(srv.Close)
 		crashed := crashedDelivery(t, pool, schema)
-		w := newTestWorker(srv, nil, nil)
+		w := newTestWorker(t, srv, nil, nil)
 		delivering := newClient(t, pool, schema, func() *river.Workers {
 			ws := river.NewWorkers()
 			river.AddWorker(ws, w)
@@ -325,7 +325,7 @@ func TestRescue(t *testing.T) {
 
 		others := river.NewWorkers()
 		river.AddWorker(others, &otherWorker{})
-		river.AddWorker(others, newTestWorker(bundle.srv, nil, nil)) // for the rescuer alone
+		river.AddWorker(others, newTestWorker(t, bundle.srv, nil, nil)) // for the rescuer alone
 		leader := newClient(t, bundle.pool, bundle.schema, others, func(c *river.Config) {
 			c.Queues = map[string]river.QueueConfig{"other_work": {MaxWorkers: 1}}
 			c.RescueStuckJobsAfter = w.RescueStuckJobsAfter(0)

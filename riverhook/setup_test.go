@@ -23,7 +23,7 @@ func TestRegister(t *testing.T) {
 
 	t.Run("SetsTheWorkerAndTheRescue", func(t *testing.T) {
 		t.Parallel()
-		w := riverhook.NewWorker(sender, resolve, nil)
+		w := newWorker(t, sender, resolve, nil)
 		var config river.Config
 		require.NoError(t, riverhook.Register(&config, w))
 		require.NotNil(t, config.Workers)
@@ -34,13 +34,13 @@ func TestRegister(t *testing.T) {
 	t.Run("KeepsALongerRescue", func(t *testing.T) {
 		t.Parallel()
 		config := river.Config{RescueStuckJobsAfter: time.Hour}
-		require.NoError(t, riverhook.Register(&config, riverhook.NewWorker(sender, resolve, nil)))
+		require.NoError(t, riverhook.Register(&config, newWorker(t, sender, resolve, nil)))
 		assert.Equal(t, time.Hour, config.RescueStuckJobsAfter)
 	})
 	t.Run("RefusesARescueThatWouldSendTwice", func(t *testing.T) {
 		t.Parallel()
 		config := river.Config{RescueStuckJobsAfter: 30 * time.Second}
-		err := riverhook.Register(&config, riverhook.NewWorker(sender, resolve, nil))
+		err := riverhook.Register(&config, newWorker(t, sender, resolve, nil))
 		require.ErrorContains(t, err, "RescueStuckJobsAfter is 30s, under the 1m0s")
 		assert.Nil(t, config.Workers, "config is unchanged on error")
 	})
@@ -49,7 +49,7 @@ func TestRegister(t *testing.T) {
 		pool, schema := testDB(t)
 		srv := webhooktest.NewServer(secret, nil)
 		defer srv.Close()
-		w := riverhook.NewWorker(srv.Sender(nil), newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve, nil)
+		w := newWorker(t, srv.Sender(nil), newResolver(map[string]webhook.Connection{"crm": srv.Connection()}).resolve, nil)
 		client := newClient(t, pool, schema, nil, func(config *river.Config) {
 			config.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}
 			require.NoError(t, riverhook.Register(config, w))

@@ -37,7 +37,7 @@ var ErrConnectionGone = errors.New("riverhook: connection gone")
 type Resolver func(ctx context.Context, connectionID string) (webhook.Connection, error)
 
 // WorkerOptions configures a [Worker]. A nil *WorkerOptions, or a zero field,
-// selects the documented default.
+// selects the documented default; [NewWorker] refuses a negative one.
 type WorkerOptions struct {
 	// MaxInFlightPerConnection bounds the deliveries to one connection in
 	// flight at once in this process, so that one slow endpoint cannot take
@@ -147,9 +147,10 @@ const retryKeep = time.Minute
 
 // NewWorker returns a Worker making attempts with sender, whose retry policy
 // schedules the retries, and resolving connections with resolve. opts may
-// be nil. It panics if sender or resolve is nil, or if an option is
-// negative: as everywhere in the library, zero selects the default and a
-// negative value is refused, never taken for zero.
+// be nil. It returns an error if sender or resolve is nil, or if an option
+// is negative: as everywhere in the library, zero selects the default and a
+// negative value is refused, never taken for zero. River's NewClient
+// validates its Config the same way.
 //
 // Register a Worker in every River client started on the database, also
 // those working other queues only: the elected leader's rescuer discards a
@@ -158,36 +159,46 @@ const retryKeep = time.Minute
 // the rescuer, which asks its [Worker.Timeout] and [Worker.NextRetry]:
 // build it with a Sender of the same attempt timeout. See the package
 // documentation.
-func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) *Worker {
+func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*Worker, error) {
 	if sender == nil || resolve == nil {
-		panic("riverhook: NewWorker needs a Sender and a Resolver")
+		return nil, errors.New("riverhook: NewWorker needs a Sender and a Resolver")
 	}
 	if opts == nil {
 		opts = &WorkerOptions{}
 	}
-	if opts.MaxInFlightPerConnection < 0 || opts.SnoozeFor < 0 || opts.MaxWait < 0 {
-		panic(fmt.Sprintf("riverhook: WorkerOptions.MaxInFlightPerConnection, SnoozeFor and MaxWait must not be negative, got %d, %v and %v",
-			opts.MaxInFlightPerConnection, opts.SnoozeFor, opts.MaxWait))
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	w := &Worker{
 		sender:    sender,
 		resolve:   resolve,
 		maxPerCon: opts.MaxInFlightPerConnection,
-		snooze:    opts.SnoozeFor,
+		snooze:    cmp.Or(opts.SnoozeFor, time.Second),
 		onAttempt: opts.OnAttempt,
 		logger:    opts.Logger,
 		now:       time.Now,
 		inFlight:  map[string]int{},
 		pacers:    map[string]*pacer{},
-		maxWait:   opts.MaxWait,
+		maxWait:   cmp.Or(opts.MaxWait, DefaultMaxWait),
 		retries:   map[retryKey]pendingRetry{},
 	}
-	w.snooze = cmp.Or(w.snooze, time.Second)
-	w.maxWait = cmp.Or(w.maxWait, DefaultMaxWait)
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
-	return w
+	return w, nil
+}
+
+// validate refuses a negative option.
+func (o *WorkerOptions) validate() error {
+	switch {
+	case o.MaxInFlightPerConnection < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.MaxInFlightPerConnection is %d: it must not be negative (zero means no bound)", o.MaxInFlightPerConnection)
+	case o.SnoozeFor < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.SnoozeFor is %v: it must not be negative (zero means one second)", o.SnoozeFor)
+	case o.MaxWait < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.MaxWait is %v: it must not be negative (zero means DefaultMaxWait)", o.MaxWait)
+	}
+	return nil
 }
 
 // Work runs the job once: one attempt of its delivery, added to its attempt
@@ -201,7 +212,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
-	conn, err := w.resolveConnection(ctx, job)
+	conn, err := w.resolveConnection(ctx, job.Args.ConnectionID, job.ID)
 	if err != nil {
 		w.record(ctx, job, r.entries)
 		if errors.Is(err, ErrConnectionGone) {
@@ -338,25 +349,27 @@ func (w *Worker) RescueStuckJobsAfter(clientJobTimeout time.Duration) time.Durat
 	return max(w.Timeout(nil)+river.JobStuckThresholdDefault, clientJobTimeout)
 }
 
-// resolveConnection calls the Resolver for job's connection. Its error, or
-// panic, goes to the Logger; the error returned is a *resolveError.
-func (w *Worker) resolveConnection(ctx context.Context, job *river.Job[Args]) (webhook.Connection, error) {
-	id := job.Args.ConnectionID
+// resolveConnection calls the Resolver for the connection with the given
+// id, in the run of job jobID, or outside a job when jobID is zero (a Send
+// Test, a health check). Its error, or panic, goes to the Logger; the error
+// returned is a *resolveError.
+func (w *Worker) resolveConnection(ctx context.Context, id string, jobID int64) (webhook.Connection, error) {
 	conn, panicVal, err := w.callResolver(ctx, id)
 	if err == nil {
 		return conn, nil
 	}
-	attrs := []any{slog.Int64("job_id", job.ID), slog.String("connection_id", id)}
-	re := &resolveError{id: id, errs: []error{err}}
+	re := &resolveError{id: id, errs: []error{err}, gone: errors.Is(err, ErrConnectionGone), panicked: panicVal != nil}
+	attrs := []any{slog.String("connection_id", id)}
+	if jobID != 0 {
+		attrs = append(attrs, slog.Int64("job_id", jobID))
+	}
 	switch {
-	case panicVal != nil:
-		re.panicked = true
-		w.logger.ErrorContext(ctx, "riverhook: the Resolver panicked; the run makes no attempt", append(attrs, slog.Any("panic", panicVal))...)
-	case errors.Is(err, ErrConnectionGone):
-		re.gone = true
-		w.logger.InfoContext(ctx, "riverhook: the connection is gone; its delivery is cancelled", append(attrs, slog.String("error", err.Error()))...)
+	case re.panicked:
+		w.logger.ErrorContext(ctx, "riverhook: the Resolver panicked; no attempt is made", append(attrs, slog.Any("panic", panicVal))...)
+	case re.gone:
+		w.logger.InfoContext(ctx, "riverhook: the connection is gone", append(attrs, slog.String("error", err.Error()))...)
 	default:
-		w.logger.WarnContext(ctx, "riverhook: the Resolver failed; the run makes no attempt", append(attrs, slog.String("error", err.Error()))...)
+		w.logger.WarnContext(ctx, "riverhook: the Resolver failed; no attempt is made", append(attrs, slog.String("error", err.Error()))...)
 	}
 	if ctx.Err() != nil {
 		// The client stopping: River puts the job back, uncounted, only

@@ -29,14 +29,33 @@ import (
 	"github.com/signedhook/webhook/webhooktest"
 )
 
-func TestNewWorker_NegativeOptionPanics(t *testing.T) {
+func TestNewWorker_RefusesAnInvalidConfiguration(t *testing.T) {
 	sender, err := webhook.NewSender(nil)
 	require.NoError(t, err)
 	resolve := func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil }
-	for _, opts := range []riverhook.WorkerOptions{{MaxInFlightPerConnection: -1}, {SnoozeFor: -time.Second}, {MaxWait: -time.Hour}} {
-		assert.Panics(t, func() { riverhook.NewWorker(sender, resolve, &opts) }, "%+v", opts)
+	for _, tc := range []struct {
+		name    string
+		sender  *webhook.Sender
+		resolve riverhook.Resolver
+		opts    riverhook.WorkerOptions
+		wantErr string
+	}{
+		{"NoSender", nil, resolve, riverhook.WorkerOptions{}, "NewWorker needs a Sender and a Resolver"},
+		{"NoResolver", sender, nil, riverhook.WorkerOptions{}, "NewWorker needs a Sender and a Resolver"},
+		{"NegativeMaxInFlight", sender, resolve, riverhook.WorkerOptions{MaxInFlightPerConnection: -1}, "MaxInFlightPerConnection is -1"},
+		{"NegativeSnoozeFor", sender, resolve, riverhook.WorkerOptions{SnoozeFor: -time.Second}, "SnoozeFor is -1s"},
+		{"NegativeMaxWait", sender, resolve, riverhook.WorkerOptions{MaxWait: -time.Hour}, "MaxWait is -1h0m0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := riverhook.NewWorker(tc.sender, tc.resolve, &tc.opts)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+			assert.Nil(t, w)
+		})
 	}
-	assert.NotPanics(t, func() { riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{}) }, "zero selects the defaults")
+	w, err := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{})
+	require.NoError(t, err, "zero selects the defaults")
+	assert.NotNil(t, w)
 }
 
 // TestWorker works a Worker's jobs with rivertest, or with a River client
@@ -563,7 +582,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		srv := webhooktest.NewServer(secret, nil)
 		defer srv.Close()
-		w := newTestWorker(srv, nil, nil)
+		w := newTestWorker(t, srv, nil, nil)
 		before := time.Now()
 		// River's rescuer asks, in whatever process is the leader, for a job
 		// whose run this Worker never saw end.
@@ -584,7 +603,7 @@ func TestWorker(t *testing.T) {
 			{2 * time.Minute, 0, 2*time.Minute + 20*time.Second},              // the worker's own bound
 			{3 * time.Second, 20 * time.Second, 23 * time.Second},             // tests' fast settings
 		} {
-			w := riverhook.NewWorker(srv.Sender(&webhook.SenderOptions{AttemptTimeout: tc.attemptTimeout}), newResolver(nil).resolve, nil)
+			w := newWorker(t, srv.Sender(&webhook.SenderOptions{AttemptTimeout: tc.attemptTimeout}), newResolver(nil).resolve, nil)
 			got := w.RescueStuckJobsAfter(tc.clientJobTimeout)
 			assert.Equal(t, tc.want, got, "attempt timeout %v, client JobTimeout %v", tc.attemptTimeout, tc.clientJobTimeout)
 			assert.Greater(t, got, w.Timeout(nil), "never while the job may still run")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,14 +68,7 @@ func listQuery(q url.Values, now time.Time) (*riverhook.ListParams, error) {
 	return p, nil
 }
 
-func validStatus(s riverhook.Status) bool {
-	for _, v := range riverhook.Statuses {
-		if s == v {
-			return true
-		}
-	}
-	return false
-}
+func validStatus(s riverhook.Status) bool { return slices.Contains(riverhook.Statuses(), s) }
 
 // timeParam reads q's name as RFC 3339 or as a duration before now, such as
 // 24h; empty is the zero time.
@@ -110,7 +104,7 @@ func (c *console[TTx]) list(r *http.Request, req request) (*listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	counts, err := riverhook.Count(r.Context(), c.client, req.conn, p.Since)
+	counts, err := riverhook.Count(r.Context(), c.client, c.db, req.conn, p.Since)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +158,7 @@ func (c *console[TTx]) payload(job *rivertype.JobRow) json.RawMessage {
 		return nil
 	}
 	var a riverhook.Args
-	if err := a.UnmarshalJSON(job.EncodedArgs); err != nil || a.Erased || !json.Valid(a.Body) {
+	if err := json.Unmarshal(job.EncodedArgs, &a); err != nil || a.Erased || !json.Valid(a.Body) {
 		return nil
 	}
 	return json.RawMessage(a.Body)

@@ -5,7 +5,7 @@
 //
 // Mount it under a path of its own, behind the service's authentication:
 //
-//	h, err := console.New(riverClient, worker, &console.Options{
+//	h, err := console.New(riverClient, pool, worker, &console.Options{
 //		Connections: func(r *http.Request) ([]string, error) {
 //			return connectionsOf(r.Context(), userFrom(r)) // the customer's own
 //		},
@@ -127,6 +127,7 @@ var assets embed.FS
 // console is the handler New returns.
 type console[TTx any] struct {
 	client *river.Client[TTx]
+	db     riverhook.DB
 	worker *riverhook.Worker
 	opts   Options
 	logger *slog.Logger
@@ -138,15 +139,17 @@ type console[TTx any] struct {
 }
 
 // New returns the console on the deliveries of client, a River client on the
-// database (an insert-only one will do), acting through worker: its Sender
+// database (an insert-only one will do), and db, a pool on the same
+// database for the counts per status ([riverhook.Count]), acting through
+// worker: its Sender
 // and Resolver make the Send Test and tell the endpoint's health, and its
 // policy sizes resends. opts.Connections is required. The handler serves
 // the routes of the package documentation relative to where it is mounted
 // (use [http.StripPrefix]), guarded by [http.CrossOriginProtection]. It is
 // safe for concurrent use.
-func New[TTx any](client *river.Client[TTx], worker *riverhook.Worker, opts *Options) (http.Handler, error) {
-	if client == nil || worker == nil {
-		return nil, errors.New("console: New needs a River client and the riverhook Worker")
+func New[TTx any](client *river.Client[TTx], db riverhook.DB, worker *riverhook.Worker, opts *Options) (http.Handler, error) {
+	if client == nil || db == nil || worker == nil {
+		return nil, errors.New("console: New needs a River client, a pool on its database and the riverhook Worker")
 	}
 	if opts == nil || opts.Connections == nil {
 		return nil, errors.New("console: Options.Connections is required: it says which connections a request may see")
@@ -155,7 +158,7 @@ func New[TTx any](client *river.Client[TTx], worker *riverhook.Worker, opts *Opt
 	if err != nil {
 		return nil, fmt.Errorf("console: parsing the templates: %w", err)
 	}
-	c := &console[TTx]{client: client, worker: worker, opts: *opts, pages: pages, tests: map[string]testResult{},
+	c := &console[TTx]{client: client, db: db, worker: worker, opts: *opts, pages: pages, tests: map[string]testResult{},
 		logger: opts.Logger}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)

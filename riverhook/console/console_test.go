@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/assert"
@@ -70,11 +71,15 @@ func TestNew_RefusesToServeWithoutAScope(t *testing.T) {
 	require.NoError(t, err)
 	srv := webhooktest.NewServer(secret, nil)
 	defer srv.Close()
-	w := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) {
+	w, err := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) {
 		return srv.Connection(), nil
 	}, nil)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none") // connects on first use: never
+	require.NoError(t, err)
+	defer pool.Close()
 	for _, opts := range []*console.Options{nil, {}, {ShowPayload: true}} {
-		h, err := console.New(client, w, opts)
+		h, err := console.New(client, pool, w, opts)
 		require.Error(t, err)
 		assert.Nil(t, h)
 		assert.Contains(t, err.Error(), "Connections is required")
@@ -391,10 +396,11 @@ func TestConsole_BannerWhenTheEndpointIsDown(t *testing.T) {
 	dead.URL = "https://" + ln.Addr().String() + secretPath
 	require.NoError(t, ln.Close())
 	sender := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}})
-	w := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return dead, nil }, nil)
+	w, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return dead, nil }, nil)
+	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
 	require.NoError(t, err)
-	h, err := console.New[pgx.Tx](client, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil }})
+	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil }})
 	require.NoError(t, err)
 	f := &fixture{handler: h}
 

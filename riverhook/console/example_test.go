@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -25,9 +26,12 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	worker := riverhook.NewWorker(sender, func(_ context.Context, id string) (webhook.Connection, error) {
+	worker, err := riverhook.NewWorker(sender, func(_ context.Context, id string) (webhook.Connection, error) {
 		return webhook.Connection{Name: id, URL: "https://hooks.example.com/in/T0kenInThePath", Secret: "whsec_example"}, nil
 	}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	// The service's River client; this one has no database, which the
 	// requests below never reach.
 	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
@@ -35,10 +39,16 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 
-	_, err = console.New(client, worker, nil)
+	pool, err := pgxpool.New(context.Background(), "postgres://db.example/service") // connects on first use
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	_, err = console.New(client, pool, worker, nil)
 	fmt.Println(err)
 
-	h, err := console.New(client, worker, &console.Options{
+	h, err := console.New(client, pool, worker, &console.Options{
 		Connections: func(r *http.Request) ([]string, error) {
 			// In a service: the signed-in customer's connections.
 			return []string{"crm"}, nil

@@ -112,13 +112,15 @@ func newFixture(t *testing.T, opts *console.Options, work bool) *fixture {
 	conn.URL += secretPath
 	conn.Headers = map[string]string{"Authorization": headerValue}
 	conns := map[string]webhook.Connection{"crm": conn, "erp": conn}
-	f.worker = riverhook.NewWorker(f.srv.Sender(&webhook.SenderOptions{Retry: hourPolicy()}),
+	var err error
+	f.worker, err = riverhook.NewWorker(f.srv.Sender(&webhook.SenderOptions{Retry: hourPolicy()}),
 		func(_ context.Context, id string) (webhook.Connection, error) {
 			if c, ok := conns[id]; ok {
 				return c, nil
 			}
 			return webhook.Connection{}, riverhook.ErrConnectionGone
 		}, &riverhook.WorkerOptions{Logger: testdb.Quiet()})
+	require.NoError(t, err)
 
 	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
 	require.NoError(t, err)
@@ -175,7 +177,7 @@ func newFixture(t *testing.T, opts *console.Options, work bool) *fixture {
 	if opts == nil {
 		opts = &console.Options{Connections: customerConnections}
 	}
-	f.handler, err = console.New(f.client, f.worker, opts)
+	f.handler, err = console.New(f.client, f.pool, f.worker, opts)
 	require.NoError(t, err)
 	return f
 }

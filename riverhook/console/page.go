@@ -211,7 +211,7 @@ func (c *console[TTx]) connectionPage(w http.ResponseWriter, r *http.Request, re
 	}
 	status := q.Get("status")
 	p.Filters = append(p.Filters, filter{Label: "all", Link: link(map[string]string{"status": ""}), On: status == ""})
-	for _, s := range riverhook.Statuses {
+	for _, s := range riverhook.Statuses() {
 		p.Counts = append(p.Counts, count{s, l.Counts[s]})
 		p.Filters = append(p.Filters, filter{Label: fmt.Sprintf("%s (%d)", strings.ReplaceAll(string(s), "_", " "), l.Counts[s]),
 			Link: link(map[string]string{"status": string(s)}), On: status == string(s)})

@@ -373,7 +373,7 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 		}
 		return c, nil
 	}
-	worker := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
+	worker, err := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
 		MaxInFlightPerConnection: 8, // one slow endpoint never takes every worker: the rest wait in paced slots
 		MaxWait:                  maxWait,
 		Logger:                   logger,
@@ -393,6 +393,9 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 			return err
 		},
 	})
+	if err != nil {
+		return err
+	}
 	config := &river.Config{
 		Schema:               schema,
 		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
@@ -414,7 +417,7 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 		return err
 	}
 	if consoleAddr != "" {
-		stop, err := serveConsole(consoleAddr, client, worker, conns, logger, out)
+		stop, err := serveConsole(consoleAddr, client, pool, worker, conns, logger, out)
 		if err != nil {
 			return err
 		}
@@ -448,11 +451,11 @@ func deliveries(ctx context.Context, pool *pgxpool.Pool, schema, connectionID st
 	if err != nil {
 		return err
 	}
-	list, err := riverhook.ListDeliveries(ctx, client, connectionID, n)
+	page, err := riverhook.List(ctx, client, connectionID, &riverhook.ListParams{Limit: n})
 	if err != nil {
 		return err
 	}
-	for _, d := range list {
+	for _, d := range page.Deliveries {
 		fmt.Fprintf(out, "%s %s to %s: %s", d.DeliveryID, d.Event, d.ConnectionID, d.State)
 		switch {
 		case d.Reason != "":

@@ -330,7 +330,7 @@ func TestDurable_InterruptWaitsForTheAttempt(t *testing.T) {
 		}
 		close(arrived)
 		<-interrupted
-		slow := time.NewTimer(31 * time.Second) // longer than the 30 s a worker used to wait
+		slow := time.NewTimer(31 * time.Second) // past 30 s: the interrupt waits for the attempt, not a fixed time
 		defer slow.Stop()
 		select {
 		case <-slow.C:

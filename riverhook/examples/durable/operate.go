@@ -57,7 +57,7 @@ type opFlags struct {
 
 func (o *opFlags) deliveries(fs *flag.FlagSet) {
 	o.json = fs.Bool("json", false, "print the page and the counts per status as JSON, as a dashboard's API serves them")
-	o.status = fs.String("status", "", "keep the deliveries in these statuses, comma-separated: "+fmt.Sprint(riverhook.Statuses))
+	o.status = fs.String("status", "", "keep the deliveries in these statuses, comma-separated: "+fmt.Sprint(riverhook.Statuses()))
 	o.after = fs.String("after", "", "the cursor of the page to list (the previous page's next)")
 }
 
@@ -117,7 +117,7 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 		return nil
 	case "erase":
 		ids := strings.FieldsFunc(*o.dlvrs, func(r rune) bool { return r == ',' })
-		n, err := riverhook.EraseBodies(ctx, client, ids)
+		n, err := riverhook.EraseBodies(ctx, client, pool, ids)
 		if err != nil {
 			return err
 		}
@@ -146,7 +146,7 @@ func deliveriesJSON(ctx context.Context, pool *pgxpool.Pool, schema, connectionI
 	if err != nil {
 		return err
 	}
-	counts, err := riverhook.Count(ctx, client, connectionID, time.Now().Add(-24*time.Hour))
+	counts, err := riverhook.Count(ctx, client, pool, connectionID, time.Now().Add(-24*time.Hour))
 	if err != nil {
 		return err
 	}
