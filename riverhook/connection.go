@@ -30,22 +30,23 @@ func (w *Worker) SendTest(ctx context.Context, connectionID string) (*webhook.Re
 }
 
 // EndpointHealth returns the endpoint of the connection with the given id,
-// its origin as [webhook.Connection.Endpoint] names it (never its path), and
-// what the Worker's Sender knows of it ([webhook.Sender.Health]): the
-// entries for that origin and for the connection's own URL (by
-// [webhook.Connection.URLKey]), those failing or down. failing is empty
-// when the endpoint answers, or when the Sender's endpoint health is off.
-// The error is as for [Worker.SendTest]. It is safe for concurrent use.
-func (w *Worker) EndpointHealth(ctx context.Context, connectionID string) (endpoint string, failing []webhook.EndpointHealth, err error) {
+// its origin as [webhook.Connection.Endpoint] names it (never its path), the
+// key of its URL ([webhook.Connection.URLKey], under which marks of the URL
+// are kept), and what the Worker's Sender knows of it
+// ([webhook.Sender.Health]): the entries for that origin and for the
+// connection's own URL, those failing or down. failing is empty when the
+// endpoint answers, or when the Sender's endpoint health is off. The error
+// is as for [Worker.SendTest]. It is safe for concurrent use.
+func (w *Worker) EndpointHealth(ctx context.Context, connectionID string) (endpoint, urlKey string, failing []webhook.EndpointHealth, err error) {
 	conn, err := w.resolveConnection(ctx, connectionID, 0)
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
-	endpoint, key := conn.Endpoint(), conn.URLKey()
+	endpoint, urlKey = conn.Endpoint(), conn.URLKey()
 	for _, h := range w.sender.Health() {
-		if h.Endpoint == endpoint && !h.PerURL || h.PerURL && h.URLKey == key {
+		if h.Endpoint == endpoint && !h.PerURL || h.PerURL && h.URLKey == urlKey {
 			failing = append(failing, h)
 		}
 	}
-	return endpoint, failing, nil
+	return endpoint, urlKey, failing, nil
 }

@@ -61,7 +61,7 @@ func TestWorker_SendTestNamesAConnectionThatDoesNotResolveByIDAlone(t *testing.T
 	require.ErrorIs(t, err, leak, "wrapped, for errors.Is")
 	assert.NotContains(t, err.Error(), "s3cr3t")
 	assert.Contains(t, err.Error(), `"broken"`)
-	_, _, err = w.EndpointHealth(ctx, "broken")
+	_, _, _, err = w.EndpointHealth(ctx, "broken")
 	require.ErrorIs(t, err, leak)
 	assert.Empty(t, srv.Deliveries())
 }
@@ -82,7 +82,7 @@ func TestWorker_EndpointHealthReportsTheConnectionsOriginAndURLOnly(t *testing.T
 	a := sender.Attempt(ctx, dead, webhook.EventUserIdentified, []byte(`{}`), 1)
 	require.Equal(t, webhook.KindRefused, a.Kind)
 
-	endpoint, failing, err := w.EndpointHealth(ctx, "dead")
+	endpoint, _, failing, err := w.EndpointHealth(ctx, "dead")
 	require.NoError(t, err)
 	assert.Equal(t, "https://"+ln.Addr().String(), endpoint)
 	require.Len(t, failing, 1)
@@ -90,7 +90,7 @@ func TestWorker_EndpointHealthReportsTheConnectionsOriginAndURLOnly(t *testing.T
 	assert.Equal(t, endpoint, failing[0].Endpoint)
 	assert.False(t, strings.Contains(failing[0].String(), "s3cr3t"))
 
-	endpoint, failing, err = w.EndpointHealth(ctx, "crm")
+	endpoint, _, failing, err = w.EndpointHealth(ctx, "crm")
 	require.NoError(t, err)
 	assert.Equal(t, srv.Connection().Endpoint(), endpoint)
 	assert.Empty(t, failing, "another endpoint's failures are not this one's")

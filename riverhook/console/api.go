@@ -295,10 +295,11 @@ func (c *console[TTx]) apiTest(w http.ResponseWriter, r *http.Request, req reque
 // health is an endpoint's health, as the API serves it.
 type health struct {
 	Endpoint string `json:"endpoint"` // its origin
-	// State is "up" (answering, or unknown to this process), "failing"
-	// (attempts failing without a connection, not yet down), "down"
-	// (deliveries wait for the endpoint's probe) or "isolated" (the
-	// connection's URL connects and does not answer; it alone waits).
+	// State is "unknown" (nothing is known of it: no mark, no failure),
+	// "up" (marked up: it answered), "failing" (attempts failing without a
+	// connection, not yet down), "down" (deliveries wait for the
+	// endpoint's probe) or "isolated" (the connection's URL connects and
+	// does not answer; it alone waits).
 	State     string        `json:"state"`
 	Since     *webhook.Time `json:"since,omitempty"`
 	NextProbe *webhook.Time `json:"next_probe,omitempty"`
@@ -306,28 +307,49 @@ type health struct {
 	LastKind  string        `json:"last_failure,omitempty"`
 }
 
-// health returns the health of the request's connection's endpoint.
+// healthRank orders the states: the worst known is shown.
+var healthRank = map[string]int{"unknown": 0, "up": 1, "failing": 2, "down": 3, "isolated": 4}
+
+// health returns the health of the request's connection's endpoint: the
+// worst of what the marks and the serving process's Sender know of its
+// origin and of its URL.
 func (c *console[TTx]) health(r *http.Request, req request) (health, error) {
-	endpoint, failing, err := c.worker.EndpointHealth(r.Context(), req.conn)
+	endpoint, key, failing, err := c.worker.EndpointHealth(r.Context(), req.conn)
 	if err != nil {
 		return health{}, err
 	}
-	h := health{Endpoint: cmp.Or(endpoint, "(unparsable URL)"), State: "up"} // the origin alone, printable (Connection.Endpoint)
-	rank := map[string]int{"up": 0, "failing": 1, "down": 2, "isolated": 3}
-	for _, e := range failing {
+	h := health{Endpoint: cmp.Or(endpoint, "(unparsable URL)"), State: "unknown"} // the origin alone, printable (Connection.Endpoint)
+	known := failing
+	if c.opts.Marks != nil && endpoint != "" {
+		marks, err := c.opts.Marks.Endpoint(r.Context(), endpoint)
+		if err != nil {
+			return health{}, err
+		}
+		for _, m := range marks {
+			if !m.PerURL || m.URLKey == key {
+				known = append(known, m)
+			}
+		}
+	}
+	for _, e := range known {
 		state := "failing"
 		switch {
 		case e.Down && e.PerURL:
 			state = "isolated"
 		case e.Down:
 			state = "down"
+		case !e.Changed.IsZero(): // a mark: it came up, or answered
+			state = "up"
 		}
-		if rank[state] < rank[h.State] {
+		if healthRank[state] <= healthRank[h.State] {
 			continue
 		}
 		h.State, h.Failures, h.LastKind = state, e.Failures, string(e.LastFailure.Kind)
-		since := webhook.NewTime(e.Since)
-		h.Since, h.NextProbe = &since, nil
+		h.Since, h.NextProbe = nil, nil
+		if state != "up" {
+			since := webhook.NewTime(e.Since)
+			h.Since = &since
+		}
 		if !e.NextProbe.IsZero() {
 			next := webhook.NewTime(e.NextProbe)
 			h.NextProbe = &next

@@ -82,6 +82,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
 )
 
@@ -116,9 +117,25 @@ type Options struct {
 	// [DefaultRateInterval]; a negative value, no limit.
 	TestEvery, RecoverEvery time.Duration
 
+	// Marks are the endpoint health marks the deployment's Senders share
+	// (riverhook.EndpointMarks, given to each as HealthOptions.Marks): the
+	// connection's health is read there, so that a console served by the
+	// API tier shows what the workers found. Nil means the serving
+	// process's own Sender alone. Either way, an endpoint nothing is known
+	// of is shown "unknown", never "up": set HealthOptions.ConfirmUpEvery
+	// for endpoints that answer to be marked up.
+	Marks Marks
+
 	// Logger receives the errors answered 500, as they are. Nil means no
 	// logging.
 	Logger *slog.Logger
+}
+
+// Marks reads the endpoint health marks of a deployment;
+// *riverhook.EndpointMarks is one.
+type Marks interface {
+	// Endpoint returns the marks of an origin and of its isolated URLs.
+	Endpoint(ctx context.Context, endpoint string) ([]webhook.EndpointHealth, error)
 }
 
 //go:embed templates/*.html static/*

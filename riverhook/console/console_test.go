@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -405,7 +406,7 @@ func TestConsole_BannerWhenTheEndpointIsDown(t *testing.T) {
 	f := &fixture{handler: h}
 
 	health := decode[map[string]any](t, f.do(t, "GET", "/api/connections/dead/health", "").Body.String())
-	assert.Equal(t, map[string]any{"endpoint": "https://" + ln.Addr().String(), "state": "up"}, health)
+	assert.Equal(t, map[string]any{"endpoint": "https://" + ln.Addr().String(), "state": "unknown"}, health, "nothing known yet: never a false up")
 	sender.Attempt(context.Background(), dead, webhook.EventUserIdentified, []byte(`{}`), 1)
 
 	got := f.do(t, "GET", "/api/connections/dead/health", "")
@@ -417,4 +418,45 @@ func TestConsole_BannerWhenTheEndpointIsDown(t *testing.T) {
 	page := f.do(t, "GET", "/connections/dead", "").Body.String()
 	assert.Contains(t, page, `<div class="banner down" role="alert"><strong>Your endpoint is down.</strong>`)
 	assertClean(t, page, false)
+}
+
+// TestConsole_HealthFromTheFleetsMarks serves the console from a process
+// whose own Sender never delivered (the API tier): the health it shows is
+// the marks' the workers wrote, "unknown" before any.
+func TestConsole_HealthFromTheFleetsMarks(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, "console", true)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	marks := riverhook.NewEndpointMarks(pool, schema)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	conn := srv.Connection()
+	w, err := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) { return conn, nil }, nil)
+	require.NoError(t, err)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{
+		Connections: func(*http.Request) ([]string, error) { return []string{"crm"}, nil },
+		Marks:       marks,
+	})
+	require.NoError(t, err)
+	f := &fixture{handler: h}
+	state := func() string {
+		return decode[map[string]any](t, f.do(t, "GET", "/api/connections/crm/health", "").Body.String())["state"].(string)
+	}
+	assert.Equal(t, "unknown", state())
+
+	now := time.Now()
+	require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: conn.Endpoint(), Down: true, Since: now.Add(-time.Minute), Changed: now,
+		NextProbe: now.Add(time.Minute), Failures: 4, LastFailure: webhook.Attempt{Kind: webhook.KindRefused}}))
+	assert.Equal(t, "down", state(), "a worker's mark")
+	page := f.do(t, "GET", "/connections/crm", "").Body.String()
+	assert.Contains(t, page, "Your endpoint is down.")
+
+	require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: conn.Endpoint(), Changed: now.Add(time.Second)}))
+	assert.Equal(t, "up", state(), "marked up again")
+	require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: conn.Endpoint(), Down: true, Changed: now.Add(2 * time.Second),
+		PerURL: true, URLKey: conn.URLKey()}))
+	assert.Equal(t, "isolated", state(), "the connection's own URL, isolated")
 }

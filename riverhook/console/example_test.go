@@ -72,7 +72,7 @@ func ExampleNew() {
 	}
 	// Output:
 	// console: Options.Connections is required: it says which connections a request may see
-	// GET /webhooks/log/api/connections/crm/health 200 { "endpoint": "https://hooks.example.com:443", "state": "up" }
+	// GET /webhooks/log/api/connections/crm/health 200 { "endpoint": "https://hooks.example.com:443", "state": "unknown" }
 	// GET /webhooks/log/api/connections/erp/deliveries 404 { "error": "not found" }
 	// POST /webhooks/log/api/connections/crm/test 403 cross-origin request detected from Sec-Fetch-Site header
 }

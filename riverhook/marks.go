@@ -1,0 +1,205 @@
+package riverhook
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/signedhook/webhook"
+)
+
+// This file holds riverhook's own tables, beside River's: their versioned
+// migration, and the endpoint health marks the processes of a deployment
+// share through them.
+
+// migrations are riverhook's own tables, in order: Migrate runs each once
+// per schema, recording its version in riverhook_migration. A migration is
+// never edited once released; a change is a new one.
+var migrations = []string{
+	// 1: endpoint health marks, one per origin (url_key '') or isolated
+	// URL, written by every process, read since a time.
+	`CREATE TABLE riverhook_endpoint_mark (
+		endpoint text NOT NULL,
+		url_key text NOT NULL DEFAULT '',
+		down boolean NOT NULL,
+		confirmed boolean NOT NULL DEFAULT false,
+		since timestamptz,
+		changed timestamptz NOT NULL,
+		next_probe timestamptz,
+		failures integer NOT NULL DEFAULT 0,
+		failure_kind text NOT NULL DEFAULT '',
+		recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+		PRIMARY KEY (endpoint, url_key)
+	);
+	CREATE INDEX riverhook_endpoint_mark_recorded_at ON riverhook_endpoint_mark (recorded_at);`,
+}
+
+// MigrationVersion is the version of riverhook's own tables this package
+// needs: Migrate brings a schema to it.
+var MigrationVersion = len(migrations)
+
+// Migrate creates or updates riverhook's own tables in schema ("" for the
+// search path), as rivermigrate does River's: run it beside River's
+// migration, once per deployment or at every start (it does nothing when
+// the schema is up to date). Each step runs once, in one transaction with
+// its record in riverhook_migration, under a lock that serialises
+// concurrent callers. db is a pool or a connection, not a transaction: each
+// step is a transaction of its own.
+func Migrate(ctx context.Context, db DB, schema string) error {
+	q := qualifier(schema)
+	lock := migrationLock(schema)
+	if _, err := db.Exec(ctx, fmt.Sprintf(`SELECT pg_advisory_lock(%d);
+		CREATE TABLE IF NOT EXISTS %sriverhook_migration (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+		SELECT pg_advisory_unlock(%d)`, lock, q, lock)); err != nil {
+		return fmt.Errorf("riverhook: migrating: %w", err)
+	}
+	for i, step := range migrations {
+		version := i + 1
+		// One statement string, run as one implicit transaction: the lock
+		// is held to its end, and a step and its record commit together.
+		sql := fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d);
+			SET LOCAL search_path TO %s;
+			DO $riverhook$ BEGIN
+				IF NOT EXISTS (SELECT 1 FROM riverhook_migration WHERE version = %d) THEN
+					EXECUTE %s;
+					INSERT INTO riverhook_migration (version) VALUES (%d);
+				END IF;
+			END $riverhook$`, lock, searchPath(schema), version, quoteLiteral(step), version)
+		if _, err := db.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("riverhook: migrating to version %d: %w", version, err)
+		}
+	}
+	return nil
+}
+
+// migrationLock is the advisory lock of schema's migration.
+func migrationLock(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("riverhook migrate " + schema))
+	return int64(h.Sum64() >> 1)
+}
+
+// qualifier returns schema quoted with a final dot, or "" for the search
+// path.
+func qualifier(schema string) string {
+	if schema == "" {
+		return ""
+	}
+	return quoteIdent(schema) + "."
+}
+
+func searchPath(schema string) string {
+	if schema == "" {
+		return "DEFAULT"
+	}
+	return quoteIdent(schema)
+}
+
+func quoteIdent(s string) string   { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
+
+// EndpointMarks is the [webhook.HealthMarks] of a deployment in its
+// PostgreSQL: the table riverhook_endpoint_mark, made by [Migrate]. Give it
+// to every Sender (HealthOptions.Marks): each writes the changes it sees,
+// and follows the others'; the console reads it for the endpoint's state.
+// One row per origin or isolated URL, so its size follows the endpoints
+// that failed, not the deliveries. It is safe for concurrent use.
+type EndpointMarks struct {
+	db    DB
+	table string
+}
+
+// NewEndpointMarks returns the marks in schema ("" for the search path)
+// through db, a pool.
+func NewEndpointMarks(db DB, schema string) *EndpointMarks {
+	return &EndpointMarks{db: db, table: qualifier(schema) + "riverhook_endpoint_mark"}
+}
+
+// Mark records h unless the table holds a mark of its endpoint (its origin,
+// or for a PerURL mark its URLKey) that changed later.
+func (m *EndpointMarks) Mark(ctx context.Context, h webhook.EndpointHealth) error {
+	if h.Endpoint == "" || h.Changed.IsZero() {
+		return errors.New("riverhook: a mark needs an endpoint and the time it changed")
+	}
+	urlKey := ""
+	if h.PerURL {
+		urlKey = h.URLKey
+	}
+	_, err := m.db.Exec(ctx, `INSERT INTO `+m.table+` AS m
+		(endpoint, url_key, down, confirmed, since, changed, next_probe, failures, failure_kind)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (endpoint, url_key) DO UPDATE SET
+			down = EXCLUDED.down, confirmed = EXCLUDED.confirmed, since = EXCLUDED.since,
+			changed = EXCLUDED.changed, next_probe = EXCLUDED.next_probe, failures = EXCLUDED.failures,
+			failure_kind = EXCLUDED.failure_kind, recorded_at = clock_timestamp()
+		WHERE m.changed <= EXCLUDED.changed`,
+		h.Endpoint, urlKey, h.Down, h.Confirmed, nullTime(h.Since), h.Changed, nullTime(h.NextProbe), h.Failures, string(h.LastFailure.Kind))
+	if err != nil {
+		return fmt.Errorf("riverhook: marking %s: %w", h.Endpoint, err)
+	}
+	return nil
+}
+
+// Since returns the marks recorded at or after after, and the latest
+// recording time among them.
+func (m *EndpointMarks) Since(ctx context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
+	marks, next, err := m.query(ctx, `recorded_at >= $1`, after)
+	if next.IsZero() {
+		next = after
+	}
+	return marks, next, err
+}
+
+// query returns the marks where where holds for arg, in the order they were
+// recorded, and the latest recording time among them.
+func (m *EndpointMarks) query(ctx context.Context, where string, arg any) ([]webhook.EndpointHealth, time.Time, error) {
+	var last time.Time
+	rows, err := m.db.Query(ctx, `SELECT endpoint, url_key, down, confirmed, coalesce(since, changed), changed,
+		coalesce(next_probe, changed), failures, failure_kind, recorded_at
+		FROM `+m.table+` WHERE `+where+` ORDER BY recorded_at, url_key`, arg)
+	if err != nil {
+		return nil, last, fmt.Errorf("riverhook: reading endpoint marks: %w", err)
+	}
+	defer rows.Close()
+	var marks []webhook.EndpointHealth
+	for rows.Next() {
+		var h webhook.EndpointHealth
+		var urlKey, kind string
+		if err := rows.Scan(&h.Endpoint, &urlKey, &h.Down, &h.Confirmed, &h.Since, &h.Changed, &h.NextProbe, &h.Failures, &kind, &last); err != nil {
+			return nil, time.Time{}, fmt.Errorf("riverhook: reading endpoint marks: %w", err)
+		}
+		h.PerURL, h.URLKey, h.LastFailure.Kind = urlKey != "", urlKey, webhook.FailureKind(kind)
+		if !h.Down {
+			h.NextProbe = time.Time{}
+		}
+		marks = append(marks, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("riverhook: reading endpoint marks: %w", err)
+	}
+	return marks, last, nil
+}
+
+// Endpoint returns the marks of endpoint (an origin, as
+// [webhook.Connection.Endpoint] gives): its own and its isolated URLs',
+// the origin's first. None means nothing is known: the console shows
+// "unknown", never a false "up".
+func (m *EndpointMarks) Endpoint(ctx context.Context, endpoint string) ([]webhook.EndpointHealth, error) {
+	marks, _, err := m.query(ctx, `endpoint = $1`, endpoint)
+	slices.SortStableFunc(marks, func(a, b webhook.EndpointHealth) int { return cmp.Compare(a.URLKey, b.URLKey) })
+	return marks, err
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+var _ webhook.HealthMarks = (*EndpointMarks)(nil)

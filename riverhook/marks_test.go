@@ -1,0 +1,89 @@
+package riverhook_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+)
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 4 { // several processes starting at once
+		wg.Go(func() { assert.NoError(t, riverhook.Migrate(ctx, pool, schema)) })
+	}
+	wg.Wait()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema), "up to date: nothing to do")
+	var versions []int32
+	rows, err := pool.Query(ctx, `SELECT version FROM "`+schema+`".riverhook_migration ORDER BY version`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var v int32
+		require.NoError(t, rows.Scan(&v))
+		versions = append(versions, v)
+	}
+	require.NoError(t, rows.Err())
+	assert.Len(t, versions, riverhook.MigrationVersion)
+	assert.EqualValues(t, 1, versions[0])
+}
+
+func TestEndpointMarks(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	marks := riverhook.NewEndpointMarks(pool, schema)
+	const origin = "https://hooks.example.com:443"
+	t0 := time.Now().UTC().Truncate(time.Microsecond)
+
+	down := webhook.EndpointHealth{Endpoint: origin, Down: true, Since: t0.Add(-time.Minute), Changed: t0, NextProbe: t0.Add(5 * time.Second), Failures: 3,
+		LastFailure: webhook.Attempt{Kind: webhook.KindRefused}}
+	require.NoError(t, marks.Mark(ctx, down))
+	isolated := webhook.EndpointHealth{Endpoint: origin + "/…", Down: true, Changed: t0, PerURL: true, URLKey: "0123456789abcdef0123456789abcdef"}
+	isolated.Endpoint = origin // stored under its origin
+	require.NoError(t, marks.Mark(ctx, isolated))
+
+	got, next, err := marks.Since(ctx, time.Time{})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, origin, got[0].Endpoint)
+	assert.True(t, got[0].Down)
+	assert.True(t, got[0].NextProbe.Equal(down.NextProbe))
+	assert.Equal(t, webhook.KindRefused, got[0].LastFailure.Kind)
+	assert.True(t, got[1].PerURL)
+	assert.Equal(t, isolated.URLKey, got[1].URLKey)
+
+	// A report that crossed a later one in flight changes nothing.
+	stale := webhook.EndpointHealth{Endpoint: origin, Changed: t0.Add(-time.Second), Confirmed: true}
+	require.NoError(t, marks.Mark(ctx, stale))
+	up := webhook.EndpointHealth{Endpoint: origin, Changed: t0.Add(time.Second)}
+	require.NoError(t, marks.Mark(ctx, up))
+
+	later, _, err := marks.Since(ctx, next)
+	require.NoError(t, err)
+	require.NotEmpty(t, later)
+	last := later[len(later)-1]
+	assert.False(t, last.Down, "the later change is what is recorded")
+	assert.True(t, last.Changed.Equal(up.Changed))
+	for _, h := range later {
+		assert.False(t, h.Changed.Equal(stale.Changed), "the stale report was not recorded")
+	}
+
+	all, err := marks.Endpoint(ctx, origin)
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	assert.False(t, all[0].PerURL, "the origin's mark first")
+	none, err := marks.Endpoint(ctx, "https://unknown.example.com:443")
+	require.NoError(t, err)
+	assert.Empty(t, none, "nothing known: the console says unknown")
+	assert.Error(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: origin}), "a mark without its time")
+}
