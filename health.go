@@ -113,6 +113,21 @@ type HealthOptions struct {
 	// On shutdown, [Sender.Flush] waits for the reports under way.
 	OnChange func(ctx context.Context, h EndpointHealth)
 
+	// Marks, if not nil, shares endpoint health with the other processes
+	// of a deployment: every change this Sender reports (and, with
+	// ConfirmUpEvery, every confirmation) is also written there, and the
+	// marks the others write are read at most FollowEvery apart and
+	// followed, so that every process holds back an endpoint one of them
+	// found down, and a process starting up starts from the marks (read
+	// once at NewSender). Marks are read off the attempt path; an error is
+	// logged and the Sender goes on with what it knows.
+	Marks HealthMarks
+
+	// FollowEvery is how often, at most, the marks are read while
+	// attempts are made. Zero means DefaultFollowEvery; negative is an
+	// error.
+	FollowEvery time.Duration
+
 	// ConfirmUpEvery, if not zero, also reports an endpoint up (Down
 	// false) at its first answer and then at most once per ConfirmUpEvery
 	// while it answers, with the URL that answered (URLKey). With several
@@ -142,6 +157,7 @@ type health struct {
 	onChange      func(context.Context, EndpointHealth)
 	confirmUp     time.Duration
 	confirmed     map[string]time.Time // origin -> when last reported up, with ConfirmUpEvery
+	fleet         *fleet               // with HealthOptions.Marks, under mu
 	now           func() time.Time
 	logger        *slog.Logger
 	seed          maphash.Seed
@@ -200,6 +216,8 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 		return nil, fmt.Errorf("webhook: HealthOptions.ConfirmUpEvery must not be negative, got %v", o.ConfirmUpEvery)
 	case o.MaxUnanswered < 0:
 		return nil, fmt.Errorf("webhook: HealthOptions.MaxUnanswered must not be negative, got %d", o.MaxUnanswered)
+	case o.FollowEvery < 0:
+		return nil, fmt.Errorf("webhook: HealthOptions.FollowEvery must not be negative, got %v", o.FollowEvery)
 	}
 	h := &health{
 		policy: healthPolicy{
@@ -222,6 +240,12 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 		urls:          map[string]*urlEntry{},
 	}
 	h.policy.limit = max(h.policy.limit, h.policy.first)
+	if o.Marks != nil {
+		h.fleet = newFleet(o.Marks, cmp.Or(o.FollowEvery, DefaultFollowEvery), &h.onChange, logger)
+		h.mu.Lock()
+		h.followDue(now()) // a process starts from the marks
+		h.mu.Unlock()
+	}
 	return h, nil
 }
 
@@ -252,6 +276,7 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sweep(now)
+	h.followDue(now)
 	originFailing := false
 	if e := h.endpoints[origin]; e != nil {
 		originFailing = e.failures > 0
@@ -269,6 +294,7 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 	if u == nil {
 		u = &urlEntry{endpoint: endpoint{shown: origin + "/…", perURL: true, url: rawURL}}
 		h.urls[rawURL] = u
+		h.seedURL(u, now)
 	}
 	u.touched = now
 	ad, ok := u.admit(now)

@@ -211,3 +211,30 @@ func (s *stall) end(answered bool, now time.Time) {
 		s.progress = now
 	}
 }
+
+// follow applies m, a mark that another process wrote, to e at now, by
+// m's Changed: a mark older than what e knows is ignored. A mark down
+// holds e down until the mark's next probe, as if e had gone down itself;
+// a mark up (or an answer confirmed) clears e's down state or its run of
+// failures, when it came after them. Nothing is reported: the change is
+// the other process's.
+func (e *endpointState) follow(p *healthPolicy, m *EndpointHealth, now time.Time) {
+	switch {
+	case m.Down && (!e.down || m.Changed.After(e.changed)):
+		if !e.down {
+			e.since, e.failures = m.Since, max(e.failures, m.Failures)
+			e.last = Attempt{Kind: m.LastFailure.Kind}
+		}
+		e.down, e.changed = true, m.Changed
+		e.interval = min(max(m.NextProbe.Sub(m.Changed), p.first), p.limit)
+		e.nextProbe = m.NextProbe
+		if e.nextProbe.IsZero() {
+			e.nextProbe = now.Add(e.interval)
+		}
+	case !m.Down && e.down && m.Changed.After(e.changed):
+		e.down, e.changed = false, m.Changed
+		e.failures, e.nextProbe, e.bodies = 0, time.Time{}, e.bodies[:0]
+	case !m.Down && !e.down && e.failures > 0 && m.Changed.After(e.since):
+		e.failures, e.bodies = 0, e.bodies[:0] // another process reached it since
+	}
+}

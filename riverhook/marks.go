@@ -126,9 +126,9 @@ func (m *EndpointMarks) Mark(ctx context.Context, h webhook.EndpointHealth) erro
 	if h.Endpoint == "" || h.Changed.IsZero() {
 		return errors.New("riverhook: a mark needs an endpoint and the time it changed")
 	}
-	urlKey := ""
-	if h.PerURL {
-		urlKey = h.URLKey
+	urlKey, origin := "", h.Endpoint
+	if h.PerURL { // reported as the origin and "/…": kept under the origin
+		urlKey, origin = h.URLKey, strings.TrimSuffix(h.Endpoint, "/…")
 	}
 	_, err := m.db.Exec(ctx, `INSERT INTO `+m.table+` AS m
 		(endpoint, url_key, down, confirmed, since, changed, next_probe, failures, failure_kind)
@@ -138,7 +138,7 @@ func (m *EndpointMarks) Mark(ctx context.Context, h webhook.EndpointHealth) erro
 			changed = EXCLUDED.changed, next_probe = EXCLUDED.next_probe, failures = EXCLUDED.failures,
 			failure_kind = EXCLUDED.failure_kind, recorded_at = clock_timestamp()
 		WHERE m.changed <= EXCLUDED.changed`,
-		h.Endpoint, urlKey, h.Down, h.Confirmed, nullTime(h.Since), h.Changed, nullTime(h.NextProbe), h.Failures, string(h.LastFailure.Kind))
+		origin, urlKey, h.Down, h.Confirmed, nullTime(h.Since), h.Changed, nullTime(h.NextProbe), h.Failures, string(h.LastFailure.Kind))
 	if err != nil {
 		return fmt.Errorf("riverhook: marking %s: %w", h.Endpoint, err)
 	}
@@ -174,6 +174,9 @@ func (m *EndpointMarks) query(ctx context.Context, where string, arg any) ([]web
 			return nil, time.Time{}, fmt.Errorf("riverhook: reading endpoint marks: %w", err)
 		}
 		h.PerURL, h.URLKey, h.LastFailure.Kind = urlKey != "", urlKey, webhook.FailureKind(kind)
+		if h.PerURL {
+			h.Endpoint += "/…" // as OnChange reports a URL
+		}
 		if !h.Down {
 			h.NextProbe = time.Time{}
 		}

@@ -49,8 +49,7 @@ func TestEndpointMarks(t *testing.T) {
 		LastFailure: webhook.Attempt{Kind: webhook.KindRefused}}
 	require.NoError(t, marks.Mark(ctx, down))
 	isolated := webhook.EndpointHealth{Endpoint: origin + "/…", Down: true, Changed: t0, PerURL: true, URLKey: "0123456789abcdef0123456789abcdef"}
-	isolated.Endpoint = origin // stored under its origin
-	require.NoError(t, marks.Mark(ctx, isolated))
+	require.NoError(t, marks.Mark(ctx, isolated)) // kept under its origin
 
 	got, next, err := marks.Since(ctx, time.Time{})
 	require.NoError(t, err)
@@ -61,6 +60,7 @@ func TestEndpointMarks(t *testing.T) {
 	assert.Equal(t, webhook.KindRefused, got[0].LastFailure.Kind)
 	assert.True(t, got[1].PerURL)
 	assert.Equal(t, isolated.URLKey, got[1].URLKey)
+	assert.Equal(t, origin+"/…", got[1].Endpoint, "as OnChange reports a URL")
 
 	// A report that crossed a later one in flight changes nothing.
 	stale := webhook.EndpointHealth{Endpoint: origin, Changed: t0.Add(-time.Second), Confirmed: true}

@@ -1,0 +1,155 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+)
+
+// memoryMarks is a HealthMarks in memory, as a test sees a shared store:
+// keyed as riverhook's table is, recorded by the bubble's clock.
+type memoryMarks struct {
+	mu    sync.Mutex
+	marks map[string]recordedMark
+	fail  error
+}
+
+type recordedMark struct {
+	h  webhook.EndpointHealth
+	at time.Time
+}
+
+func (m *memoryMarks) Mark(_ context.Context, h webhook.EndpointHealth) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	if m.marks == nil {
+		m.marks = map[string]recordedMark{}
+	}
+	key := h.Endpoint + "|" + h.URLKey
+	if !h.PerURL {
+		key = h.Endpoint + "|"
+	}
+	if old, ok := m.marks[key]; ok && old.h.Changed.After(h.Changed) {
+		return nil
+	}
+	m.marks[key] = recordedMark{h, time.Now()}
+	return nil
+}
+
+func (m *memoryMarks) Since(_ context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return nil, after, m.fail
+	}
+	var out []webhook.EndpointHealth
+	next := after
+	for _, r := range m.marks {
+		if !r.at.Before(after) {
+			out = append(out, r.h)
+			if r.at.After(next) {
+				next = r.at
+			}
+		}
+	}
+	return out, next, nil
+}
+
+// fleetSender returns a Sender on ep sharing marks: down after 3 failures,
+// probes after 10 s, following the marks every second.
+func fleetSender(t *testing.T, ep http.RoundTripper, marks webhook.HealthMarks) *webhook.Sender {
+	t.Helper()
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client:         &http.Client{Transport: ep},
+		Retry:          &webhook.RetryPolicy{},
+		AttemptTimeout: 5 * time.Second,
+		Health:         &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, Marks: marks},
+	})
+	require.NoError(t, err)
+	return s
+}
+
+// TestHealth_MarksHoldTheFleet runs two processes' Senders on one store of
+// marks: the endpoint one finds down is held back by the other within
+// FollowEvery, without a dial, until the mark's probe; a process starting
+// up starts from the marks; the one that finds it up again clears it for
+// all.
+func TestHealth_MarksHoldTheFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		epA, epB := &flakyEndpoint{}, &flakyEndpoint{status: http.StatusOK} // refused for A only
+		a, b := fleetSender(t, epA, marks), fleetSender(t, epB, marks)
+		ctx := context.Background()
+		send := func(s *webhook.Sender) error {
+			_, err := s.Send(ctx, fakeConn, samplePayload())
+			return err
+		}
+		for range 3 {
+			require.ErrorIs(t, send(a), syscall.ECONNREFUSED)
+		}
+		require.NoError(t, a.Flush(ctx)) // A's mark is written
+		require.ErrorIs(t, send(a), webhook.ErrEndpointDown)
+
+		time.Sleep(webhook.DefaultFollowEvery)
+		other := fakeConn
+		other.URL = "https://other.example.com/hooks"
+		_, err := b.Send(ctx, other, samplePayload()) // B reads the marks as it admits this one
+		require.NoError(t, err)
+		require.NoError(t, b.Flush(ctx))
+		before := epB.requests.Load()
+		require.ErrorIs(t, send(b), webhook.ErrEndpointDown, "B holds back what A found down")
+		assert.Equal(t, before, epB.requests.Load(), "without a dial")
+		require.Len(t, b.Health(), 1)
+		assert.True(t, b.Health()[0].Down)
+
+		c := fleetSender(t, &flakyEndpoint{status: http.StatusOK}, marks) // a process starting up
+		require.NoError(t, c.Flush(ctx))
+		require.ErrorIs(t, send(c), webhook.ErrEndpointDown, "a new process starts from the marks")
+
+		// B's probe, when the mark's is due, finds it up: every process
+		// follows within a second.
+		time.Sleep(10 * time.Second)
+		require.NoError(t, send(b), "B's probe answers")
+		require.NoError(t, b.Flush(ctx))
+		time.Sleep(webhook.DefaultFollowEvery)
+		_, err = a.Send(ctx, other, samplePayload()) // refused: A's endpoint refuses every host
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		require.NoError(t, a.Flush(ctx))
+		for _, h := range a.Health() {
+			assert.NotEqual(t, "https://crm.example.com:443", h.Endpoint, "A followed B's mark up, before a probe of its own")
+		}
+		epA.set(http.StatusOK, false)
+		require.NoError(t, send(a))
+	})
+}
+
+// TestHealth_MarksThatFailAreLoggedNotFatal: a store that cannot be reached
+// leaves each Sender to what it knows.
+func TestHealth_MarksThatFailAreLoggedNotFatal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{fail: errors.New("store: connection refused")}
+		s := fleetSender(t, &flakyEndpoint{}, marks)
+		for range 3 {
+			_, err := s.Send(context.Background(), fakeConn, samplePayload())
+			require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		}
+		require.NoError(t, s.Flush(context.Background()))
+		_, err := s.Send(context.Background(), fakeConn, samplePayload())
+		assert.ErrorIs(t, err, webhook.ErrEndpointDown, "down by its own count")
+		_, err = webhook.NewSender(&webhook.SenderOptions{Health: &webhook.HealthOptions{Marks: marks, FollowEvery: -1}})
+		assert.Error(t, err)
+	})
+}
