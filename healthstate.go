@@ -226,7 +226,7 @@ func (e *endpointState) follow(p *healthPolicy, m *EndpointHealth, now time.Time
 			e.last = Attempt{Kind: m.LastFailure.Kind}
 		}
 		e.down, e.changed = true, m.Changed
-		e.interval = min(max(m.NextProbe.Sub(m.Changed), p.first), p.limit)
+		e.interval = p.first // this process's own probes back off from the start
 		e.nextProbe = m.NextProbe
 		if e.nextProbe.IsZero() {
 			e.nextProbe = now.Add(e.interval)

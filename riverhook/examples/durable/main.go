@@ -230,7 +230,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if _, err := pool.Exec(ctx, marksTable(*c.schema)); err != nil {
+		if err := riverhook.Migrate(ctx, pool, *c.schema); err != nil { // riverhook's own tables: the endpoint marks
 			return err
 		}
 		fmt.Fprintf(stdout, "migrated: %d migration(s) applied\n", len(res.Versions))
@@ -256,7 +256,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	sender, err := newSender(*c.caFile, *c.allowPrivate, *c.attemptTimeout, markWriter(pool, *c.schema, logger))
+	sender, err := newSender(*c.caFile, *c.allowPrivate, *c.attemptTimeout, riverhook.NewEndpointMarks(pool, *c.schema))
 	if err != nil {
 		return err
 	}
@@ -331,7 +331,7 @@ func newDeliveryID() string {
 	return "dlv_" + hex.EncodeToString(b[:])
 }
 
-func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration, onChange func(context.Context, webhook.EndpointHealth)) (*webhook.Sender, error) {
+func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration, marks webhook.HealthMarks) (*webhook.Sender, error) {
 	tlsConfig := &tls.Config{}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
@@ -354,11 +354,13 @@ func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration, o
 	// Endpoint health on: an endpoint that cannot be reached, or a URL that
 	// connects and never answers, is isolated, and its deliveries wait
 	// without spending attempts (at most -max-wait) while the others go on.
-	// Its changes are marked in a table; with several workers, each confirms
-	// the endpoints it reaches every minute, so a mark left by a worker that
-	// died clears.
+	// Its changes are marked in riverhook's table, which every worker
+	// follows: an endpoint one worker finds down is held back by all within
+	// a second, and a worker starting up starts from the marks. Each
+	// confirms the endpoints it reaches every minute, so a mark left by a
+	// worker that died clears, and the console shows them up.
 	return webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: attemptTimeout,
-		Health: &webhook.HealthOptions{OnChange: onChange, ConfirmUpEvery: time.Minute}})
+		Health: &webhook.HealthOptions{Marks: marks, ConfirmUpEvery: time.Minute}})
 }
 
 // work runs a River client with the delivery worker until ctx is done, then

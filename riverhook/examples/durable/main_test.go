@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
 	"github.com/signedhook/webhook/riverhook/internal/testdb"
 	"github.com/signedhook/webhook/webhooktest"
@@ -208,8 +209,9 @@ func TestDurable_EnqueueAndWork(t *testing.T) {
 	// A down mark a worker left as it died: the next worker's first answer
 	// from the endpoint clears it.
 	endpoint := f.srv.Connection().Endpoint()
-	_, err := f.pool.Exec(context.Background(), `INSERT INTO `+f.schema+`.durable_endpoint_health (key, shown, down, since, changed)
-		VALUES ($1, $1, true, now() - interval '1 hour', now() - interval '1 hour')`, endpoint)
+	hourAgo := time.Now().Add(-time.Hour)
+	err := riverhook.NewEndpointMarks(f.pool, f.schema).Mark(context.Background(),
+		webhook.EndpointHealth{Endpoint: endpoint, Down: true, Since: hourAgo, Changed: hourAgo, NextProbe: hourAgo.Add(time.Minute)})
 	require.NoError(t, err)
 	assert.Contains(t, f.durable(t, "health"), endpoint+"  down")
 

@@ -6,17 +6,14 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -24,28 +21,6 @@ import (
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
 )
-
-// marksTable returns the statement making the service's table of endpoint
-// marks in schema ("" for the search path), beside River's: written by
-// work's endpoint health and read by health, its key is an endpoint (an
-// origin, as webhook.Connection.Endpoint names it) or a URL (its URLKey).
-func marksTable(schema string) string {
-	return `CREATE TABLE IF NOT EXISTS ` + marks(schema) + ` (
-	key text PRIMARY KEY,
-	shown text NOT NULL,
-	down boolean NOT NULL,
-	since timestamptz,
-	changed timestamptz NOT NULL
-)`
-}
-
-// marks is the table of endpoint marks in schema, quoted.
-func marks(schema string) string {
-	if schema == "" {
-		return "durable_endpoint_health"
-	}
-	return pgx.Identifier{schema, "durable_endpoint_health"}.Sanitize()
-}
 
 // opFlags are the flags of the operating commands.
 type opFlags struct {
@@ -159,54 +134,34 @@ func deliveriesJSON(ctx context.Context, pool *pgxpool.Pool, schema, connectionI
 	}{counts, page.Deliveries, page.Next})
 }
 
-// markWriter returns the OnChange that marks endpoints in the table: down
-// or up, by the endpoint's origin, or by the URL's key for one URL. A
-// confirmation clears the marks of the origin and of the URL that
-// answered, which a worker that died may have left.
-func markWriter(pool *pgxpool.Pool, schema string, logger *slog.Logger) func(context.Context, webhook.EndpointHealth) {
-	upsert := `INSERT INTO ` + marks(schema) + ` (key, shown, down, since, changed) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (key) DO UPDATE SET shown = $2, down = $3, since = $4, changed = $5`
-	return func(ctx context.Context, h webhook.EndpointHealth) {
-		var err error
-		switch {
-		case h.PerURL:
-			_, err = pool.Exec(ctx, upsert, h.URLKey, h.Endpoint, h.Down, h.Since, h.Changed)
-		case h.Confirmed: // clears a mark written before the answer, which a worker that died may have left
-			_, err = pool.Exec(ctx, `UPDATE `+marks(schema)+` SET down = false, changed = $3 WHERE key IN ($1, $2) AND down AND changed < $3`,
-				h.Endpoint, h.URLKey, h.Changed)
-		default:
-			_, err = pool.Exec(ctx, upsert, h.Endpoint, h.Endpoint, h.Down, h.Since, h.Changed)
-		}
-		if err != nil {
-			logger.ErrorContext(ctx, "durable: marking the endpoint", slog.String("endpoint", h.Endpoint), slog.String("error", err.Error()))
-		}
-	}
-}
-
-// healthMarks prints each connection's endpoint marks.
+// healthMarks prints each connection's endpoint marks, as every worker
+// follows them: the worst of its origin's and its URL's, "unknown" when no
+// worker has marked it.
 func healthMarks(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection, out io.Writer) error {
 	ids := make([]string, 0, len(conns))
 	for id := range conns {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	marks := riverhook.NewEndpointMarks(pool, schema)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "connection\tendpoint\tstate\tsince")
 	for _, id := range ids {
 		c := conns[id]
-		state, since := "up", "-"
-		var down bool
-		var at *time.Time
-		err := pool.QueryRow(ctx, `SELECT down, since FROM `+marks(schema)+` WHERE key IN ($1, $2) ORDER BY down DESC LIMIT 1`,
-			c.Endpoint(), c.URLKey()).Scan(&down, &at)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
+		got, err := marks.Endpoint(ctx, c.Endpoint())
+		if err != nil {
 			return err
-		case down:
-			state = "down"
-			if at != nil {
-				since = at.UTC().Format(time.RFC3339)
+		}
+		state, since := "unknown", "-"
+		for _, m := range got {
+			if m.PerURL && m.URLKey != c.URLKey() {
+				continue
+			}
+			switch {
+			case m.Down:
+				state, since = "down", m.Since.UTC().Format(time.RFC3339)
+			case state == "unknown":
+				state = "up"
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", id, c.Endpoint(), state, since)
