@@ -1,16 +1,24 @@
 package riverhook_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/riverqueue/river"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
@@ -18,6 +26,7 @@ import (
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 // The environment of a fleet test's child process.
@@ -101,4 +110,162 @@ func TestFleet_AMarkReachesEveryProcess(t *testing.T) {
 	require.NoError(t, started.Flush(ctx)) // its first read of the marks
 	_, err = started.Send(ctx, dead, payload("d3"))
 	assert.ErrorIs(t, err, webhook.ErrEndpointDown, "a process starting up starts from the marks")
+}
+
+func TestConnectionPlaces(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	take := func(job int64, hold time.Duration) (int, bool) {
+		place, ok, err := places.Take(ctx, "crm", 2, job, hold)
+		require.NoError(t, err)
+		return place, ok
+	}
+	p1, ok := take(1, time.Minute)
+	require.True(t, ok)
+	p2, ok := take(2, time.Minute)
+	require.True(t, ok)
+	assert.NotEqual(t, p1, p2)
+	_, ok = take(3, time.Minute)
+	assert.False(t, ok, "both places are held")
+	require.NoError(t, places.Give(ctx, "crm", p1, 99))
+	_, ok = take(3, time.Minute)
+	assert.False(t, ok, "only the job holding a place gives it back")
+	require.NoError(t, places.Give(ctx, "crm", p1, 1))
+	_, ok = take(3, time.Minute)
+	assert.True(t, ok, "given back: taken again")
+	_, ok, err := places.Take(ctx, "erp", 1, 4, time.Minute)
+	require.NoError(t, err)
+	assert.True(t, ok, "each connection has its own")
+}
+
+// placesChild is the worker process of TestFleet_BoundsHoldAcrossProcesses:
+// a River client delivering with a Worker whose bound is held by the
+// places in PostgreSQL, until the test ends it; or, as "holder", a process
+// that takes a place and never gives it back (it is killed).
+func TestPlacesChild(t *testing.T) {
+	role := os.Getenv(fleetRole)
+	if role != "worker" && role != "holder" {
+		t.Skip("a child process of TestFleet_BoundsHoldAcrossProcesses")
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("TEST_DATABASE_URL"))
+	require.NoError(t, err)
+	defer pool.Close()
+	schema := os.Getenv(fleetSchema)
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	if role == "holder" {
+		_, ok, err := places.Take(ctx, "crm", 1, 1, 3*time.Second)
+		require.NoError(t, err)
+		require.True(t, ok)
+		os.Stdout.WriteString("holding\n")
+		select {} // until killed
+	}
+	pem, err := os.ReadFile(os.Getenv(fleetURL + "_CA"))
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(pem))
+	tr, err := webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: true, TLSClientConfig: &tls.Config{RootCAs: roots}})
+	require.NoError(t, err)
+	sender, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}})
+	require.NoError(t, err)
+	conn := webhook.Connection{Name: "crm", URL: os.Getenv(fleetURL), Secret: secret}
+	w, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return conn, nil },
+		&riverhook.WorkerOptions{MaxInFlightPerConnection: 2, Places: places, SnoozeFor: 200 * time.Millisecond})
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	client := newClient(t, pool, schema, workers, nil)
+	require.NoError(t, client.Start(ctx))
+	os.Stdout.WriteString("working\n")
+	select {} // until the test ends it
+}
+
+// TestFleet_BoundsHoldAcrossProcesses runs two worker processes on one
+// PostgreSQL, each with MaxInFlightPerConnection 2 and the places: a slow
+// endpoint never has more than 2 attempts in flight from the fleet (without
+// the places, up to 4). A process killed while it holds a place gives it
+// back when its hold ends.
+func TestFleet_BoundsHoldAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+
+	var mu sync.Mutex
+	inFlight, peak, arrived := 0, 0, 0
+	all := make(chan struct{})
+	const deliveries = 24
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		peak = max(peak, inFlight)
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond) // a slow endpoint
+		mu.Lock()
+		inFlight--
+		if arrived++; arrived == deliveries {
+			close(all)
+		}
+		mu.Unlock()
+	})})
+	defer srv.Close()
+	caFile := t.TempDir() + "/ca.pem"
+	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+
+	client := newClient(t, pool, schema, nil, nil)
+	params := make([]river.InsertManyParams, 0, deliveries)
+	for i := range deliveries {
+		p, err := riverhook.InsertParams(fmt.Sprint("d", i), []string{"crm"}, payload(fmt.Sprint("d", i)), nil)
+		require.NoError(t, err)
+		params = append(params, p...)
+	}
+	_, err := client.InsertMany(ctx, params)
+	require.NoError(t, err)
+
+	start := func(role string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestPlacesChild$", "-test.count", "1", "-test.v")
+		cmd.Env = append(os.Environ(), fleetRole+"="+role, fleetSchema+"="+schema, fleetURL+"="+srv.URL+"/hooks", fleetURL+"_CA="+caFile)
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		lines := bufio.NewScanner(out)
+		for lines.Scan() && lines.Text() != role[:len(role)-2]+"ing" { // "working", "holding": under way
+		}
+		require.NoError(t, lines.Err())
+		go io.Copy(io.Discard, out)
+		return cmd
+	}
+	started := time.Now()
+	start("worker")
+	start("worker")
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%d of %d deliveries arrived in 60 s", arrived, deliveries)
+	}
+	took := time.Since(started)
+	mu.Lock()
+	t.Logf("%d deliveries through 2 processes in %v, peak %d in flight (bound 2): %.1f/s, the bound over the latency allows 20/s",
+		deliveries, took.Round(time.Millisecond), peak, float64(deliveries)/took.Seconds())
+	assert.LessOrEqual(t, peak, 2, "the bound holds across the fleet")
+	mu.Unlock()
+
+	// A process killed while it holds a place.
+	holder := start("holder")
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	_, ok, err := places.Take(ctx, "crm", 1, 2, time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok, "the holder's place")
+	require.NoError(t, holder.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	for !ok && time.Since(killed) < 10*time.Second {
+		_, ok, err = places.Take(ctx, "crm", 1, 2, time.Minute)
+		require.NoError(t, err)
+	}
+	assert.True(t, ok, "the place is free once its hold has ended")
+	t.Logf("a killed process's place was free %v after the kill (its hold: 3 s)", time.Since(killed).Round(time.Millisecond))
 }

@@ -37,6 +37,16 @@ var migrations = []string{
 		PRIMARY KEY (endpoint, url_key)
 	);
 	CREATE INDEX riverhook_endpoint_mark_recorded_at ON riverhook_endpoint_mark (recorded_at);`,
+
+	// 2: places in flight per connection, shared by the fleet: a row per
+	// place, held by a job until a time.
+	`CREATE TABLE riverhook_place (
+		connection_id text NOT NULL,
+		place integer NOT NULL,
+		job_id bigint NOT NULL DEFAULT 0,
+		until timestamptz NOT NULL DEFAULT '-infinity',
+		PRIMARY KEY (connection_id, place)
+	);`,
 }
 
 // MigrationVersion is the version of riverhook's own tables this package

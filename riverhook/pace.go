@@ -3,6 +3,7 @@ package riverhook
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -113,7 +114,13 @@ func (w *Worker) acquire(job *river.Job[Args]) (time.Duration, bool) {
 		}
 		return 0, true
 	}
-	p := w.pacer(id)
+	return w.busySlot(job), false
+}
+
+// busySlot returns how long job, over its connection's bound, snoozes: to
+// its slot (see pacer.busySlot). Under w.mu.
+func (w *Worker) busySlot(job *river.Job[Args]) time.Duration {
+	p := w.pacer(job.Args.ConnectionID)
 	took := p.took
 	if took == 0 {
 		took = w.snooze
@@ -121,7 +128,35 @@ func (w *Worker) acquire(job *river.Job[Args]) (time.Duration, bool) {
 	// A little under the measured rate, so that a freed place seldom
 	// waits for the next slot's job.
 	spacing := took * 7 / 8 / time.Duration(w.maxPerCon)
-	return p.busySlot(job.ID, w.now(), spacing), false
+	return p.busySlot(job.ID, w.now(), spacing)
+}
+
+// takePlace takes, with WorkerOptions.Places, one of job's connection's
+// places across the fleet, and returns the function giving it back; or how
+// long job snoozes for one. A store that fails snoozes the job for
+// SnoozeFor, logged: the place cannot be known taken.
+func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args]) (time.Duration, func(), bool) {
+	if w.places == nil || w.maxPerCon <= 0 {
+		return 0, nil, true
+	}
+	id := job.Args.ConnectionID
+	place, ok, err := w.places.Take(ctx, id, w.maxPerCon, job.ID, w.Timeout(job))
+	if err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot take a place in flight; the delivery waits",
+			slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+		return w.snooze, nil, false
+	}
+	if !ok {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.busySlot(job), nil, false
+	}
+	return 0, func() {
+		if err := w.places.Give(context.WithoutCancel(ctx), id, place, job.ID); err != nil {
+			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a place in flight; it is free when its hold ends",
+				slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+		}
+	}, true
 }
 
 func (w *Worker) release(id string) {

@@ -55,6 +55,15 @@ type WorkerOptions struct {
 	// means one second.
 	SnoozeFor time.Duration
 
+	// Places, if not nil, makes MaxInFlightPerConnection hold across every
+	// process of the deployment, not in each: a Worker takes one of the
+	// connection's places there before each attempt (ConnectionPlaces, in
+	// PostgreSQL). A job that finds none free is snoozed to a slot as over
+	// the bound in one process. A process that dies holding a place gives
+	// it back when its hold ends, at most the Worker's Timeout. Nil means
+	// the bound holds per process.
+	Places Places
+
 	// MaxWait is how long a delivery may wait for an endpoint that is down
 	// (the Sender's endpoint health), counted from when it was inserted:
 	// past it, its job is discarded with a reason that says so, and
@@ -118,6 +127,7 @@ type Worker struct {
 	sender    *webhook.Sender
 	resolve   Resolver
 	maxPerCon int
+	places    Places
 	snooze    time.Duration
 	onAttempt func(context.Context, *river.Job[Args], webhook.Attempt) error
 	logger    *slog.Logger
@@ -173,6 +183,7 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*
 		sender:    sender,
 		resolve:   resolve,
 		maxPerCon: opts.MaxInFlightPerConnection,
+		places:    opts.Places,
 		snooze:    cmp.Or(opts.SnoozeFor, time.Second),
 		onAttempt: opts.OnAttempt,
 		logger:    opts.Logger,
@@ -209,6 +220,11 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobSnooze(wait)
 	}
 	defer w.release(job.Args.ConnectionID)
+	if wait, give, ok := w.takePlace(ctx, job); !ok {
+		return river.JobSnooze(wait)
+	} else if give != nil {
+		defer give()
+	}
 	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
