@@ -25,12 +25,13 @@ import (
 // connections file, to whoever reaches addr, without authentication. A
 // service mounts it behind its own sign-in and returns the signed-in
 // customer's connections from Options.Connections.
-func serveConsole(addr string, client *river.Client[pgx.Tx], pool *pgxpool.Pool, worker *riverhook.Worker, conns map[string]webhook.Connection,
+func serveConsole(addr string, client *river.Client[pgx.Tx], pool *pgxpool.Pool, schema string, worker *riverhook.Worker, conns map[string]webhook.Connection,
 	logger *slog.Logger, out io.Writer) (stop func(), err error) {
 	ids := slices.Sorted(maps.Keys(conns))
 	h, err := console.New(client, pool, worker, &console.Options{
 		Connections: func(*http.Request) ([]string, error) { return ids, nil }, // the demo's scope: every connection
 		Actor:       func(*http.Request) string { return "the durable example's console" },
+		Marks:       riverhook.NewEndpointMarks(pool, schema), // what every worker found, not this process alone
 		Logger:      logger,
 	})
 	if err != nil {

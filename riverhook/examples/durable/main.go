@@ -376,7 +376,8 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 		return c, nil
 	}
 	worker, err := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
-		MaxInFlightPerConnection: 8, // one slow endpoint never takes every worker: the rest wait in paced slots
+		MaxInFlightPerConnection: 8,                                           // one slow endpoint never takes every worker: the rest wait in paced slots
+		Places:                   riverhook.NewConnectionPlaces(pool, schema), // 8 across every worker process, not 8 each
 		MaxWait:                  maxWait,
 		Logger:                   logger,
 		OnAttempt: func(_ context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
@@ -419,7 +420,7 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 		return err
 	}
 	if consoleAddr != "" {
-		stop, err := serveConsole(consoleAddr, client, pool, worker, conns, logger, out)
+		stop, err := serveConsole(consoleAddr, client, pool, schema, worker, conns, logger, out)
 		if err != nil {
 			return err
 		}
