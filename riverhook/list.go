@@ -46,12 +46,12 @@ type ListParams struct {
 
 // DeliveryPage is one page of a [List].
 type DeliveryPage struct {
-	Deliveries []*Delivery // newest first
+	Deliveries []*Delivery `json:"deliveries"` // newest first
 
 	// Next is the cursor of the next page (ListParams.After), empty when
 	// this page is the last. It is opaque; it stays valid as deliveries
 	// are added.
-	Next string
+	Next string `json:"next,omitempty"`
 }
 
 // List returns one page of the deliveries to connectionID that River holds,

@@ -134,11 +134,11 @@ type RecoverParams struct {
 
 // RecoverResult says what a [Recover] found and did.
 type RecoverResult struct {
-	GivenUp int  // given-up deliveries found since RecoverParams.Since and not resent since, at most MaxRecovered
-	Resent  int  // resends inserted; in a dry run, those that would be
-	Pending int  // of GivenUp, those another resend or insert reached first: not sent again
-	More    bool // more than MaxRecovered gave up: call Recover again once these are resent (or erased)
-	Jobs    []int64
+	GivenUp int     `json:"given_up"` // given-up deliveries found since RecoverParams.Since and not resent since, at most MaxRecovered
+	Resent  int     `json:"resent"`   // resends inserted; in a dry run, those that would be
+	Pending int     `json:"pending"`  // of GivenUp, those another resend or insert reached first: not sent again
+	More    bool    `json:"more"`     // more than MaxRecovered gave up: call Recover again once these are resent (or erased)
+	Jobs    []int64 `json:"jobs"`
 }
 
 // Recover sends again the deliveries to connectionID that gave up since

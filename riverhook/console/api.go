@@ -178,6 +178,10 @@ func (c *console[TTx]) resend(w http.ResponseWriter, r *http.Request, req reques
 	if !ok {
 		return nil, false, 0, nil
 	}
+	if wait, ok := c.limits.allow(actionResend, req.conn); !ok {
+		c.tooSoon(w, r, req, wait)
+		return nil, false, 0, nil
+	}
 	job, inserted, err = riverhook.Resend(r.Context(), c.client, row.ID, "resent from the console by "+c.actor(r), c.worker.InsertOptions(nil))
 	switch {
 	case errors.Is(err, riverhook.ErrUnderWay):
@@ -213,14 +217,11 @@ func (c *console[TTx]) apiResend(w http.ResponseWriter, r *http.Request, req req
 	}
 }
 
-// recoverResult is what a recover answers.
+// recoverResult is what a recover answers: riverhook.RecoverResult's JSON,
+// and whether it was a dry run.
 type recoverResult struct {
-	DryRun  bool    `json:"dry_run"`
-	GivenUp int     `json:"given_up"`
-	Resent  int     `json:"resent"`
-	Pending int     `json:"pending"`
-	More    bool    `json:"more"`
-	Jobs    []int64 `json:"jobs"`
+	DryRun bool `json:"dry_run"`
+	riverhook.RecoverResult
 }
 
 // runRecover runs the request's recover; status is the answer's on error.
@@ -232,7 +233,10 @@ func (c *console[TTx]) runRecover(w http.ResponseWriter, r *http.Request, req re
 	case since.IsZero():
 		return nil, http.StatusBadRequest, errors.New("since is required: the given-up deliveries since when (RFC 3339, or a duration such as 24h)")
 	}
-	dry, _ := strconv.ParseBool(r.FormValue("dry_run"))
+	dry, err := boolForm(r.FormValue("dry_run"))
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("dry_run: %w", err)
+	}
 	action := actionRecover
 	if dry {
 		action = actionDryRun
@@ -246,8 +250,7 @@ func (c *console[TTx]) runRecover(w http.ResponseWriter, r *http.Request, req re
 	if err != nil {
 		return nil, http.StatusInternalServerError, err
 	}
-	out := &recoverResult{DryRun: dry, GivenUp: res.GivenUp, Resent: res.Resent, Pending: res.Pending,
-		More: res.More, Jobs: res.Jobs}
+	out := &recoverResult{DryRun: dry, RecoverResult: *res}
 	if out.Jobs == nil {
 		out.Jobs = []int64{}
 	}
@@ -365,4 +368,17 @@ func (c *console[TTx]) apiHealth(w http.ResponseWriter, r *http.Request, req req
 		return
 	}
 	writeJSON(w, http.StatusOK, h)
+}
+
+// boolForm reads a form's yes or no: what a button or a checkbox sends
+// ("on"), or a program. Anything else is an error, so that a dry run asked
+// for in words the console does not know never runs for real.
+func boolForm(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "", "false", "0", "off", "no":
+		return false, nil
+	case "true", "1", "on", "yes":
+		return true, nil
+	}
+	return false, fmt.Errorf("want true or false, got %.20q", v)
 }

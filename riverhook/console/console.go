@@ -117,6 +117,13 @@ type Options struct {
 	// [DefaultRateInterval]; a negative value, no limit.
 	TestEvery, RecoverEvery time.Duration
 
+	// ResendEvery is how often a delivery of a connection may be resent
+	// (one resend per ResendEvery per connection): a request sooner is
+	// answered 429 with Retry-After, so that a customer's script cannot
+	// resend the whole log at once. Zero means DefaultResendInterval; a
+	// negative value, no limit.
+	ResendEvery time.Duration
+
 	// Marks are the endpoint health marks the deployment's Senders share
 	// (riverhook.EndpointMarks, given to each as HealthOptions.Marks): the
 	// connection's health is read there, so that a console served by the
@@ -184,6 +191,7 @@ func New[TTx any](client *river.Client[TTx], db riverhook.DB, worker *riverhook.
 		actionTest:    rateOf(opts.TestEvery),
 		actionRecover: rateOf(opts.RecoverEvery),
 		actionDryRun:  rateOf(opts.RecoverEvery),
+		actionResend:  cmp.Or(opts.ResendEvery, DefaultResendInterval),
 	})
 	mux := http.NewServeMux()
 	static := http.FileServerFS(assets)
@@ -321,7 +329,12 @@ const (
 	actionTest    = "test"
 	actionRecover = "recover"
 	actionDryRun  = "dry-run"
+	actionResend  = "resend"
 )
+
+// DefaultResendInterval is the default of [Options.ResendEvery]: one
+// resend per connection a second.
+const DefaultResendInterval = time.Second
 
 // limiter allows one action per connection per interval.
 type limiter struct {

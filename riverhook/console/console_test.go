@@ -207,7 +207,8 @@ func TestConsole_APIShowsOneDeliveryWithItsAttempts(t *testing.T) {
 
 func TestConsole_APIResendsAnEndedDeliveryOnce(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, &console.Options{Connections: customerConnections, Actor: func(*http.Request) string { return "ann@customer" }}, false)
+	f := newFixture(t, &console.Options{Connections: customerConnections, Actor: func(*http.Request) string { return "ann@customer" },
+		ResendEvery: -1}, false) // no limit: a double click reaches Resend
 	path := "/api/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "/resend"
 	type resent struct {
 		JobID    int64 `json:"job_id"`
@@ -459,4 +460,32 @@ func TestConsole_HealthFromTheFleetsMarks(t *testing.T) {
 	require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: conn.Endpoint(), Down: true, Changed: now.Add(2 * time.Second),
 		PerURL: true, URLKey: conn.URLKey()}))
 	assert.Equal(t, "isolated", state(), "the connection's own URL, isolated")
+}
+
+// TestConsole_ResendIsRateLimited: one resend per connection per
+// ResendEvery; sooner is 429 with Retry-After, and nothing is inserted.
+func TestConsole_ResendIsRateLimited(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, ResendEvery: time.Hour}, false)
+	path := "/api/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "/resend"
+	require.Equal(t, http.StatusOK, f.do(t, "POST", path, "").Code)
+	got := f.do(t, "POST", path, "")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code)
+	assert.NotEmpty(t, got.Header().Get("Retry-After"))
+}
+
+// TestConsole_RecoverTakesOnlyAYesOrANo: a dry run asked for in words the
+// console does not know is refused, never run for real; what a checkbox
+// sends is a yes.
+func TestConsole_RecoverTakesOnlyAYesOrANo(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, RecoverEvery: -1}, false)
+	got := f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run=maybe")
+	assert.Equal(t, http.StatusBadRequest, got.Code)
+	assert.Contains(t, got.Body.String(), "dry_run")
+	for _, yes := range []string{"on", "yes", "true", "1"} {
+		got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run="+yes)
+		require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+		assert.Contains(t, got.Body.String(), `"dry_run": true`, yes)
+	}
 }
