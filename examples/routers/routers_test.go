@@ -128,3 +128,36 @@ func TestRouters_EndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestRouters_CopyOfAFailedDeliveryIsHandled: a delivery whose handler
+// answered 500 is forgotten, so that its copy (a proxy's retry of the same
+// signed request) is handled, whichever router serves it; a copy of one
+// that was handled is acknowledged without a second run.
+func TestRouters_CopyOfAFailedDeliveryIsHandled(t *testing.T) {
+	for name, build := range builders {
+		t.Run(name, func(t *testing.T) {
+			v, err := webhook.NewVerifier([]string{secret}, nil)
+			require.NoError(t, err)
+			rec := &recorder{fail: errors.New("database down")}
+			h := build(v, rec.on)
+			r := webhooktest.NewRequest(secret, payload(), time.Now())
+			copied := webhooktest.Duplicate(r)
+			again := webhooktest.Duplicate(r)
+
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			require.Equal(t, http.StatusInternalServerError, w.Code)
+
+			rec.fail = nil
+			w = httptest.NewRecorder()
+			h.ServeHTTP(w, copied)
+			assert.Equal(t, http.StatusOK, w.Code)
+			assert.Len(t, rec.got, 2, "the copy of a failed delivery is handled")
+
+			w = httptest.NewRecorder()
+			h.ServeHTTP(w, again)
+			assert.Equal(t, http.StatusOK, w.Code)
+			assert.Len(t, rec.got, 2, "the copy of a handled delivery is not handled again")
+		})
+	}
+}
