@@ -47,10 +47,15 @@ func Chi(v *webhook.Verifier, on OnPayload) http.Handler {
 func GinVerify(v *webhook.Verifier) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		passed := false
-		v.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			passed = true
 			c.Request = r // its Body holds the verified bytes
 			c.Next()
+			// The chain wrote to c.Writer, beneath the middleware's writer:
+			// tell the middleware the status gin answers, which decides
+			// whether the delivery was handled (a copy of a failed one is
+			// handled, a copy of a handled one acknowledged).
+			w.WriteHeader(c.Writer.Status())
 		})).ServeHTTP(c.Writer, c.Request)
 		if !passed {
 			c.Abort()
