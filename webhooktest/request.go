@@ -39,6 +39,7 @@ func NewRequest(secret string, p webhook.Payload, at time.Time) *http.Request {
 // the X-Service-Event header.
 func NewRawRequest(secret, event string, body []byte, at time.Time) *http.Request {
 	r := httptest.NewRequest(http.MethodPost, "/webhooks", bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil } // for Duplicate once r is served
 	for name, values := range SignedHeader(secret, event, body, at) {
 		r.Header[name] = values
 	}
@@ -69,12 +70,23 @@ func SignedHeader(secret, event string, body []byte, at time.Time) http.Header {
 // and body, so the same signature. It is what a proxy's or a load
 // balancer's retry, or a queue that stored the request, sends again: a
 // receiver acknowledges it without handling it twice. r's body is read and
-// restored, so r can still be served.
+// restored, so r can still be served; of a request of this package's that
+// was served already (its body read), the copy has the body it was built
+// with.
 func Duplicate(r *http.Request) *http.Request {
 	var body []byte
 	if r.Body != nil {
 		var err error
-		if body, err = io.ReadAll(r.Body); err != nil {
+		body, err = io.ReadAll(r.Body)
+		if (err != nil || int64(len(body)) != r.ContentLength) && r.GetBody != nil {
+			// Served already: a handler read the body, or the verifying
+			// middleware released it.
+			var rc io.ReadCloser
+			if rc, err = r.GetBody(); err == nil {
+				body, err = io.ReadAll(rc)
+			}
+		}
+		if err != nil {
 			panic("webhooktest: Duplicate: reading the body: " + err.Error())
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
