@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,5 +49,20 @@ func TestMemoryVersionStore_HoldsAtMostMaxKeys(t *testing.T) {
 			require.NoError(t, s.Record(context.Background(), fmt.Sprint("usr_", i), testNow))
 			require.LessOrEqual(t, s.Len(), maxKeys, "MaxKeys %d, after %d keys", maxKeys, i+1)
 		}
+	}
+}
+
+// TestMemoryReplayStore_HoldsAtMostMaxEntries for a MaxEntries that is not
+// a multiple of the store's shards.
+func TestMemoryReplayStore_HoldsAtMostMaxEntries(t *testing.T) {
+	for _, maxEntries := range []int{1, 10, 100, 1000} {
+		s, err := webhook.NewMemoryReplayStore(&webhook.MemoryReplayStoreOptions{MaxEntries: maxEntries})
+		require.NoError(t, err)
+		for i := range 20 * maxEntries {
+			added, _ := s.Add(context.Background(), fmt.Sprint(i), time.Hour)
+			require.True(t, added)
+		}
+		assert.LessOrEqual(t, s.Len(), maxEntries, "MaxEntries %d", maxEntries)
+		assert.Greater(t, s.Len(), maxEntries*9/10, "MaxEntries %d: the room is used", maxEntries)
 	}
 }
