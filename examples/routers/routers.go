@@ -72,14 +72,34 @@ func Gin(v *webhook.Verifier, on OnPayload) http.Handler {
 	return r
 }
 
-// Echo returns an echo instance serving POST /webhooks. echo wraps the
-// library's middleware with echo.WrapMiddleware.
+// EchoVerify is echo middleware that verifies each request with v, as
+// [webhook.Verifier.Middleware] does. Unlike echo.WrapMiddleware, it has an
+// error the rest of the chain returns answered (by echo's HTTPErrorHandler)
+// inside the library's middleware: the status answered decides whether the
+// delivery was handled, and a delivery answered 500 is forgotten, so that
+// its copy is handled.
+func EchoVerify(v *webhook.Verifier) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c.SetRequest(r) // its Body holds the verified bytes
+				c.SetResponse(echo.NewResponse(w, c.Echo()))
+				if err := next(c); err != nil {
+					c.Error(err)
+				}
+			})).ServeHTTP(c.Response(), c.Request())
+			return nil
+		}
+	}
+}
+
+// Echo returns an echo instance serving POST /webhooks.
 func Echo(v *webhook.Verifier, on OnPayload) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.POST("/webhooks", func(c echo.Context) error {
 		return c.NoContent(handle(c.Request().Context(), c.Request().Body, on))
-	}, echo.WrapMiddleware(v.Middleware))
+	}, EchoVerify(v))
 	return e
 }
 

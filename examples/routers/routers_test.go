@@ -176,7 +176,7 @@ func TestEcho_HandlerErrorForgetsTheDelivery(t *testing.T) {
 			return echo.NewHTTPError(http.StatusInternalServerError, "database down")
 		}
 		return c.NoContent(http.StatusOK)
-	}, echo.WrapMiddleware(v.Middleware))
+	}, routers.EchoVerify(v))
 	r := webhooktest.NewRequest(secret, payload(), time.Now())
 	copied := webhooktest.Duplicate(r)
 	w := httptest.NewRecorder()
