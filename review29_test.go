@@ -66,3 +66,23 @@ func TestMemoryReplayStore_HoldsAtMostMaxEntries(t *testing.T) {
 		assert.Greater(t, s.Len(), maxEntries*9/10, "MaxEntries %d: the room is used", maxEntries)
 	}
 }
+
+// TestOn_ValidatesAPointerType: a handler taking a *Payload (or a pointer to
+// a type of one's own with Validate) gets only bodies that validate, as one
+// taking the value does: a Payload the service would never send is
+// answered 400, not handed over.
+func TestOn_ValidatesAPointerType(t *testing.T) {
+	v := newTestVerifier(t)
+	var e webhook.Events
+	var calls atomic.Int32
+	webhook.On(&e, webhook.EventUserIdentified, func(context.Context, *webhook.Payload) error { calls.Add(1); return nil })
+	webhook.On(&e, "deal.closed", func(context.Context, *dealClosed) error { calls.Add(1); return nil })
+	h := webhook.NewEventHandler(v, &e, nil)
+	for i, body := range []string{
+		`{"event":"user.identified","timestamp":"2026-11-21T10:00:00Z","user":{"id":"8f3a2b"},"application":{"id":"app_1"}}`, // no usr_ prefix
+		`{"event":"deal.closed","deal":{"amount":3}}`, // no deal.id
+	} {
+		assert.Equal(t, http.StatusBadRequest, serve(h, newSignedRequest(testSecret, testNow.UnixMilli()-int64(i), []byte(body))), body)
+	}
+	assert.Zero(t, calls.Load(), "no invalid event is handed to a handler")
+}
