@@ -40,7 +40,7 @@ type eventFunc func(ctx context.Context, body []byte) error
 // ignored; a body that does not decode is answered 400. A T whose pointer
 // has a Validate() error method is validated too, as [Payload] is: for
 // [EventUserIdentified] with a Payload, the delivery must be one the
-// service would send. Use json.RawMessage for the body as it is (a copy).
+// service would send. A pointer T (*Payload) is validated as its element is. Use json.RawMessage for the body as it is (a copy).
 //
 // On panics if name is empty, fn is nil or name has a handler already, as
 // http.ServeMux's Handle does.
@@ -103,6 +103,8 @@ func decodeEvent[T any](body []byte) (T, error) {
 	}
 	if v, ok := any(&event).(interface{ Validate() error }); ok {
 		err = v.Validate()
+	} else if v, ok := any(event).(interface{ Validate() error }); ok {
+		err = v.Validate() // T is a pointer (*Payload, say), set by decoding an object
 	}
 	return event, err
 }

@@ -53,6 +53,7 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 		v.refuse(w, r, errZeroVerifier)
 		return
 	}
+	outer, _ := r.Body.(*recycledBody) // set when v's middleware is on the way already
 	buf := bodyPool.Get().(*[]byte)
 	body, err := readBody((*buf)[:0], r.Body, r.ContentLength, v.maxBodyBytes())
 	sv := &serving{} // one allocation for both: user code may keep either
@@ -73,10 +74,14 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	switch {
 	case err != nil:
 		v.refuse(w, r, err)
-	case v.allowReplays:
+	case v.allowReplays, outer != nil && outer.claimer == v && outer.sig == d.sig:
+		// Replays allowed, or v's middleware further out claimed this very
+		// request (a router's group middleware around NewHandler(v, ...)):
+		// it settles the outcome by what is answered here.
 		serve(w, body)
 	default:
 		sv.w.ResponseWriter = w
+		rd.claimer, rd.sig = v, d.sig
 		v.serveOnce(&sv.w, r, &d, body, serve)
 	}
 }
@@ -166,6 +171,11 @@ type recycledBody struct {
 	mu       sync.Mutex
 	r        bytes.Reader
 	released bool
+
+	// claimer claimed sig for the handler this body is read by; set before
+	// the handler runs, never after.
+	claimer *Verifier
+	sig     [32]byte
 }
 
 // errBodyAfterServe is what a read of a recycled body gives once the

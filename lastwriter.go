@@ -176,7 +176,8 @@ type MemoryVersionStoreOptions struct {
 // MemoryVersionStore is safe for concurrent use; no method fails.
 type MemoryVersionStore struct {
 	mu       sync.Mutex
-	max      int // per generation: half of MaxKeys
+	max      int  // per generation: half of MaxKeys
+	single   bool // MaxKeys is 1: one generation
 	cur, old map[string]time.Time
 }
 
@@ -193,7 +194,7 @@ func NewMemoryVersionStore(opts *MemoryVersionStoreOptions) (*MemoryVersionStore
 	case maxKeys == 0:
 		maxKeys = DefaultMaxVersions
 	}
-	return &MemoryVersionStore{max: max(1, maxKeys/2), cur: make(map[string]time.Time)}, nil
+	return &MemoryVersionStore{max: max(1, maxKeys/2), single: maxKeys == 1, cur: make(map[string]time.Time)}, nil
 }
 
 // Newer reports whether version is newer than the one recorded for key.
@@ -222,6 +223,9 @@ func (s *MemoryVersionStore) Record(_ context.Context, key string, version time.
 	}
 	if len(s.cur) >= s.max {
 		s.old, s.cur = s.cur, make(map[string]time.Time, len(s.cur))
+		if s.single {
+			s.old = nil // MaxKeys 1: no room for a generation before
+		}
 	}
 	s.cur[key] = version
 	return nil

@@ -159,6 +159,7 @@ type MemoryReplayStoreOptions struct {
 // anything but a shard's lock, and none fails.
 type MemoryReplayStore struct {
 	now    func() time.Time
+	used   int // shards in use: replayShards, or MaxEntries when fewer
 	shards [replayShards]replayShard
 }
 
@@ -226,9 +227,14 @@ func NewMemoryReplayStore(opts *MemoryReplayStoreOptions) (*MemoryReplayStore, e
 	if s.now == nil {
 		s.now = time.Now
 	}
-	perShard := max(1, (maxEntries+replayShards-1)/replayShards)
-	for i := range s.shards {
-		s.shards[i].max = perShard
+	// MaxEntries split over the shards in use, each holding one at least:
+	// the bound is MaxEntries exactly.
+	s.used = min(replayShards, maxEntries)
+	for i := range s.used {
+		s.shards[i].max = maxEntries / s.used
+		if i < maxEntries%s.used {
+			s.shards[i].max++
+		}
 	}
 	return s, nil
 }
@@ -308,7 +314,7 @@ func (s *MemoryReplayStore) Len() int {
 }
 
 func (s *MemoryReplayStore) shard(k replayKey) *replayShard {
-	return &s.shards[k[0]%replayShards] // the key is an HMAC: uniform already
+	return &s.shards[int(k[0])%s.used] // the key is an HMAC: uniform already
 }
 
 // The Verifier's paths: the key is the signature's digest, and it lives in

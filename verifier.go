@@ -94,9 +94,12 @@ type VerifierOptions struct {
 	// ErrorHandler, if not nil, answers the requests that Middleware and
 	// NewHandler refuse, instead of the default answer: 413 for an error
 	// matching ErrBodyTooLarge, 400 for one matching ErrUnreadableBody, 503
-	// for one matching ErrReplayStore, 401 otherwise, with a short generic
-	// body. err says why: it matches ErrVerification, or ErrUnreadableBody
-	// when the body could not be read, or ErrReplayStore.
+	// for one matching ErrReplayStore, 409 with Retry-After for one matching
+	// ErrInProgress, 401 otherwise, with a short generic body. err says why:
+	// it matches ErrVerification, or ErrUnreadableBody when the body could
+	// not be read, or ErrReplayStore, or ErrInProgress for an authentic copy
+	// of a delivery being handled (answer it so that the sender comes back
+	// later: not 401).
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 	// ReplayStore remembers the signatures of accepted deliveries until

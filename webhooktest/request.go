@@ -2,10 +2,14 @@ package webhooktest
 
 import (
 	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -39,6 +43,7 @@ func NewRequest(secret string, p webhook.Payload, at time.Time) *http.Request {
 // the X-Service-Event header.
 func NewRawRequest(secret, event string, body []byte, at time.Time) *http.Request {
 	r := httptest.NewRequest(http.MethodPost, "/webhooks", bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil } // for Duplicate once r is served
 	for name, values := range SignedHeader(secret, event, body, at) {
 		r.Header[name] = values
 	}
@@ -49,14 +54,11 @@ func NewRawRequest(secret, event string, body []byte, at time.Time) *http.Reques
 // at time at: Content-Type, X-Service-Event, X-Service-Timestamp and
 // X-Service-Signature. With another body, they make a tampered delivery.
 // As with NewRequest, a signature made before in this process is never made
-// again: the timestamp moves on a millisecond instead.
+// again: the timestamp moves on to the first millisecond not signed at for
+// that secret and body, at the cost of one search however many were.
 func SignedHeader(secret, event string, body []byte, at time.Time) http.Header {
-	ts := at.UnixMilli()
+	ts := signatures.next(signedKey(secret, body), at.UnixMilli())
 	sig := webhook.Sign(secret, ts, body)
-	for !signatures.first(sig) {
-		ts++
-		sig = webhook.Sign(secret, ts, body)
-	}
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set(webhook.HeaderEvent, event)
@@ -69,12 +71,23 @@ func SignedHeader(secret, event string, body []byte, at time.Time) http.Header {
 // and body, so the same signature. It is what a proxy's or a load
 // balancer's retry, or a queue that stored the request, sends again: a
 // receiver acknowledges it without handling it twice. r's body is read and
-// restored, so r can still be served.
+// restored, so r can still be served; of a request of this package's that
+// was served already (its body read), the copy has the body it was built
+// with.
 func Duplicate(r *http.Request) *http.Request {
 	var body []byte
 	if r.Body != nil {
 		var err error
-		if body, err = io.ReadAll(r.Body); err != nil {
+		body, err = io.ReadAll(r.Body)
+		if (err != nil || int64(len(body)) != r.ContentLength) && r.GetBody != nil {
+			// Served already: a handler read the body, or the verifying
+			// middleware released it.
+			var rc io.ReadCloser
+			if rc, err = r.GetBody(); err == nil {
+				body, err = io.ReadAll(rc)
+			}
+		}
+		if err != nil {
 			panic("webhooktest: Duplicate: reading the body: " + err.Error())
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -84,28 +97,82 @@ func Duplicate(r *http.Request) *http.Request {
 	return c
 }
 
-// signatures are the signatures this package made, so that it makes none
-// twice. Tests build few requests in one millisecond: it is cleared once it
-// holds maxSignatures, far more than a test makes at one instant.
-var signatures = &issued{seen: make(map[string]struct{})}
+// signatures are the timestamps this package signed, per secret and body
+// (one signature is one secret, body and timestamp), so that it signs none
+// twice. The timestamps of a key are kept as runs: a test or a benchmark
+// signing one body again and again, at one instant or at the clock's,
+// costs one run, and each signature a search, not a scan of those before.
+// Beyond maxRuns runs of a key, the two closest merge: the timestamps
+// between are skipped, never signed twice. Beyond maxKeys/2 keys signed
+// since, a key's runs are forgotten (the generation before goes whole).
+var signatures = &issued{cur: make(map[[sha256.Size]byte][]run)}
 
-const maxSignatures = 1 << 16
+const (
+	maxKeys = 1 << 16
+	maxRuns = 16
+)
+
+// run is the timestamps lo to hi, Unix ms, both included.
+type run struct{ lo, hi int64 }
 
 type issued struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
+	mu       sync.Mutex
+	cur, old map[[sha256.Size]byte][]run // each sorted, runs apart (not adjacent)
 }
 
-// first records sig and reports whether it was not made before.
-func (s *issued) first(sig string) bool {
+// signedKey is what a signature's secret and body are remembered by.
+func signedKey(secret string, body []byte) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(secret)))
+	h.Write(n[:])
+	h.Write([]byte(secret))
+	h.Write(body)
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
+}
+
+// next returns the first timestamp from at on that key was not signed at,
+// and records it.
+func (s *issued) next(key [sha256.Size]byte, at int64) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.seen[sig]; ok {
-		return false
+	runs, ok := s.cur[key]
+	if !ok {
+		runs = s.old[key]
+		if len(s.cur) >= maxKeys/2 {
+			s.old, s.cur = s.cur, make(map[[sha256.Size]byte][]run)
+		}
 	}
-	if len(s.seen) >= maxSignatures {
-		s.seen = make(map[string]struct{})
+	ts := at
+	if i, _ := slices.BinarySearchFunc(runs, at, func(r run, t int64) int { return cmp.Compare(r.hi, t) }); i < len(runs) && runs[i].lo <= at {
+		ts = runs[i].hi + 1 // free: runs are apart
 	}
-	s.seen[sig] = struct{}{}
-	return true
+	j, _ := slices.BinarySearchFunc(runs, ts, func(r run, t int64) int { return cmp.Compare(r.lo, t) }) // the first run after ts
+	joinLeft := j > 0 && runs[j-1].hi == ts-1
+	joinRight := j < len(runs) && runs[j].lo == ts+1
+	switch {
+	case joinLeft && joinRight:
+		runs[j-1].hi = runs[j].hi
+		runs = slices.Delete(runs, j, j+1)
+	case joinLeft:
+		runs[j-1].hi = ts
+	case joinRight:
+		runs[j].lo = ts
+	default:
+		runs = slices.Insert(runs, j, run{ts, ts})
+	}
+	if len(runs) > maxRuns {
+		k := 0
+		for i := 1; i < len(runs)-1; i++ {
+			if runs[i+1].lo-runs[i].hi < runs[k+1].lo-runs[k].hi {
+				k = i
+			}
+		}
+		runs[k].hi = runs[k+1].hi
+		runs = slices.Delete(runs, k+1, k+2)
+	}
+	s.cur[key] = runs
+	return ts
 }

@@ -47,10 +47,15 @@ func Chi(v *webhook.Verifier, on OnPayload) http.Handler {
 func GinVerify(v *webhook.Verifier) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		passed := false
-		v.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			passed = true
 			c.Request = r // its Body holds the verified bytes
 			c.Next()
+			// The chain wrote to c.Writer, beneath the middleware's writer:
+			// tell the middleware the status gin answers, which decides
+			// whether the delivery was handled (a copy of a failed one is
+			// handled, a copy of a handled one acknowledged).
+			w.WriteHeader(c.Writer.Status())
 		})).ServeHTTP(c.Writer, c.Request)
 		if !passed {
 			c.Abort()
@@ -67,14 +72,34 @@ func Gin(v *webhook.Verifier, on OnPayload) http.Handler {
 	return r
 }
 
-// Echo returns an echo instance serving POST /webhooks. echo wraps the
-// library's middleware with echo.WrapMiddleware.
+// EchoVerify is echo middleware that verifies each request with v, as
+// [webhook.Verifier.Middleware] does. Unlike echo.WrapMiddleware, it has an
+// error the rest of the chain returns answered (by echo's HTTPErrorHandler)
+// inside the library's middleware: the status answered decides whether the
+// delivery was handled, and a delivery answered 500 is forgotten, so that
+// its copy is handled.
+func EchoVerify(v *webhook.Verifier) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				c.SetRequest(r) // its Body holds the verified bytes
+				c.SetResponse(echo.NewResponse(w, c.Echo()))
+				if err := next(c); err != nil {
+					c.Error(err)
+				}
+			})).ServeHTTP(c.Response(), c.Request())
+			return nil
+		}
+	}
+}
+
+// Echo returns an echo instance serving POST /webhooks.
 func Echo(v *webhook.Verifier, on OnPayload) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.POST("/webhooks", func(c echo.Context) error {
 		return c.NoContent(handle(c.Request().Context(), c.Request().Body, on))
-	}, echo.WrapMiddleware(v.Middleware))
+	}, EchoVerify(v))
 	return e
 }
 

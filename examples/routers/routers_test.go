@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -128,4 +129,62 @@ func TestRouters_EndToEnd(t *testing.T) {
 			assert.True(t, strings.HasPrefix(rec.got[0].User.ID, "usr_"))
 		})
 	}
+}
+
+// TestRouters_CopyOfAFailedDeliveryIsHandled: a delivery whose handler
+// answered 500 is forgotten, so that its copy (a proxy's retry of the same
+// signed request) is handled, whichever router serves it; a copy of one
+// that was handled is acknowledged without a second run.
+func TestRouters_CopyOfAFailedDeliveryIsHandled(t *testing.T) {
+	for name, build := range builders {
+		t.Run(name, func(t *testing.T) {
+			v, err := webhook.NewVerifier([]string{secret}, nil)
+			require.NoError(t, err)
+			rec := &recorder{fail: errors.New("database down")}
+			h := build(v, rec.on)
+			r := webhooktest.NewRequest(secret, payload(), time.Now())
+			copied := webhooktest.Duplicate(r)
+			again := webhooktest.Duplicate(r)
+
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			require.Equal(t, http.StatusInternalServerError, w.Code)
+
+			rec.fail = nil
+			w = httptest.NewRecorder()
+			h.ServeHTTP(w, copied)
+			assert.Equal(t, http.StatusOK, w.Code)
+			assert.Len(t, rec.got, 2, "the copy of a failed delivery is handled")
+
+			w = httptest.NewRecorder()
+			h.ServeHTTP(w, again)
+			assert.Equal(t, http.StatusOK, w.Code)
+			assert.Len(t, rec.got, 2, "the copy of a handled delivery is not handled again")
+		})
+	}
+}
+
+// TestEcho_HandlerErrorForgetsTheDelivery: an echo handler fails the echo
+// way, returning an error that echo's HTTPErrorHandler answers 500. The
+// delivery is forgotten, so its copy is handled.
+func TestEcho_HandlerErrorForgetsTheDelivery(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{secret}, nil)
+	require.NoError(t, err)
+	calls := 0
+	e := echo.New()
+	e.POST("/webhooks", func(c echo.Context) error {
+		if calls++; calls == 1 {
+			return echo.NewHTTPError(http.StatusInternalServerError, "database down")
+		}
+		return c.NoContent(http.StatusOK)
+	}, routers.EchoVerify(v))
+	r := webhooktest.NewRequest(secret, payload(), time.Now())
+	copied := webhooktest.Duplicate(r)
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, r)
+	require.Equal(t, http.StatusInternalServerError, w.Code)
+	w = httptest.NewRecorder()
+	e.ServeHTTP(w, copied)
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, 2, calls, "the copy of a failed delivery is handled")
 }

@@ -1,0 +1,76 @@
+package webhooktest_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
+)
+
+// TestSignedHeader_NeverMakesASignatureTwice signs more requests than the
+// package's memory of signatures holds (a benchmark's loop does), then one
+// at the instant of the first: it is a delivery of its own, not a copy of
+// the first.
+func TestSignedHeader_NeverMakesASignatureTwice(t *testing.T) {
+	base := time.Now()
+	body := []byte(`{"event":"user.identified","n":2}`)
+	sign := func(at time.Time) string {
+		return webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, at).Get(webhook.HeaderSignature)
+	}
+	first := sign(base)
+	for i := 1; i <= 1<<17; i++ {
+		sign(base.Add(time.Duration(i) * time.Millisecond))
+	}
+	assert.NotEqual(t, first, sign(base), "a receiver acknowledges it as a copy of the first and never handles it")
+}
+
+// TestNewRequest_ManyAtOneInstant builds requests of one payload at one
+// instant, as a benchmark's loop with the time taken once does: each costs
+// about one signature, not one per request built before it.
+func TestNewRequest_ManyAtOneInstant(t *testing.T) {
+	at := time.Now().Add(time.Hour) // an instant no other test signs at
+	body := []byte(`{"event":"user.identified","n":3}`)
+	const n = 4000
+	start := time.Now()
+	for range n {
+		webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, at)
+	}
+	// Linear, 4,000 signatures take milliseconds (under -race too); one
+	// per request before (8 million) take seconds.
+	assert.Less(t, time.Since(start), 2*time.Second, "%d requests at one instant", n)
+}
+
+// TestDuplicate_OfADeliveryServedAlready makes the copy of a request after
+// serving it, as a test of "a proxy retried our delivery" does: the copy is
+// the same delivery, acknowledged without a second run.
+func TestDuplicate_OfADeliveryServedAlready(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{secret}, nil)
+	require.NoError(t, err)
+	var calls atomic.Int32
+	for name, h := range map[string]http.Handler{
+		"NewHandler": webhook.NewHandler(v, func(context.Context, webhook.Payload) error { calls.Add(1); return nil }, nil),
+		"plain":      http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = r.Body.Read(make([]byte, 1<<10)) }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := webhooktest.NewRequest(secret, payload(), time.Now())
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			var c *http.Request
+			require.NotPanics(t, func() { c = webhooktest.Duplicate(r) })
+			assert.Equal(t, r.Header, c.Header)
+			_, err := v.VerifyRequest(c)
+			if name == "NewHandler" {
+				assert.ErrorIs(t, err, webhook.ErrReplayed, "the copy carries the served request's signature and body")
+			} else {
+				assert.NoError(t, err, "the copy carries the served request's body")
+			}
+		})
+	}
+}
