@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,4 +122,24 @@ func TestEvents_RegisteredWhileServing(t *testing.T) {
 	<-done
 	require.Equal(t, 200, serve(h, newSignedRequest(testSecret, testNow.Add(time.Second).UnixMilli(), body)))
 	assert.Len(t, called, 1)
+}
+
+// TestOn_ValidatesAPointerType: a handler taking a *Payload (or a pointer to
+// a type of one's own with Validate) gets only bodies that validate, as one
+// taking the value does: a Payload the service would never send is
+// answered 400, not handed over.
+func TestOn_ValidatesAPointerType(t *testing.T) {
+	v := newTestVerifier(t)
+	var e webhook.Events
+	var calls atomic.Int32
+	webhook.On(&e, webhook.EventUserIdentified, func(context.Context, *webhook.Payload) error { calls.Add(1); return nil })
+	webhook.On(&e, "deal.closed", func(context.Context, *dealClosed) error { calls.Add(1); return nil })
+	h := webhook.NewEventHandler(v, &e, nil)
+	for i, body := range []string{
+		`{"event":"user.identified","timestamp":"2026-11-21T10:00:00Z","user":{"id":"8f3a2b"},"application":{"id":"app_1"}}`, // no usr_ prefix
+		`{"event":"deal.closed","deal":{"amount":3}}`, // no deal.id
+	} {
+		assert.Equal(t, http.StatusBadRequest, serve(h, newSignedRequest(testSecret, testNow.UnixMilli()-int64(i), []byte(body))), body)
+	}
+	assert.Zero(t, calls.Load(), "no invalid event is handed to a handler")
 }

@@ -132,3 +132,15 @@ func TestMemoryVersionStore_IsBounded(t *testing.T) {
 	_, err = webhook.NewMemoryVersionStore(&webhook.MemoryVersionStoreOptions{MaxKeys: -1})
 	assert.Error(t, err)
 }
+
+// TestMemoryVersionStore_HoldsAtMostMaxKeys for every small MaxKeys.
+func TestMemoryVersionStore_HoldsAtMostMaxKeys(t *testing.T) {
+	for _, maxKeys := range []int{1, 2, 3, 4, 5} {
+		s, err := webhook.NewMemoryVersionStore(&webhook.MemoryVersionStoreOptions{MaxKeys: maxKeys})
+		require.NoError(t, err)
+		for i := range 20 {
+			require.NoError(t, s.Record(context.Background(), fmt.Sprint("usr_", i), testNow))
+			require.LessOrEqual(t, s.Len(), maxKeys, "MaxKeys %d, after %d keys", maxKeys, i+1)
+		}
+	}
+}

@@ -329,3 +329,29 @@ func TestMiddleware_OutcomeIsKeptWhenTheRequestIsOver(t *testing.T) {
 	assert.Equal(t, 200, serve(h, newSignedRequest(testSecret, testNow.UnixMilli(), body)))
 	assert.Equal(t, int32(1), calls.Load(), "the copy is acknowledged")
 }
+
+// TestMiddleware_ADeliveryThroughOneVerifierTwiceIsHandled: a router that
+// uses v.Middleware for a group, with NewHandler(v, ...) (or another
+// v.Middleware) on a route of it, verifies each delivery twice with one
+// Verifier. The delivery is one request, not a copy: it is handled once,
+// not answered 409 for ever (every retry the same) and lost.
+func TestMiddleware_ADeliveryThroughOneVerifierTwiceIsHandled(t *testing.T) {
+	body := readTestdata(t, "body_user_identified.json")
+	v := newTestVerifier(t)
+	var calls atomic.Int32
+	for i, name := range []string{"NewHandler", "Middleware"} {
+		inner := map[string]http.Handler{
+			"NewHandler": webhook.NewHandler(v, func(context.Context, webhook.Payload) error { calls.Add(1); return nil }, nil),
+			"Middleware": v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) })),
+		}[name]
+		t.Run(name, func(t *testing.T) {
+			calls.Store(0)
+			h := v.Middleware(inner)
+			ts := testNow.UnixMilli() - int64(i) // a delivery of its own per case
+			assert.Equal(t, http.StatusOK, serve(h, newSignedRequest(testSecret, ts, body)))
+			assert.Equal(t, int32(1), calls.Load(), "handled once")
+			assert.Equal(t, http.StatusOK, serve(h, newSignedRequest(testSecret, ts, body)), "a copy is acknowledged")
+			assert.Equal(t, int32(1), calls.Load(), "a copy is not handled")
+		})
+	}
+}

@@ -371,3 +371,18 @@ func testReplayFlood(t *testing.T, times float64) {
 	assert.Less(t, used, int64(2<<20), "memory under a flood must follow MaxEntries")
 	runtime.KeepAlive(v)
 }
+
+// TestMemoryReplayStore_HoldsAtMostMaxEntries for a MaxEntries that is not
+// a multiple of the store's shards.
+func TestMemoryReplayStore_HoldsAtMostMaxEntries(t *testing.T) {
+	for _, maxEntries := range []int{1, 10, 100, 1000} {
+		s, err := webhook.NewMemoryReplayStore(&webhook.MemoryReplayStoreOptions{MaxEntries: maxEntries})
+		require.NoError(t, err)
+		for i := range 20 * maxEntries {
+			added, _ := s.Add(context.Background(), fmt.Sprint(i), time.Hour)
+			require.True(t, added)
+		}
+		assert.LessOrEqual(t, s.Len(), maxEntries, "MaxEntries %d", maxEntries)
+		assert.Greater(t, s.Len(), maxEntries*9/10, "MaxEntries %d: the room is used", maxEntries)
+	}
+}
