@@ -24,6 +24,7 @@ import (
 // scenario is a schema holding deliveries to "crm" in every status, and
 // one to "erp", committed: what a dashboard lists.
 type scenario struct {
+	schema string
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx]
 	worker *riverhook.Worker
@@ -46,7 +47,7 @@ func newScenario(t *testing.T) *scenario {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
-	s := &scenario{pool: pool, client: client, worker: w, srv: srv, jobs: map[string]int64{}}
+	s := &scenario{schema: schema, pool: pool, client: client, worker: w, srv: srv, jobs: map[string]int64{}}
 	for _, d := range []string{"given-up", "retrying", "delivered", "waiting", "cancelled"} {
 		res, err := riverhook.InsertTx(ctx, client, tx, d, []string{"crm"}, payload(d), w.InsertOptions(nil))
 		require.NoError(t, err)
@@ -190,6 +191,42 @@ func TestOperatingDeliveries(t *testing.T) {
 		_, inserted, err = riverhook.Resend(ctx, s.client, s.jobs["delivered"], "the customer lost it", nil)
 		require.NoError(t, err)
 		assert.True(t, inserted, "a delivered one can be sent again")
+	})
+	t.Run("ResendKeepsTheQueuePriorityAndTags", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		opts := s.worker.InsertOptions(nil)
+		opts.InsertOpts = &river.InsertOpts{Queue: "webhooks", Priority: 2, Tags: []string{"tenant-7"}}
+		params, err := riverhook.InsertParams("own-queue", []string{"crm"}, payload("own-queue"), opts)
+		require.NoError(t, err)
+		res, err := s.client.InsertMany(ctx, params)
+		require.NoError(t, err)
+		orig := res[0].Job
+		_, err = s.pool.Exec(ctx, `UPDATE `+s.schema+`.river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, orig.ID)
+		require.NoError(t, err)
+		resent, inserted, err := riverhook.Resend(ctx, s.client, orig.ID, "the console's Resend", s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		require.True(t, inserted)
+		assert.Equal(t, "webhooks", resent.Queue, "where a worker of that queue works it")
+		assert.Equal(t, 2, resent.Priority)
+		assert.Contains(t, resent.Tags, "tenant-7")
+
+		// Recover resends it the same way.
+		_, err = s.pool.Exec(ctx, `DELETE FROM `+s.schema+`.river_job WHERE id = $1`, resent.ID)
+		require.NoError(t, err)
+		rec, err := riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "recover"}, s.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		var found bool
+		for _, id := range rec.Jobs {
+			job, err := s.client.JobGet(ctx, id)
+			require.NoError(t, err)
+			if d, _ := riverhook.DeliveryOf(job); d != nil && d.DeliveryID == "own-queue" {
+				found = true
+				assert.Equal(t, "webhooks", job.Queue)
+				assert.Contains(t, job.Tags, "tenant-7")
+			}
+		}
+		assert.True(t, found, "recovered: %+v", rec)
 	})
 	t.Run("RecoversGivenUpDeliveriesOnceAndDryRunCounts", func(t *testing.T) {
 		t.Parallel()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -35,7 +36,9 @@ var ErrUnderWay = errors.New("riverhook: the delivery is still under way")
 // returns that resend, with inserted false: a double click sends once. So
 // does resending a job while a later job of its delivery (a resend of a
 // resend, or the delivery inserted again) is under way or delivered: it
-// returns that job. Resend the new job to send once more after that.
+// returns that job. Resend the new job to send once more after that. The
+// new job keeps the original's queue, priority and tags (where a worker of
+// that queue works it), unless opts.InsertOpts sets a queue or a priority.
 func Resend[TTx any](ctx context.Context, client *river.Client[TTx], jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
 	row, err := client.JobGet(ctx, jobID)
 	if err != nil {
@@ -105,7 +108,31 @@ func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (ri
 		return river.InsertManyParams{}, fmt.Errorf("%w: job %d", ErrErased, job.ID)
 	}
 	args.ResentFrom, args.ResendReason = job.ID, reason
-	return insertParams(args, opts), nil
+	return resendOf(job, args, opts), nil
+}
+
+// resendOf returns the insert of args, job's resend: in job's queue, at its
+// priority, with its tags, unless opts' InsertOpts sets a queue or a
+// priority of its own.
+func resendOf(job *rivertype.JobRow, args Args, opts *InsertOptions) river.InsertManyParams {
+	p := insertParams(args, opts)
+	io := p.InsertOpts
+	var base river.InsertOpts
+	if opts != nil && opts.InsertOpts != nil {
+		base = *opts.InsertOpts
+	}
+	if base.Queue == "" {
+		io.Queue = job.Queue
+	}
+	if base.Priority == 0 {
+		io.Priority = job.Priority
+	}
+	for _, tag := range job.Tags {
+		if !slices.Contains(io.Tags, tag) {
+			io.Tags = append(io.Tags, tag)
+		}
+	}
+	return p
 }
 
 func checkReason(reason string) error {
@@ -224,7 +251,7 @@ func recoverDeliveries(_ context.Context, schema, connectionID string, p Recover
 			continue // erased meanwhile: nothing to send
 		}
 		a.ResentFrom, a.ResendReason = job.ID, p.Reason
-		params = append(params, insertParams(a, opts))
+		params = append(params, resendOf(job, a, opts))
 	}
 	if p.DryRun || len(params) == 0 {
 		res.Resent = len(params)
