@@ -72,6 +72,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -123,6 +124,26 @@ type Options struct {
 	// resend the whole log at once. Zero means DefaultResendInterval; a
 	// negative value, no limit.
 	ResendEvery time.Duration
+
+	// Title names the console in its bar and on its first page, such as
+	// your service's name. Empty means DefaultTitle.
+	Title string
+
+	// ConnectionNames, if not nil, returns the names the service gives the
+	// connections ids, shown beside their ids (a connection without a name
+	// shows its id). It is called per page, concurrently; an error is
+	// logged and the ids show.
+	ConnectionNames func(r *http.Request, ids []string) (map[string]string, error)
+
+	// Theme sets the pages' colours, to fit the service's look: CSS
+	// custom properties of the console's style sheet by name ("ink", the
+	// text and bar; "bg", "card", "line", "muted", "wait" for links and
+	// waiting; "ok", "bad", "warn", "off" and their "-bg"), each a colour
+	// such as "#0b5fff" or "rgb(11, 95, 255)". It is served as a style
+	// sheet of its own, within the pages' Content-Security-Policy. New
+	// refuses another name, or a value with other characters than a
+	// colour's.
+	Theme map[string]string
 
 	// Marks are the endpoint health marks the deployment's Senders share
 	// (riverhook.EndpointMarks, given to each as HealthOptions.Marks): the
@@ -193,9 +214,17 @@ func New[TTx any](client *river.Client[TTx], db riverhook.DB, worker *riverhook.
 		actionDryRun:  rateOf(opts.RecoverEvery),
 		actionResend:  cmp.Or(opts.ResendEvery, DefaultResendInterval),
 	})
+	theme, err := themeCSS(opts.Theme)
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	static := http.FileServerFS(assets)
 	mux.Handle("GET /static/", static)
+	mux.HandleFunc("GET /theme.css", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		w.Write(theme)
+	})
 	mux.HandleFunc("GET /{$}", c.index)
 	mux.HandleFunc("GET /connections/{conn}", c.scoped(c.connectionPage))
 	mux.HandleFunc("GET /connections/{conn}/deliveries/{job}", c.scoped(c.deliveryPage))
@@ -332,6 +361,9 @@ const (
 	actionResend  = "resend"
 )
 
+// DefaultTitle is the default of [Options.Title].
+const DefaultTitle = "Webhook deliveries"
+
 // DefaultResendInterval is the default of [Options.ResendEvery]: one
 // resend per connection a second.
 const DefaultResendInterval = time.Second
@@ -409,4 +441,43 @@ func (c *console[TTx]) lastTest(conn string) (testResult, bool) {
 	defer c.mu.Unlock()
 	t, ok := c.tests[conn]
 	return t, ok
+}
+
+// themeVars are the custom properties of the style sheet a theme may set.
+var themeVars = []string{"ink", "muted", "line", "bg", "card", "ok", "ok-bg", "bad", "bad-bg", "warn", "warn-bg", "wait", "wait-bg", "off", "off-bg"}
+
+// themeCSS returns the style sheet of theme (Options.Theme), refusing a
+// name the console's style sheet does not have and a value that is not a
+// colour's characters: nothing of it can close the rule.
+func themeCSS(theme map[string]string) ([]byte, error) {
+	var b strings.Builder
+	b.WriteString("/* Options.Theme */\n:root {")
+	for _, name := range slices.Sorted(maps.Keys(theme)) {
+		v := theme[name]
+		if !slices.Contains(themeVars, name) {
+			return nil, fmt.Errorf("console: Options.Theme has %.40q: want one of %s", name, strings.Join(themeVars, ", "))
+		}
+		if !colour(v) {
+			return nil, fmt.Errorf("console: Options.Theme[%q] is %.40q: want a colour, such as #0b5fff or rgb(11, 95, 255)", name, v)
+		}
+		fmt.Fprintf(&b, " --%s: %s;", name, v)
+	}
+	b.WriteString(" }\n")
+	return []byte(b.String()), nil
+}
+
+// colour reports whether v has only what a CSS colour is written with.
+func colour(v string) bool {
+	if v == "" || len(v) > 64 {
+		return false
+	}
+	for _, c := range v {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.ContainsRune("#(),.% ", c):
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -489,3 +489,34 @@ func TestConsole_RecoverTakesOnlyAYesOrANo(t *testing.T) {
 		assert.Contains(t, got.Body.String(), `"dry_run": true`, yes)
 	}
 }
+
+// TestConsole_FitsTheServicesLook: the service's title, its names for the
+// connections (escaped like any text), and its colours, served as a style
+// sheet; a theme that is not colours is refused.
+func TestConsole_FitsTheServicesLook(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{
+		Connections: customerConnections,
+		Title:       "Acme CRM hooks",
+		ConnectionNames: func(_ *http.Request, ids []string) (map[string]string, error) {
+			return map[string]string{"crm": `Sales <CRM> "prod"`}, nil
+		},
+		Theme: map[string]string{"ink": "#0b1f44", "wait": "rgb(11, 95, 255)"},
+	}, false)
+	index := f.do(t, "GET", "/", "").Body.String()
+	assert.Contains(t, index, "Acme CRM hooks")
+	assert.Contains(t, index, "Sales &lt;CRM&gt; &#34;prod&#34;")
+	assert.NotContains(t, index, "<CRM>")
+	page := f.do(t, "GET", "/connections/crm", "").Body.String()
+	assert.Contains(t, page, "<title>Deliveries to Sales &lt;CRM&gt; &#34;prod&#34;</title>")
+	assert.Contains(t, page, `href="../theme.css"`)
+	css := f.do(t, "GET", "/theme.css", "")
+	assert.Equal(t, "text/css; charset=utf-8", css.Header().Get("Content-Type"))
+	assert.Contains(t, css.Body.String(), "--ink: #0b1f44;")
+	assert.Contains(t, css.Body.String(), "--wait: rgb(11, 95, 255);")
+
+	for _, theme := range []map[string]string{{"ink": "red; } body { display: none"}, {"font": "serif"}} {
+		_, err := console.New[pgx.Tx](f.client, f.pool, f.worker, &console.Options{Connections: customerConnections, Theme: theme})
+		assert.Error(t, err, "%v", theme)
+	}
+}

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 type common struct {
 	Base  string // the relative path back to where the console is mounted, such as "../../"
 	Title string
+	Brand string // Options.Title: the bar's
 }
 
 type errorPage struct {
@@ -32,7 +34,7 @@ type errorPage struct {
 }
 
 func (c *console[TTx]) errorPage(w http.ResponseWriter, r *http.Request, status int, title, text, back string) {
-	c.render(w, r, status, "error.html", errorPage{common: common{Base: base(r), Title: title}, Text: text, Back: back})
+	c.render(w, r, status, "error.html", errorPage{common: c.common(r, title), Text: text, Back: back})
 }
 
 type indexPage struct {
@@ -40,7 +42,40 @@ type indexPage struct {
 	Connections []connLink
 }
 
-type connLink struct{ ID, Path string }
+// connLink is a connection as a page links to it: its id, the name the
+// service gives it (Options.ConnectionNames), if any, and its page.
+type connLink struct{ ID, Name, Path string }
+
+// Shown is the connection's name, or its id when it has none.
+func (l connLink) Shown() string { return cmp.Or(l.Name, l.ID) }
+
+// common returns what every page of r shows, titled title.
+func (c *console[TTx]) common(r *http.Request, title string) common {
+	return common{Base: base(r), Title: title, Brand: c.title()}
+}
+
+func (c *console[TTx]) title() string { return cmp.Or(c.opts.Title, DefaultTitle) }
+
+// names returns the names the service gives ids, none when it gives none
+// or fails (logged: the ids show instead).
+func (c *console[TTx]) names(r *http.Request, ids []string) map[string]string {
+	if c.opts.ConnectionNames == nil || len(ids) == 0 {
+		return nil
+	}
+	names, err := c.opts.ConnectionNames(r, ids)
+	if err != nil {
+		c.logger.WarnContext(r.Context(), "console: the connections' names", "error", err.Error())
+		return nil
+	}
+	return names
+}
+
+// named returns the link of connection id, with its name.
+func (c *console[TTx]) named(r *http.Request, id string) connLink {
+	l := connOf(id)
+	l.Name = c.names(r, []string{id})[id]
+	return l
+}
 
 type connectionPage struct {
 	common
@@ -163,9 +198,12 @@ func (c *console[TTx]) index(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, req, err)
 		return
 	}
-	p := indexPage{common: common{Base: base(r), Title: "Webhook deliveries"}}
+	p := indexPage{common: c.common(r, c.title())}
+	names := c.names(r, ids)
 	for _, id := range ids {
-		p.Connections = append(p.Connections, connOf(id))
+		l := connOf(id)
+		l.Name = names[id]
+		p.Connections = append(p.Connections, l)
 	}
 	c.render(w, r, http.StatusOK, "index.html", p)
 }
@@ -184,7 +222,8 @@ func (c *console[TTx]) connectionPage(w http.ResponseWriter, r *http.Request, re
 		return
 	}
 	q := r.URL.Query()
-	p := connectionPage{common: common{Base: base(r), Title: "Deliveries to " + req.conn}, Conn: connOf(req.conn)}
+	conn := c.named(r, req.conn)
+	p := connectionPage{common: c.common(r, "Deliveries to "+conn.Shown()), Conn: conn}
 	p.Health, err = c.health(r, req)
 	p.HealthOK = err == nil
 	if err != nil {
@@ -270,7 +309,7 @@ func (c *console[TTx]) deliveryPage(w http.ResponseWriter, r *http.Request, req 
 	if !ok {
 		return
 	}
-	p := deliveryPage{common: common{Base: base(r), Title: "Delivery " + d.DeliveryID}, Conn: connOf(req.conn), D: d,
+	p := deliveryPage{common: c.common(r, "Delivery "+d.DeliveryID), Conn: c.named(r, req.conn), D: d,
 		Done: r.URL.Query().Get("done")}
 	if p.Done != "resent" && p.Done != "pending" {
 		p.Done = ""
