@@ -1,8 +1,8 @@
 package console
 
 import (
-	"cmp"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html/template"
