@@ -129,3 +129,63 @@ func Count[TTx any](ctx context.Context, client *river.Client[TTx], db DB, conne
 	}
 	return out, nil
 }
+
+// MaxPeriods is the most periods [Outcomes] counts in one call.
+const MaxPeriods = 1000
+
+// Period is one period of a connection's ended deliveries, by outcome.
+type Period struct {
+	Start     time.Time `json:"start"`
+	Delivered int       `json:"delivered"`
+	GivenUp   int       `json:"given_up"`
+	Cancelled int       `json:"cancelled"`
+}
+
+// Outcomes returns the deliveries to connectionID that ended in each period
+// of length step from since until now, oldest first, by outcome: what a
+// dashboard charts, such as 24 periods of an hour. A delivery resent is
+// counted with each of its jobs. It counts the jobs River still holds (see
+// the retention in the package documentation), in one query on db, as
+// [Count] does. It fails for a step under a second, or more than
+// [MaxPeriods] periods.
+func Outcomes[TTx any](ctx context.Context, client *river.Client[TTx], db DB, connectionID string, since time.Time, step time.Duration) ([]Period, error) {
+	now := time.Now()
+	switch {
+	case step < time.Second:
+		return nil, fmt.Errorf("riverhook: Outcomes: a step of %v is under a second", step)
+	case now.Sub(since)/step >= MaxPeriods:
+		return nil, fmt.Errorf("riverhook: Outcomes: more than %d periods of %v since %v", MaxPeriods, step, since.UTC().Format(time.RFC3339))
+	}
+	periods := make([]Period, max(int((now.Sub(since)+step-1)/step), 1))
+	for i := range periods {
+		periods[i].Start = since.Add(time.Duration(i) * step).UTC()
+	}
+	rows, err := outcomes(ctx, db, client.Schema(), connectionID, since, step)
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: counting the outcomes of %q: %w", connectionID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i, n int
+		var state string
+		if err := rows.Scan(&i, &state, &n); err != nil {
+			return nil, fmt.Errorf("riverhook: counting the outcomes of %q: %w", connectionID, err)
+		}
+		if i < 0 {
+			continue
+		}
+		i = min(i, len(periods)-1) // finalized after now, by the database's clock: the last period's
+		switch state {
+		case "completed":
+			periods[i].Delivered += n
+		case "discarded":
+			periods[i].GivenUp += n
+		case "cancelled":
+			periods[i].Cancelled += n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("riverhook: counting the outcomes of %q: %w", connectionID, err)
+	}
+	return periods, nil
+}

@@ -228,6 +228,26 @@ func TestOperatingDeliveries(t *testing.T) {
 		}
 		assert.True(t, found, "recovered: %+v", rec)
 	})
+	t.Run("OutcomesPerPeriod", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		periods, err := riverhook.Outcomes(ctx, s.client, s.pool, "crm", time.Now().Add(-time.Hour), 10*time.Minute)
+		require.NoError(t, err)
+		require.Len(t, periods, 7, "an hour of 10-minute periods, and the one begun since")
+		var sum riverhook.Period
+		for i, p := range periods {
+			assert.Equal(t, periods[0].Start.Add(time.Duration(i)*10*time.Minute), p.Start)
+			sum.Delivered, sum.GivenUp, sum.Cancelled = sum.Delivered+p.Delivered, sum.GivenUp+p.GivenUp, sum.Cancelled+p.Cancelled
+		}
+		assert.Equal(t, riverhook.Period{Delivered: 1, GivenUp: 1, Cancelled: 1}, sum, "the scenario's ended deliveries")
+		assert.Equal(t, sum, riverhook.Period{Delivered: periods[5].Delivered + periods[6].Delivered, GivenUp: periods[5].GivenUp + periods[6].GivenUp,
+			Cancelled: periods[5].Cancelled + periods[6].Cancelled}, "in the last minutes")
+		none, err := riverhook.Outcomes(ctx, s.client, s.pool, "erp", time.Now().Add(-time.Hour), time.Hour)
+		require.NoError(t, err)
+		assert.Equal(t, 0, none[0].Delivered+none[0].GivenUp, "erp's delivery is waiting")
+		_, err = riverhook.Outcomes(ctx, s.client, s.pool, "crm", time.Now().Add(-24*time.Hour), time.Second)
+		assert.Error(t, err, "too many periods")
+	})
 	t.Run("RecoversGivenUpDeliveriesOnceAndDryRunCounts", func(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)

@@ -188,6 +188,18 @@ func count(ctx context.Context, db DB, schema, connectionID string, since time.T
 	return n, err
 }
 
+// outcomes returns, per period of step seconds from since, the ended jobs
+// of connectionID by state: rows of (period, state, count), over River's
+// index on args and finalized_at.
+func outcomes(ctx context.Context, db DB, schema, connectionID string, since time.Time, step time.Duration) (pgx.Rows, error) {
+	sql := `SELECT floor(extract(epoch FROM finalized_at - @riverhook_since) / @riverhook_step)::int, state::text, count(*)
+		FROM ` + jobTable(schema) + ` WHERE kind = @riverhook_kind AND ` + connectionWhere + `
+		AND state IN ('completed', 'discarded', 'cancelled') AND finalized_at >= @riverhook_since
+		GROUP BY 1, 2`
+	return db.Query(ctx, sql, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID,
+		"riverhook_since": since.UTC(), "riverhook_step": step.Seconds()})
+}
+
 // erase removes the body from the ended jobs of deliveryIDs, and returns
 // how many it erased (TestRiver/CountAndErase).
 func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (int, error) {

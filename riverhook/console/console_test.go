@@ -520,3 +520,19 @@ func TestConsole_FitsTheServicesLook(t *testing.T) {
 		assert.Error(t, err, "%v", theme)
 	}
 }
+
+// TestConsole_ChartsOutcomesOverTime: the connection's page draws its
+// deliveries by outcome over 24 hours and 7 days, as SVG with no script,
+// the numbers in words.
+func TestConsole_ChartsOutcomesOverTime(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	page := f.do(t, "GET", "/connections/crm", "").Body.String()
+	for _, id := range []string{"chart-day", "chart-week"} {
+		assert.Contains(t, page, `id="`+id+`"`)
+	}
+	assert.Regexp(t, `Last 24 hours, by the hour: 2 delivered, 2 given up, 1 cancelled`, page)
+	assert.Contains(t, page, `class="seg-given-up" fill="url(#hatch-day)"`)
+	assert.Regexp(t, `<title>[0-9:]+–[0-9:]+ UTC: [0-9]+ delivered, [0-9]+ given up, [0-9]+ cancelled</title>`, page)
+	assert.NotContains(t, page, "<script")
+}

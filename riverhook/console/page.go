@@ -89,6 +89,7 @@ type connectionPage struct {
 	Older     string   // the next page's link, or empty
 	Test      *testResult
 	Recovered *recoverResult
+	Charts    []chart
 }
 
 type count struct {
@@ -224,6 +225,9 @@ func (c *console[TTx]) connectionPage(w http.ResponseWriter, r *http.Request, re
 	q := r.URL.Query()
 	conn := c.named(r, req.conn)
 	p := connectionPage{common: c.common(r, "Deliveries to "+conn.Shown()), Conn: conn}
+	if p.Charts, err = c.charts(r.Context(), req.conn); err != nil {
+		c.logger.WarnContext(r.Context(), "console: the connection's charts", "connection_id", req.conn, "error", err.Error())
+	}
 	p.Health, err = c.health(r, req)
 	p.HealthOK = err == nil
 	if err != nil {
