@@ -340,7 +340,10 @@ func TestHealth_OneHangingPathNeverTakesDownItsOrigin(t *testing.T) {
 		}
 		return false
 	}
-	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 100 * time.Millisecond,
+	// The attempt timeout leaves room for the TLS handshake on a loaded
+	// machine: an attempt that times out before it connects counts against
+	// the host, as it should, which is not what this test is about.
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 500 * time.Millisecond,
 		Health: &webhook.HealthOptions{DownAfter: 3}})
 	var wg sync.WaitGroup
 	var timedOut atomic.Int32
