@@ -84,3 +84,20 @@ func TestPacer_Observe(t *testing.T) {
 	}
 	assert.InDelta(t, float64(100*time.Millisecond), float64(p.took), float64(time.Millisecond), "the average follows the attempts")
 }
+
+func TestSignAfter(t *testing.T) {
+	now := time.UnixMilli(1_000_000).Add(300 * time.Microsecond)
+	for _, tc := range []struct {
+		last int64
+		want time.Duration
+	}{
+		{0, 0},
+		{999_999, 0},
+		{1_000_000, time.Millisecond},     // the same millisecond
+		{1_000_004, 5 * time.Millisecond}, // another process's clock ahead
+	} {
+		if got := signAfter([]logEntry{{Timestamp: 5}, {Timestamp: tc.last}}, now); got != tc.want {
+			t.Errorf("last signed at %d: got %v, want %v", tc.last, got, tc.want)
+		}
+	}
+}

@@ -228,6 +228,12 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
+	if wait := signAfter(r.entries, w.now()); wait > 0 {
+		// The attempt before was signed at this millisecond or later (a
+		// retry due at once, another process's clock ahead): this one's
+		// timestamp must pass it, so that no receiver takes it for a copy.
+		return river.JobSnooze(wait)
+	}
 	conn, err := w.resolveConnection(ctx, job.Args.ConnectionID, job.ID)
 	if err != nil {
 		w.record(ctx, job, r.entries)
@@ -517,4 +523,18 @@ func attemptText(a webhook.Attempt) string {
 		return fmt.Sprintf("attempt %d: %s", a.N, a.Kind)
 	}
 	return fmt.Sprintf("attempt %d: %s: %s", a.N, a.Kind, cutJSON(strings.TrimPrefix(a.Err.Error(), "webhook: "), maxErrorBytes))
+}
+
+// signAfter returns how long to wait before an attempt signed at now would
+// carry a timestamp later than every attempt of entries: zero, but when the
+// last was signed at now's millisecond or later.
+func signAfter(entries []logEntry, now time.Time) time.Duration {
+	var last int64
+	for _, e := range entries {
+		last = max(last, e.Timestamp)
+	}
+	if ms := now.UnixMilli(); last >= ms {
+		return time.Duration(last+1-ms) * time.Millisecond
+	}
+	return 0
 }
