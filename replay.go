@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -14,8 +13,9 @@ import (
 	"time"
 )
 
-// This file holds replay refusal: the ReplayStore interface a Verifier
-// remembers accepted signatures in, and MemoryReplayStore, its default.
+// This file holds the memory of signatures: the ReplayStore interface a
+// Verifier remembers deliveries in (being handled, or handled), and
+// MemoryReplayStore, its default; once.go holds how the Verifier uses it.
 
 // ErrReplayed is matched by the error of a delivery whose signature a
 // [Verifier] accepted before, within the window, when it is verified without
@@ -469,78 +469,4 @@ func (sh *replayShard) recycle(b *replayBucket) {
 		sh.spare = append(sh.spare, b.seen)
 	}
 	b.seen = nil
-}
-
-// The Verifier's side: the store it was given, or its own memory store by
-// the fast path.
-
-// replayTTL is how long the entry of a delivery with timestamp ts (Unix
-// ms), verified at now with tolerance tol, lives: until ts leaves the
-// window, which checkWindow accepts at an age of exactly tol.
-func replayTTL(ts int64, now time.Time, tol time.Duration) time.Duration {
-	return time.Duration(ts+tol.Milliseconds()+1-now.UnixMilli()) * time.Millisecond
-}
-
-// checkReplay records the accepted delivery d as handled, and refuses it
-// when it was recorded before: Verify's rule.
-func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
-	ttl := replayTTL(d.ts, d.now, d.tol)
-	var added bool
-	if v.mem != nil {
-		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
-		added = sh.claim(k, index, now, newStamp(now+int64(ttl), false)) == ReplayUnseen
-	} else {
-		var err error
-		added, err = v.store.Add(ctx, hex.EncodeToString(d.sig[:]), ttl)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrReplayStore, err)
-		}
-	}
-	if !added {
-		return fmt.Errorf("%w: this signature was accepted before, within the window; the sender signs every attempt afresh, so this is a copy", ErrReplayed)
-	}
-	return nil
-}
-
-// claim claims the delivery d for its handler, and returns what its
-// signature held: ReplayUnseen when the handler is to run.
-func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
-	lease := min(v.lease, replayTTL(d.ts, d.now, d.tol))
-	if v.mem != nil {
-		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
-		return sh.claim(k, index, now, newStamp(now+int64(lease), true)), nil
-	}
-	st, err := v.store.Claim(ctx, hex.EncodeToString(d.sig[:]), lease)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrReplayStore, err)
-	}
-	return st, nil
-}
-
-// settle records the outcome of d's handler: handled, so that a copy is
-// acknowledged, or released, so that a copy is handled. ctx is the
-// request's, which may be over by now: the outcome is kept all the same.
-func (v *Verifier) settle(ctx context.Context, d *signed, handled bool) {
-	ttl := replayTTL(d.ts, d.now, d.tol)
-	if v.mem != nil {
-		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
-		if handled {
-			sh.complete(k, index, now, newStamp(now+int64(ttl), false))
-		} else {
-			sh.release(k, index, now)
-		}
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	key := hex.EncodeToString(d.sig[:])
-	var err error
-	if handled {
-		err = v.store.Complete(ctx, key, ttl)
-	} else {
-		err = v.store.Release(ctx, key)
-	}
-	if err != nil && v.logger != nil { // nil only in a zero Verifier
-		v.logger.LogAttrs(ctx, slog.LevelError, "webhook: cannot record a delivery's outcome in the replay store",
-			slog.Bool("handled", handled), slog.String("error", err.Error()))
-	}
 }
