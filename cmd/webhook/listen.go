@@ -65,6 +65,36 @@ AllowPrivateNetworks, then delivers to it. It runs until interrupted.`,
 	},
 }
 
+// forwardTo sets l to pass verified deliveries on to forward (none when
+// it is empty), trusting the certificates of the PEM file cacert too.
+func (l *listener) forwardTo(forward, cacert string) error {
+	if forward == "" {
+		if cacert != "" {
+			return usagef("-cacert is for the receiver of -forward; give -forward URL")
+		}
+		return nil
+	}
+	u, err := url.Parse(forward)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return usagef("-forward must be an absolute http:// or https:// URL")
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if cacert != "" {
+		pool, err := trustPool(cacert)
+		if err != nil {
+			return err
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	}
+	l.forward = u
+	l.client = &http.Client{
+		Transport:     tr,
+		Timeout:       webhook.DefaultAttemptTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return nil
+}
+
 // listenTLS are listen's -tls flags.
 type listenTLS struct {
 	on    bool
@@ -84,28 +114,11 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward, cacert 
 		return usagef("%v", err)
 	}
 	l := &listener{e: e, v: v}
-	if forward != "" {
-		u, err := url.Parse(forward)
-		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return usagef("-forward must be an absolute http:// or https:// URL")
-		}
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		if cacert != "" {
-			pool, err := trustPool(cacert)
-			if err != nil {
-				return err
-			}
-			tr.TLSClientConfig = &tls.Config{RootCAs: pool}
-		}
-		l.forward = u
-		l.client = &http.Client{
-			Transport:     tr,
-			Timeout:       webhook.DefaultAttemptTimeout,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+	if err := l.forwardTo(forward, cacert); err != nil {
+		return err
+	}
+	if l.client != nil {
 		defer l.client.CloseIdleConnections()
-	} else if cacert != "" {
-		return usagef("-cacert is for the receiver of -forward; give -forward URL")
 	}
 	if tlsOpts.caOut != "" && !tlsOpts.on {
 		return usagef("-ca-out is the file of -tls's CA certificate; give -tls")
