@@ -417,7 +417,11 @@ func (sh *replayShard) bucket(index int64) *replayBucket {
 	if n := len(sh.spare); n > 0 { // keeps its room: no garbage, no growing
 		b.seen, sh.spare = sh.spare[n-1], sh.spare[:n-1]
 	} else {
-		b.seen = make(map[replayKey]stamp)
+		hint := 0 // the room the newest bucket needed: arrivals come at a rate
+		if n := len(sh.buckets); n > 0 {
+			hint = len(sh.buckets[n-1].seen)
+		}
+		b.seen = make(map[replayKey]stamp, hint)
 	}
 	sh.buckets = slices.Insert(sh.buckets, i, b)
 	return b
