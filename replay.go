@@ -338,6 +338,20 @@ func (sh *replayShard) claim(k replayKey, index, now int64, st stamp) ReplayStat
 	if now >= sh.nextDrop {
 		sh.drop(now)
 	}
+	if index != noIndex { // the Verifier's: one bucket, one lookup
+		b := sh.bucket(index)
+		if old, ok := b.seen[k]; ok {
+			if old.expiry() > now {
+				return old.state()
+			}
+			sh.n-- // expired: replaced below
+		} else if sh.n >= sh.max {
+			sh.evict()
+			b = sh.bucket(index)
+		}
+		sh.store(b, k, st)
+		return ReplayUnseen
+	}
 	if _, old, ok := sh.find(k, index, now); ok {
 		return old.state()
 	}
@@ -397,6 +411,11 @@ func (sh *replayShard) put(k replayKey, index, now int64, st stamp) {
 		sh.evict()
 		b = sh.bucket(index) // b is empty: evict took from another
 	}
+	sh.store(b, k, st)
+}
+
+// store records k as st in b, counted.
+func (sh *replayShard) store(b *replayBucket, k replayKey, st stamp) {
 	b.seen[k] = st
 	sh.n++
 	b.until = max(b.until, st.expiry())
