@@ -157,7 +157,7 @@ func (d *delivery) run(ctx context.Context) {
 // Test is always sent: a customer who fixed the endpoint sees it answer.
 func (d *delivery) admit() bool {
 	if d.bypass {
-		d.cur.ticket = ticket{origin: d.endpoint, url: d.conn.URL, admitted: d.s.health.now()}
+		d.cur.ticket = d.s.health.admitTest(d.endpoint, d.conn.URL)
 		return true
 	}
 	t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL)

@@ -265,12 +265,7 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 			t.lease = h.grant(&e.endpointState, now)
 		}
 	}
-	u := h.urls[rawURL]
-	if u == nil {
-		u = &urlEntry{endpoint: endpoint{shown: origin + "/…", perURL: true, url: rawURL}}
-		h.urls[rawURL] = u
-	}
-	u.touched = now
+	u := h.url(origin, rawURL, now)
 	ad, ok := u.admit(now)
 	switch {
 	case !ok:
@@ -286,6 +281,36 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 	}
 	u.begin(u.failures > 0 || originFailing, now)
 	return t, 0, nil
+}
+
+// admitTest counts a Send Test to origin's URL rawURL in flight, as any
+// attempt, and returns its ticket: a test is sent whatever the endpoint's
+// health, but the attempts waiting on a URL that does not answer include
+// it, and its end is recorded as any other's.
+func (h *health) admitTest(origin, rawURL string) ticket {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	e := h.endpoints[origin]
+	if e != nil {
+		e.touched = now
+	}
+	u := h.url(origin, rawURL, now)
+	u.begin(u.failures > 0 || e != nil && e.failures > 0, now)
+	return ticket{origin: origin, url: rawURL, admitted: now}
+}
+
+// url returns origin's URL rawURL's entry, made if need be, touched at
+// now. Under h.mu.
+func (h *health) url(origin, rawURL string, now time.Time) *urlEntry {
+	u := h.urls[rawURL]
+	if u == nil {
+		u = &urlEntry{endpoint: endpoint{shown: origin + "/…", perURL: true, url: rawURL}}
+		h.urls[rawURL] = u
+	}
+	u.touched = now
+	return u
 }
 
 // Silence before a URL's attempts in flight are bounded: eight times what

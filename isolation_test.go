@@ -278,3 +278,42 @@ func TestHealth_AProxyThatCannotReachTheEndpointCountsAsNoConnection(t *testing.
 	require.ErrorIs(t, err, webhook.ErrEndpointDown)
 	assert.EqualValues(t, 2, proxy.connects.Load(), "nothing sent while down")
 }
+
+// A Send Test is counted in flight like any attempt: Send Tests to a URL
+// that connects and never answers, made while deliveries wait on it, never
+// loosen the bound of attempts waiting on it (MaxUnanswered).
+func TestHealth_SendTestsCountInFlightToASilentURL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &hungPath{hung: "/silent"}
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, Retry: &webhook.RetryPolicy{},
+			AttemptTimeout: 2 * time.Second, Health: &webhook.HealthOptions{DownAfter: 100, MaxUnanswered: 2}})
+		require.NoError(t, err)
+		conn := hungConn("/silent")
+		var wg sync.WaitGroup
+		for n := range 2 {
+			wg.Go(func() { s.Send(context.Background(), conn, payloadFor(n)) })
+		}
+		for range 3 {
+			wg.Go(func() {
+				res, err := s.SendTest(context.Background(), conn)
+				assert.Error(t, err)
+				assert.Len(t, res.Attempts, 1, "a Send Test is always sent")
+			})
+		}
+		wg.Wait()
+		for round := range 3 { // 8 deliveries at once to the URL, silent for 2 s
+			before := ep.requests.Load()
+			var refused atomic.Int32
+			for n := range 8 {
+				wg.Go(func() {
+					if _, err := s.Send(context.Background(), conn, payloadFor(10*(round+1)+n)); errors.Is(err, webhook.ErrEndpointNotAnswering) {
+						refused.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			assert.EqualValues(t, 2, ep.requests.Load()-before, "round %d: attempts sent to the silent URL, want MaxUnanswered", round)
+			assert.EqualValues(t, 6, refused.Load(), "round %d: refused", round)
+		}
+	})
+}
