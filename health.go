@@ -414,10 +414,19 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 			reports = h.queue(&u.endpoint, at, reports)
 		}
 	}
-	if u.inFlight == 0 && u.well(&h.policy, now) && !u.reporting && len(u.changes) == 0 {
+	if u.settled() {
 		delete(h.urls, t.url)
 	}
 	return reports
+}
+
+// settled reports whether u has nothing to remember: nothing in flight, no
+// run of failures, not down, nothing to report. Unlike an origin, whose
+// attempts are not counted, a URL need not keep the time it was last
+// reached once nothing is in flight: no attempt sent before can still end.
+// So a URL that answers is kept only while attempts to it are in flight.
+func (u *urlEntry) settled() bool {
+	return u.inFlight == 0 && u.failures == 0 && !u.down && !u.reporting && len(u.changes) == 0
 }
 
 // recordOrigin applies outcome o of attempt a to its origin, which a
@@ -471,7 +480,7 @@ func (h *health) sweep(now time.Time) {
 		h.forgetIfWell(key, e, now)
 	}
 	for key, u := range h.urls {
-		if u.inFlight == 0 && (idle(&u.endpoint) || u.well(&h.policy, now) && !u.reporting && len(u.changes) == 0) {
+		if u.inFlight == 0 && idle(&u.endpoint) || u.settled() {
 			delete(h.urls, key)
 		}
 	}

@@ -112,6 +112,8 @@ func (h *health) report(e *endpoint) {
 			e.reporting = false
 			if !e.perURL {
 				h.forgetIfWell(e.shown, e, h.now())
+			} else if u := h.urls[e.url]; u != nil && &u.endpoint == e && u.settled() {
+				delete(h.urls, e.url)
 			}
 			h.mu.Unlock()
 			return
