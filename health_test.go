@@ -315,7 +315,7 @@ func TestHealth_ARetryIsNotSentOnceTheEndpointIsDown(t *testing.T) {
 }
 
 func TestHealth_Options(t *testing.T) {
-	for _, o := range []webhook.HealthOptions{{DownAfter: -1}, {ProbeInterval: -time.Second}, {MaxProbeInterval: -1}} {
+	for _, o := range []webhook.HealthOptions{{DownAfter: -1}, {ProbeInterval: -time.Second}, {MaxProbeInterval: -1}, {MaxUnanswered: -1}, {MaxUnansweredTotal: -1}} {
 		_, err := webhook.NewSender(&webhook.SenderOptions{Health: &o})
 		assert.Error(t, err, "%+v", o)
 	}
