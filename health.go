@@ -176,18 +176,28 @@ type health struct {
 	leases    uint64               // the last probe lease handed out
 	waiting   int                  // what waits on endpoints not answering (MaxUnansweredTotal)
 	swept     time.Time            // when idle entries were last forgotten
+	spare     sync.Pool            // of *urlEntry: forgotten ones, unreachable, to make the next
 }
 
 // endpoint is an origin's or a URL's health with its reporting, under
 // health.mu.
 type endpoint struct {
 	endpointState
-	shown     string    // how it is reported: the origin, or for a URL the origin and "/…"
+	origin    string    // the origin, or a URL's origin
 	perURL    bool      // a URL's
 	url       string    // a URL's raw text, whose key it reports
 	touched   time.Time // when an attempt was last admitted or recorded
 	changes   []EndpointHealth
 	reporting bool // a goroutine is reporting them
+}
+
+// name returns how e is shown: its origin, and for a URL "/…" after it,
+// never its path, which may be a credential.
+func (e *endpoint) name() string {
+	if e.perURL {
+		return e.origin + "/…"
+	}
+	return e.origin
 }
 
 // urlEntry is one URL's attempts in flight and its health.
@@ -305,16 +315,16 @@ func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration,
 	case !ok:
 		h.release(origin, t.lease)
 		return t, spread(ad.wait, u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; nothing was sent",
-			ErrEndpointNotAnswering, u.shown, u.failures, u.since.UTC().Format(time.RFC3339))
+			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
 	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quiet(), now):
 		h.release(origin, t.lease)
 		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
-			ErrEndpointNotAnswering, u.shown, u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
+			ErrEndpointNotAnswering, u.name(), u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
 	}
 	if originSilent || h.unanswered(u, now) {
 		if h.waiting >= h.maxWaiting {
 			h.release(origin, t.lease)
-			return t, h.spreadFull(), h.full(u.shown, "nothing was sent")
+			return t, h.spreadFull(), h.full(u.name(), "nothing was sent")
 		}
 		h.waiting++
 		t.waiting = true
@@ -389,7 +399,11 @@ func (h *health) admitTest(origin, rawURL string) ticket {
 func (h *health) url(origin, rawURL string, now time.Time) *urlEntry {
 	u := h.urls[rawURL]
 	if u == nil {
-		u = &urlEntry{endpoint: endpoint{shown: origin + "/…", perURL: true, url: rawURL}}
+		u, _ = h.spare.Get().(*urlEntry)
+		if u == nil {
+			u = new(urlEntry)
+		}
+		*u = urlEntry{endpoint: endpoint{origin: origin, perURL: true, url: rawURL}}
 		if e := h.endpoints[origin]; e != nil && e.failures > 0 {
 			u.progress = e.since // no answer from its origin since
 		}
@@ -429,13 +443,13 @@ func (h *health) holdRetry(origin, url string) (held bool, _ time.Duration, _ er
 	u := h.urls[url]
 	if u != nil && u.down {
 		return false, spread(u.nextProbe.Sub(now), u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; no retry was sent",
-			ErrEndpointNotAnswering, u.shown, u.failures, u.since.UTC().Format(time.RFC3339))
+			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
 	}
 	shown := origin
 	switch {
 	case e != nil && e.silent():
 	case u != nil && h.unanswered(u, now):
-		shown = u.shown
+		shown = u.name()
 	default:
 		return false, 0, nil
 	}
@@ -521,9 +535,18 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 		}
 	}
 	if u.settled() {
-		delete(h.urls, t.url)
+		h.forgetURL(t.url, u)
 	}
 	return reports
+}
+
+// forgetURL drops u, the entry of URL key, and keeps it for the next URL
+// to come: nothing refers to it once it is out of the map (a report in
+// progress would, but then u is not dropped). Under h.mu.
+func (h *health) forgetURL(key string, u *urlEntry) {
+	delete(h.urls, key)
+	*u = urlEntry{} // what it held (its last failure's error and body) may go
+	h.spare.Put(u)
 }
 
 // settled reports whether u has nothing to remember: nothing in flight, no
@@ -543,7 +566,7 @@ func (h *health) recordOrigin(t ticket, o outcome, a *Attempt, now time.Time, re
 		return h.confirm(t, a, now, reports)
 	}
 	if e == nil {
-		e = &endpoint{shown: t.origin}
+		e = &endpoint{origin: t.origin}
 		h.endpoints[t.origin] = e
 	}
 	e.touched = now
@@ -587,7 +610,7 @@ func (h *health) sweep(now time.Time) {
 	}
 	for key, u := range h.urls {
 		if u.inFlight == 0 && idle(&u.endpoint) || u.settled() {
-			delete(h.urls, key)
+			h.forgetURL(key, u)
 		}
 	}
 }
