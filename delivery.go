@@ -65,6 +65,7 @@ type deliveryState struct {
 	downWait time.Duration   // with KindDown: until the endpoint may be tried again
 	secrets  *redact.Secrets // the connection's secret texts, once needed (scrubText)
 	lastTS   int64           // the timestamp of the attempt before, which the next one passes
+	held     bool            // waiting to retry, it holds a place among what waits on endpoints not answering
 }
 
 // inFlight is what the attempt in flight holds from its preparation (admit,
@@ -144,6 +145,10 @@ func (d *delivery) run(ctx context.Context) {
 		retries = 0 // one try: the policy's decision goes to the queue
 	}
 	err := d.loop.do(ctx, d.bound(hreq), retries)
+	if d.held { // its retry never came: ctx ended while it waited
+		d.held = false
+		d.s.health.unhold()
+	}
 	if err != nil && ctx.Err() != nil && (len(d.attempts) == 0 || d.attempts[len(d.attempts)-1].Retry) {
 		// Stopped while waiting for a retry: the log ends on a failure
 		// whose retry never came.
@@ -157,10 +162,11 @@ func (d *delivery) run(ctx context.Context) {
 // Test is always sent: a customer who fixed the endpoint sees it answer.
 func (d *delivery) admit() bool {
 	if d.bypass {
-		d.cur.ticket = ticket{origin: d.endpoint, url: d.conn.URL, admitted: d.s.health.now()}
+		d.cur.ticket = d.s.health.admitTest(d.endpoint, d.conn.URL)
 		return true
 	}
-	t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL)
+	t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL, d.held)
+	d.held = false
 	if err != nil {
 		d.err, d.errKind, d.downWait = err, KindDown, wait
 		return false
@@ -290,12 +296,15 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
 	}
 	if a.Retry && !d.queued && d.s.health != nil && !d.bypass {
-		// The endpoint went down meanwhile: the delivery ends now, not
-		// after waiting for a retry that would not be sent.
-		if wait, err := d.s.health.down(d.endpoint, d.conn.URL); err != nil {
+		// The endpoint went down meanwhile, or it does not answer and
+		// enough wait on such endpoints: the delivery ends now, not after
+		// waiting for a retry that would not be sent.
+		held, wait, err := d.s.health.holdRetry(d.endpoint, d.conn.URL)
+		if err != nil {
 			a.Retry, a.RetryIn = false, 0
 			d.err, d.errKind, d.downWait = err, KindDown, wait
 		}
+		d.held = held
 	}
 	d.attempts = append(d.attempts, a)
 	d.log(ctx, &a)

@@ -21,10 +21,11 @@ import (
 
 // Endpoint health: defaults of [HealthOptions].
 const (
-	DefaultDownAfter        = 5
-	DefaultProbeInterval    = 10 * time.Second
-	DefaultMaxProbeInterval = 5 * time.Minute
-	DefaultMaxUnanswered    = 4
+	DefaultDownAfter          = 5
+	DefaultProbeInterval      = 10 * time.Second
+	DefaultMaxProbeInterval   = 5 * time.Minute
+	DefaultMaxUnanswered      = 4
+	DefaultMaxUnansweredTotal = 8
 )
 
 // ErrEndpointDown is matched by the error of a delivery, or of an attempt,
@@ -37,7 +38,8 @@ var ErrEndpointDown = errors.New("webhook: endpoint down")
 // its URL does not answer: attempts connect and then time out with no
 // answer (the URL is isolated, probed one attempt at a time), or
 // [HealthOptions].MaxUnanswered attempts are in flight to it and none has
-// answered for a while. Nothing was sent.
+// answered for a while, or [HealthOptions].MaxUnansweredTotal attempts and
+// retries wait on endpoints that do not answer. Nothing was sent.
 var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 
 // HealthOptions turns endpoint health on in a [Sender]
@@ -72,8 +74,10 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 //
 // Before a URL is known not to answer, MaxUnanswered bounds the attempts
 // waiting on it once it has been silent for a while: it cannot hold every
-// caller. A URL that answers, however slowly and at whatever concurrency,
-// is never held back.
+// caller. MaxUnansweredTotal bounds the same across every endpoint not
+// answering, probes included, so that many dead endpoints cannot hold
+// every caller either. A URL that answers, however slowly and at whatever
+// concurrency, is never held back.
 //
 // Each Sender keeps its own view, in memory, of what is failing or in
 // flight only. With several processes, each learns and probes on its own.
@@ -100,6 +104,25 @@ type HealthOptions struct {
 	// are refused at once ([ErrEndpointNotAnswering]) until one answers.
 	// Zero means DefaultMaxUnanswered.
 	MaxUnanswered int
+
+	// MaxUnansweredTotal bounds, across all endpoints, what waits on an
+	// endpoint that is not answering: attempts in flight to a URL that is
+	// failing with no answer or isolated (its probes), to an origin whose
+	// attempts time out before they connect (its probes too), or to a URL
+	// silent as MaxUnanswered says; and deliveries of [Sender.Send] waiting
+	// to retry one of them. Past it, such attempts are refused at once, and
+	// such deliveries end rather than wait for their retry, with an error
+	// matching [ErrEndpointNotAnswering]: however many endpoints stop
+	// answering, they hold at most this many of the caller's goroutines
+	// (beyond the first two attempts to each, which nothing tells from
+	// attempts to an endpoint that answers), and the others go to the
+	// endpoints that answer. A Send Test
+	// is counted, never refused. Zero means DefaultMaxUnansweredTotal:
+	// twice the default per URL, so that one silent URL is bounded by its
+	// own bound, and a small share of the tens of goroutines a service
+	// delivers from; raise it with the workers if many endpoints are
+	// probed at once.
+	MaxUnansweredTotal int
 
 	// OnChange, if not nil, is called when an endpoint goes down and when
 	// it comes back up, once per change, with its state then: to mark it
@@ -151,6 +174,7 @@ type health struct {
 	reports       sync.WaitGroup // the reports under way, for Sender.Flush
 	policy        healthPolicy
 	maxUnanswered int
+	maxWaiting    int           // HealthOptions.MaxUnansweredTotal
 	quietMax      time.Duration // the longest silence before a URL's attempts in flight are bounded
 	typical       time.Duration // a moving average of answered attempts' durations, under mu
 	answers       uint64        // how many answers it has seen, under mu
@@ -166,19 +190,30 @@ type health struct {
 	endpoints map[string]*endpoint // by origin
 	urls      map[string]*urlEntry // by whole URL, never shown
 	leases    uint64               // the last probe lease handed out
+	waiting   int                  // what waits on endpoints not answering (MaxUnansweredTotal)
 	swept     time.Time            // when idle entries were last forgotten
+	spare     sync.Pool            // of *urlEntry: forgotten ones, unreachable, to make the next
 }
 
 // endpoint is an origin's or a URL's health with its reporting, under
 // health.mu.
 type endpoint struct {
 	endpointState
-	shown     string    // how it is reported: the origin, or for a URL the origin and "/…"
+	origin    string    // the origin, or a URL's origin
 	perURL    bool      // a URL's
 	url       string    // a URL's raw text, whose key it reports
 	touched   time.Time // when an attempt was last admitted or recorded
 	changes   []EndpointHealth
 	reporting bool // a goroutine is reporting them
+}
+
+// name returns how e is shown: its origin, and for a URL "/…" after it,
+// never its path, which may be a credential.
+func (e *endpoint) name() string {
+	if e.perURL {
+		return e.origin + "/…"
+	}
+	return e.origin
 }
 
 // urlEntry is one URL's attempts in flight and its health.
@@ -193,6 +228,7 @@ type ticket struct {
 	admitted    time.Time // on health's clock
 	lease       uint64    // the origin's probe lease, or 0
 	urlLease    uint64    // the URL's probe lease, or 0
+	waiting     bool      // it holds a place among what waits on endpoints not answering
 }
 
 // Entries no attempt was made to for so long are forgotten: a run of
@@ -218,6 +254,8 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 		return nil, fmt.Errorf("webhook: HealthOptions.MaxUnanswered must not be negative, got %d", o.MaxUnanswered)
 	case o.FollowEvery < 0:
 		return nil, fmt.Errorf("webhook: HealthOptions.FollowEvery must not be negative, got %v", o.FollowEvery)
+	case o.MaxUnansweredTotal < 0:
+		return nil, fmt.Errorf("webhook: HealthOptions.MaxUnansweredTotal must not be negative, got %d", o.MaxUnansweredTotal)
 	}
 	h := &health{
 		policy: healthPolicy{
@@ -229,6 +267,7 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 			probeFor: attemptTimeout + time.Second,
 		},
 		maxUnanswered: cmp.Or(o.MaxUnanswered, DefaultMaxUnanswered),
+		maxWaiting:    cmp.Or(o.MaxUnansweredTotal, DefaultMaxUnansweredTotal),
 		quietMax:      min(attemptTimeout/2, 5*time.Second),
 		onChange:      o.OnChange,
 		confirmUp:     o.ConfirmUpEvery,
@@ -266,20 +305,25 @@ func endpointKey(u *url.URL) string {
 }
 
 // admit says whether an attempt to origin's URL rawURL may be sent now,
-// and returns the ticket to give back to record. A refusal comes with the
-// error of the attempt and a wait after which a retry may be admitted,
-// spread so that the deliveries a queue holds back do not all come back at
-// one instant.
-func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
+// and returns the ticket to give back to record. held says that the
+// delivery holds a place among what waits on endpoints not answering
+// (holdRetry): the attempt takes it, or it is given back. A refusal comes
+// with the error of the attempt and a wait after which a retry may be
+// admitted, spread so that the deliveries a queue holds back do not all
+// come back at one instant.
+func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration, error) {
 	now := h.now()
 	t := ticket{origin: origin, url: rawURL, admitted: now}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if held {
+		h.waiting-- // the attempt takes a place again if it needs one
+	}
 	h.sweep(now)
 	h.followDue(now)
-	originFailing := false
+	originFailing, originSilent := false, false
 	if e := h.endpoints[origin]; e != nil {
-		originFailing = e.failures > 0
+		originFailing, originSilent = e.failures > 0, e.silent()
 		e.touched = now
 		ad, ok := e.admit(now)
 		if !ok {
@@ -290,28 +334,109 @@ func (h *health) admit(origin, rawURL string) (ticket, time.Duration, error) {
 			t.lease = h.grant(&e.endpointState, now)
 		}
 	}
-	u := h.urls[rawURL]
-	if u == nil {
-		u = &urlEntry{endpoint: endpoint{shown: origin + "/…", perURL: true, url: rawURL}}
-		h.urls[rawURL] = u
-		h.seedURL(u, now)
-	}
-	u.touched = now
+	u := h.url(origin, rawURL, now)
 	ad, ok := u.admit(now)
 	switch {
 	case !ok:
 		h.release(origin, t.lease)
 		return t, spread(ad.wait, u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; nothing was sent",
-			ErrEndpointNotAnswering, u.shown, u.failures, u.since.UTC().Format(time.RFC3339))
-	case ad.probe:
-		t.urlLease = h.grant(&u.endpointState, now)
-	case !u.admitStall(h.maxUnanswered, h.quiet(), now):
+			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
+	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quiet(), now):
 		h.release(origin, t.lease)
 		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
-			ErrEndpointNotAnswering, u.shown, u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
+			ErrEndpointNotAnswering, u.name(), u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
+	}
+	if originSilent || h.unanswered(u, now) {
+		if h.waiting >= h.maxWaiting {
+			h.release(origin, t.lease)
+			return t, h.spreadFull(), h.full(u.name(), "nothing was sent")
+		}
+		h.waiting++
+		t.waiting = true
+	}
+	if ad.probe {
+		t.urlLease = h.grant(&u.endpointState, now)
 	}
 	u.begin(u.failures > 0 || originFailing, now)
 	return t, 0, nil
+}
+
+// unanswered reports whether URL u is not answering at now: failing with
+// no answer, isolated, or silent for quiet with attempts in flight (two at
+// least: one slow answer at a busy moment is not silence). Under h.mu.
+func (h *health) unanswered(u *urlEntry, now time.Time) bool {
+	return u.failures > 0 || u.down || u.inFlight > 1 && now.Sub(u.progress) >= h.quiet()
+}
+
+// silent reports whether origin e is failing or down with attempts that
+// time out before they connect: each holds its caller for an attempt's
+// time. One that refuses or does not resolve fails at once.
+func (e *endpoint) silent() bool {
+	return (e.failures > 0 || e.down) && e.last.Kind == KindTimeout
+}
+
+// full returns the error of an attempt or a retry refused because
+// MaxUnansweredTotal are waiting on endpoints not answering. Under h.mu.
+func (h *health) full(shown, what string) error {
+	return fmt.Errorf("%w: %s does not answer, and %d attempt(s) or retries already wait on endpoints that do not (HealthOptions.MaxUnansweredTotal); %s",
+		ErrEndpointNotAnswering, shown, h.waiting, what)
+}
+
+// spreadFull returns the wait after a refusal by MaxUnansweredTotal: places
+// come free as attempts end, within an attempt's time.
+func (h *health) spreadFull() time.Duration {
+	return spread(h.quiet(), h.policy.probeFor)
+}
+
+// unhold gives back the place a delivery held to retry (holdRetry) and did
+// not use.
+func (h *health) unhold() {
+	h.mu.Lock()
+	h.waiting--
+	h.mu.Unlock()
+}
+
+// admitTest counts a Send Test to origin's URL rawURL in flight, as any
+// attempt, and returns its ticket: a test is sent whatever the endpoint's
+// health, but the attempts waiting on a URL that does not answer include
+// it, and its end is recorded as any other's.
+func (h *health) admitTest(origin, rawURL string) ticket {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	e := h.endpoints[origin]
+	if e != nil {
+		e.touched = now
+	}
+	u := h.url(origin, rawURL, now)
+	t := ticket{origin: origin, url: rawURL, admitted: now}
+	if e != nil && e.silent() || h.unanswered(u, now) {
+		h.waiting++ // counted, never refused
+		t.waiting = true
+	}
+	u.begin(u.failures > 0 || e != nil && e.failures > 0, now)
+	return t
+}
+
+// url returns origin's URL rawURL's entry, made if need be, touched at
+// now. Under h.mu.
+func (h *health) url(origin, rawURL string, now time.Time) *urlEntry {
+	u := h.urls[rawURL]
+	if u == nil {
+		u, _ = h.spare.Get().(*urlEntry)
+		if u == nil {
+			u = new(urlEntry)
+		}
+		*u = urlEntry{endpoint: endpoint{origin: origin, perURL: true, url: rawURL}}
+		if e := h.endpoints[origin]; e != nil && e.failures > 0 {
+			u.progress = e.since // no answer from its origin since
+		}
+		h.urls[rawURL] = u
+		h.seedURL(u, now)
+	}
+	u.touched = now
+	return u
 }
 
 // Silence before a URL's attempts in flight are bounded: eight times what
@@ -325,23 +450,40 @@ func (h *health) quiet() time.Duration {
 	return min(max(8*h.typical, minQuiet), h.quietMax)
 }
 
-// down returns, for a delivery about to wait for its retry, the error of
-// its endpoint (origin or URL) having gone down meanwhile, with how long
-// until it may be tried: such a delivery ends now rather than after its
-// wait. Nil when it may be retried.
-func (h *health) down(origin, url string) (time.Duration, error) {
+// holdRetry returns, for a delivery about to wait for its retry, the error
+// of its endpoint (origin or URL) having gone down meanwhile, or of its
+// endpoint not answering with MaxUnansweredTotal waiting on such endpoints
+// already, with how long until it may be tried: such a delivery ends now
+// rather than after its wait. Nil when it may be retried; then held says
+// that the delivery holds a place among what waits on endpoints not
+// answering, for its next attempt (admit) or to give back (unhold).
+func (h *health) holdRetry(origin, url string) (held bool, _ time.Duration, _ error) {
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if e := h.endpoints[origin]; e != nil && e.down {
-		return spread(e.nextProbe.Sub(now), e.interval), fmt.Errorf("%w: %s has failed %d attempt(s) in a row since %s, the last: %s; no retry was sent",
+	e := h.endpoints[origin]
+	if e != nil && e.down {
+		return false, spread(e.nextProbe.Sub(now), e.interval), fmt.Errorf("%w: %s has failed %d attempt(s) in a row since %s, the last: %s; no retry was sent",
 			ErrEndpointDown, origin, e.failures, e.since.UTC().Format(time.RFC3339), e.last.Kind)
 	}
-	if u := h.urls[url]; u != nil && u.down {
-		return spread(u.nextProbe.Sub(now), u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; no retry was sent",
-			ErrEndpointNotAnswering, u.shown, u.failures, u.since.UTC().Format(time.RFC3339))
+	u := h.urls[url]
+	if u != nil && u.down {
+		return false, spread(u.nextProbe.Sub(now), u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; no retry was sent",
+			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
 	}
-	return 0, nil
+	shown := origin
+	switch {
+	case e != nil && e.silent():
+	case u != nil && h.unanswered(u, now):
+		shown = u.name()
+	default:
+		return false, 0, nil
+	}
+	if h.waiting >= h.maxWaiting {
+		return false, h.spreadFull(), h.full(shown, "no retry was sent")
+	}
+	h.waiting++
+	return true, 0, nil
 }
 
 // grant hands e's probe a new lease. Under h.mu.
@@ -376,6 +518,9 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 		bodyHash = maphash.Bytes(h.seed, body) | 1 // never 0, which counts no delivery
 	}
 	h.mu.Lock()
+	if t.waiting {
+		h.waiting--
+	}
 	h.sweep(now)
 	if a.StatusCode != 0 { // an answer: the typical time it takes
 		h.typical = average(h.typical, a.Duration, h.answers == 0)
@@ -415,10 +560,28 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 			reports = h.queue(&u.endpoint, at, reports)
 		}
 	}
-	if u.inFlight == 0 && u.well(&h.policy, now) && !u.reporting && len(u.changes) == 0 {
-		delete(h.urls, t.url)
+	if u.settled() {
+		h.forgetURL(t.url, u)
 	}
 	return reports
+}
+
+// forgetURL drops u, the entry of URL key, and keeps it for the next URL
+// to come: nothing refers to it once it is out of the map (a report in
+// progress would, but then u is not dropped). Under h.mu.
+func (h *health) forgetURL(key string, u *urlEntry) {
+	delete(h.urls, key)
+	*u = urlEntry{} // what it held (its last failure's error and body) may go
+	h.spare.Put(u)
+}
+
+// settled reports whether u has nothing to remember: nothing in flight, no
+// run of failures, not down, nothing to report. Unlike an origin, whose
+// attempts are not counted, a URL need not keep the time it was last
+// reached once nothing is in flight: no attempt sent before can still end.
+// So a URL that answers is kept only while attempts to it are in flight.
+func (u *urlEntry) settled() bool {
+	return u.inFlight == 0 && u.failures == 0 && !u.down && !u.reporting && len(u.changes) == 0
 }
 
 // recordOrigin applies outcome o of attempt a to its origin, which a
@@ -429,7 +592,7 @@ func (h *health) recordOrigin(t ticket, o outcome, a *Attempt, now time.Time, re
 		return h.confirm(t, a, now, reports)
 	}
 	if e == nil {
-		e = &endpoint{shown: t.origin}
+		e = &endpoint{origin: t.origin}
 		h.endpoints[t.origin] = e
 	}
 	e.touched = now
@@ -472,8 +635,8 @@ func (h *health) sweep(now time.Time) {
 		h.forgetIfWell(key, e, now)
 	}
 	for key, u := range h.urls {
-		if u.inFlight == 0 && (idle(&u.endpoint) || u.well(&h.policy, now) && !u.reporting && len(u.changes) == 0) {
-			delete(h.urls, key)
+		if u.inFlight == 0 && idle(&u.endpoint) || u.settled() {
+			h.forgetURL(key, u)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"runtime"
 	"strconv"
 	"sync"
@@ -314,7 +315,7 @@ func TestHealth_ARetryIsNotSentOnceTheEndpointIsDown(t *testing.T) {
 }
 
 func TestHealth_Options(t *testing.T) {
-	for _, o := range []webhook.HealthOptions{{DownAfter: -1}, {ProbeInterval: -time.Second}, {MaxProbeInterval: -1}} {
+	for _, o := range []webhook.HealthOptions{{DownAfter: -1}, {ProbeInterval: -time.Second}, {MaxProbeInterval: -1}, {MaxUnanswered: -1}, {MaxUnansweredTotal: -1}} {
 		_, err := webhook.NewSender(&webhook.SenderOptions{Health: &o})
 		assert.Error(t, err, "%+v", o)
 	}
@@ -798,4 +799,42 @@ func TestHealth_OnePoisonDeliveryNeverTakesDownTheOrigin(t *testing.T) {
 	_, err = s.Send(context.Background(), rv.conn("/users"), samplePayload())
 	assert.NoError(t, err, "a delivery the receiver answers, right after (%d deliveries of the poison one's %d attempts reached it)",
 		len(rv.deliveries()), len(res.Attempts))
+}
+
+// Endpoint health keeps state for the endpoints that need watching (failing,
+// or with attempts in flight), not for every URL it has seen: deliveries to
+// 100,000 URLs that answer leave at most 100 bytes of heap per URL, and
+// nothing to report. In a synctest bubble, so that no sweep runs meanwhile.
+func TestHealth_MemoryFollowsTheEndpointsThatNeedWatching(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			return answer(http.StatusOK), nil
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, Health: &webhook.HealthOptions{}})
+		require.NoError(t, err)
+		urls := 100_000
+		if raceEnabled {
+			urls = 10_000
+		}
+		p := samplePayload()
+		c := fakeConn
+		before := liveHeap()
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				c := c
+				for i := w; i < urls; i += 8 {
+					c.URL = "https://h" + strconv.Itoa(i%1000) + ".customer.example/hooks/" + strconv.Itoa(i)
+					_, err := s.Send(context.Background(), c, p)
+					assert.NoError(t, err)
+				}
+			})
+		}
+		wg.Wait()
+		perURL := (int64(liveHeap()) - int64(before)) / int64(urls)
+		assert.LessOrEqual(t, perURL, int64(100), "bytes of heap per URL delivered to")
+		assert.Empty(t, s.Health())
+		t.Logf("%d URLs: %d bytes of heap each", urls, perURL)
+	})
 }

@@ -112,7 +112,7 @@ func (h *health) apply(m *EndpointHealth, now time.Time) {
 		if !m.Down {
 			return
 		}
-		e = &endpoint{shown: m.Endpoint}
+		e = &endpoint{origin: m.Endpoint}
 		h.endpoints[m.Endpoint] = e
 	}
 	e.touched = now

@@ -111,7 +111,9 @@ func (h *health) report(e *endpoint) {
 		if len(e.changes) == 0 {
 			e.reporting = false
 			if !e.perURL {
-				h.forgetIfWell(e.shown, e, h.now())
+				h.forgetIfWell(e.origin, e, h.now())
+			} else if u := h.urls[e.url]; u != nil && &u.endpoint == e && u.settled() {
+				h.forgetURL(e.url, u)
 			}
 			h.mu.Unlock()
 			return
@@ -136,7 +138,7 @@ func (h *health) confirm(t ticket, a *Attempt, now time.Time, reports []*endpoin
 	}
 	e := h.endpoints[t.origin]
 	if e == nil {
-		e = &endpoint{shown: t.origin, touched: now}
+		e = &endpoint{origin: t.origin, touched: now}
 		h.endpoints[t.origin] = e
 	}
 	if e.down {
@@ -182,7 +184,7 @@ func (e *endpoint) state() EndpointHealth { return e.stateOf(&e.endpointState) }
 
 // stateOf returns e as reported in state st.
 func (e *endpoint) stateOf(st *endpointState) EndpointHealth {
-	s := EndpointHealth{Endpoint: e.shown, Down: st.down, Since: st.since, Changed: st.changed, Failures: st.failures, LastFailure: st.last, PerURL: e.perURL}
+	s := EndpointHealth{Endpoint: e.name(), Down: st.down, Since: st.since, Changed: st.changed, Failures: st.failures, LastFailure: st.last, PerURL: e.perURL}
 	if e.perURL {
 		s.URLKey = urlKey(e.url)
 	}

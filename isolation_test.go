@@ -278,3 +278,140 @@ func TestHealth_AProxyThatCannotReachTheEndpointCountsAsNoConnection(t *testing.
 	require.ErrorIs(t, err, webhook.ErrEndpointDown)
 	assert.EqualValues(t, 2, proxy.connects.Load(), "nothing sent while down")
 }
+
+// A Send Test is counted in flight like any attempt: Send Tests to a URL
+// that connects and never answers, made while deliveries wait on it, never
+// loosen the bound of attempts waiting on it (MaxUnanswered).
+func TestHealth_SendTestsCountInFlightToASilentURL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &hungPath{hung: "/silent"}
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, Retry: &webhook.RetryPolicy{},
+			AttemptTimeout: 2 * time.Second, Health: &webhook.HealthOptions{DownAfter: 100, MaxUnanswered: 2}})
+		require.NoError(t, err)
+		conn := hungConn("/silent")
+		var wg sync.WaitGroup
+		for n := range 2 {
+			wg.Go(func() { s.Send(context.Background(), conn, payloadFor(n)) })
+		}
+		for range 3 {
+			wg.Go(func() {
+				res, err := s.SendTest(context.Background(), conn)
+				assert.Error(t, err)
+				assert.Len(t, res.Attempts, 1, "a Send Test is always sent")
+			})
+		}
+		wg.Wait()
+		for round := range 3 { // 8 deliveries at once to the URL, silent for 2 s
+			before := ep.requests.Load()
+			var refused atomic.Int32
+			for n := range 8 {
+				wg.Go(func() {
+					if _, err := s.Send(context.Background(), conn, payloadFor(10*(round+1)+n)); errors.Is(err, webhook.ErrEndpointNotAnswering) {
+						refused.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			assert.EqualValues(t, 2, ep.requests.Load()-before, "round %d: attempts sent to the silent URL, want MaxUnanswered", round)
+			assert.EqualValues(t, 6, refused.Load(), "round %d: refused", round)
+		}
+	})
+}
+
+// deadPaths is an in-memory host whose paths under /dead/ connect and never
+// answer; every other path answers 200. It counts the attempts in flight to
+// the dead paths together, and the most at once.
+type deadPaths struct {
+	inFlight, peak atomic.Int32
+}
+
+func (d *deadPaths) RoundTrip(r *http.Request) (*http.Response, error) {
+	httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+	if len(r.URL.Path) < 6 || r.URL.Path[:6] != "/dead/" {
+		return answer(http.StatusOK), nil
+	}
+	n := d.inFlight.Add(1)
+	defer d.inFlight.Add(-1)
+	for p := d.peak.Load(); n > p && !d.peak.CompareAndSwap(p, n); p = d.peak.Load() {
+	}
+	<-r.Context().Done()
+	return nil, r.Context().Err()
+}
+
+// What waits on URLs that are not answering is bounded in total, not only
+// per URL: past their first two attempts (which nothing could refuse), at most
+// MaxUnansweredTotal attempts are in flight to such URLs or deliveries
+// wait to retry one, however many there are; the rest are refused at once,
+// saying why, and a URL that answers is never held back.
+func TestHealth_WhatWaitsOnURLsNotAnsweringIsBoundedInTotal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &deadPaths{}
+		constant := func(int, *http.Response) time.Duration { return time.Second }
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, AttemptTimeout: time.Second,
+			Retry:  &webhook.RetryPolicy{MaxRetries: 3, Backoff: constant},
+			Health: &webhook.HealthOptions{DownAfter: 100, MaxUnanswered: 10, MaxUnansweredTotal: 6}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var pending, refused atomic.Int32
+		send := func(path string, n int) {
+			pending.Add(1)
+			wg.Go(func() {
+				defer pending.Add(-1)
+				_, err := s.Send(context.Background(), hungConn(path), payloadFor(n))
+				if errors.Is(err, webhook.ErrEndpointNotAnswering) {
+					refused.Add(1)
+					assert.Contains(t, err.Error(), "MaxUnansweredTotal")
+				}
+			})
+		}
+		for i := range 10 { // the first attempt to each of 10 dead URLs
+			send("/dead/"+strconv.Itoa(i), i)
+		}
+		time.Sleep(100 * time.Millisecond) // each silent since
+		for n := range 40 {
+			send("/dead/"+strconv.Itoa(n%10), 100+n)
+		}
+		synctest.Wait()
+		assert.EqualValues(t, 26, ep.inFlight.Load(), "the 10 first attempts, a second to each, and 6 more")
+		assert.EqualValues(t, 24, refused.Load())
+		_, err = s.Send(context.Background(), hungConn("/ok"), payloadFor(999))
+		require.NoError(t, err, "a URL that answers")
+
+		time.Sleep(1500 * time.Millisecond) // all timed out: some wait to retry
+		synctest.Wait()
+		assert.LessOrEqual(t, pending.Load(), int32(6), "deliveries waiting on URLs not answering")
+		wg.Wait()
+		assert.LessOrEqual(t, ep.peak.Load(), int32(26))
+	})
+}
+
+// A delivery waiting to retry a URL that does not answer holds one of the
+// MaxUnansweredTotal places until its retry; stopped while it waits, it
+// gives the place back.
+func TestHealth_ADeliveryStoppedWhileWaitingToRetryGivesBackItsPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &deadPaths{}
+		constant := func(int, *http.Response) time.Duration { return time.Second }
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, AttemptTimeout: time.Second,
+			Retry:  &webhook.RetryPolicy{MaxRetries: 3, Backoff: constant},
+			Health: &webhook.HealthOptions{DownAfter: 100, MaxUnansweredTotal: 1}})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, err := s.Send(ctx, hungConn("/dead/0"), payloadFor(0))
+			assert.ErrorIs(t, err, context.Canceled)
+		}()
+		time.Sleep(1500 * time.Millisecond) // its first attempt timed out: it waits to retry
+		_, err = s.Send(context.Background(), hungConn("/dead/0"), payloadFor(1))
+		require.ErrorIs(t, err, webhook.ErrEndpointNotAnswering, "the one place is held")
+		assert.Contains(t, err.Error(), "MaxUnansweredTotal")
+		cancel()
+		<-done
+		go s.Send(context.Background(), hungConn("/dead/0"), payloadFor(2))
+		synctest.Wait()
+		assert.EqualValues(t, 1, ep.inFlight.Load(), "the place was given back")
+		time.Sleep(10 * time.Second)
+	})
+}
