@@ -156,9 +156,15 @@ func (m *EndpointMarks) Mark(ctx context.Context, h webhook.EndpointHealth) erro
 }
 
 // Since returns the marks recorded at or after after, and the latest
-// recording time among them.
+// recording time among them. For the zero time, a Sender starting up, it
+// returns the marks down and those of the last minute: what a Sender
+// starting up needs, however many endpoints once failed.
 func (m *EndpointMarks) Since(ctx context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
-	marks, next, err := m.query(ctx, `recorded_at >= $1`, after)
+	where := `recorded_at >= $1`
+	if after.IsZero() {
+		where = `(down OR recorded_at >= clock_timestamp() - interval '1 minute') AND recorded_at >= $1`
+	}
+	marks, next, err := m.query(ctx, where, after)
 	if next.IsZero() {
 		next = after
 	}
@@ -206,6 +212,20 @@ func (m *EndpointMarks) Endpoint(ctx context.Context, endpoint string) ([]webhoo
 	marks, _, err := m.query(ctx, `endpoint = $1`, endpoint)
 	slices.SortStableFunc(marks, func(a, b webhook.EndpointHealth) int { return cmp.Compare(a.URLKey, b.URLKey) })
 	return marks, err
+}
+
+// Prune deletes the marks that are not down and were recorded before
+// before, and returns how many: an endpoint that came back up, or that was
+// confirmed up, needs no mark once every process has read it (FollowEvery
+// apart). Run it now and then, such as daily with a before of a day ago,
+// so that the table follows the endpoints failing, not every endpoint that
+// ever failed.
+func (m *EndpointMarks) Prune(ctx context.Context, before time.Time) (int64, error) {
+	tag, err := m.db.Exec(ctx, `DELETE FROM `+m.table+` WHERE NOT down AND recorded_at < $1`, before)
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: pruning endpoint marks: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 func nullTime(t time.Time) *time.Time {

@@ -86,4 +86,22 @@ func TestEndpointMarks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, none, "nothing known: the console says unknown")
 	assert.Error(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: origin}), "a mark without its time")
+
+	// A process starting up reads the marks down and the latest; an old
+	// mark up is pruned.
+	old := webhook.EndpointHealth{Endpoint: "https://old.example.com:443", Changed: t0}
+	require.NoError(t, marks.Mark(ctx, old))
+	_, err = pool.Exec(ctx, `UPDATE "`+schema+`".riverhook_endpoint_mark SET recorded_at = now() - interval '2 days' WHERE endpoint = $1`, old.Endpoint)
+	require.NoError(t, err)
+	start, _, err := marks.Since(ctx, time.Time{})
+	require.NoError(t, err)
+	for _, h := range start {
+		assert.NotEqual(t, old.Endpoint, h.Endpoint, "an old mark up is no news to a process starting up")
+	}
+	n, err := marks.Prune(ctx, time.Now().Add(-24*time.Hour))
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+	left, err := marks.Endpoint(ctx, origin)
+	require.NoError(t, err)
+	assert.Len(t, left, 2, "the recent marks stay")
 }
