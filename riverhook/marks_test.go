@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
 )
 
 func TestMigrate(t *testing.T) {
@@ -86,4 +88,24 @@ func TestEndpointMarks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, none, "nothing known: the console says unknown")
 	assert.Error(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: origin}), "a mark without its time")
+}
+
+// A Migrate that fails (here: its schema not made yet) leaves no lock
+// behind: another process migrating next is not held up for good.
+func TestMigrate_AFailedMigrationHoldsNoLock(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	later := schema + "_later"
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+later+`" CASCADE`) })
+	require.Error(t, riverhook.Migrate(ctx, pool, later), "its schema does not exist yet")
+
+	_, err := pool.Exec(ctx, `CREATE SCHEMA "`+later+`"`)
+	require.NoError(t, err)
+	other, err := pgxpool.New(ctx, testdb.URL(t)) // another process
+	require.NoError(t, err)
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	assert.NoError(t, riverhook.Migrate(ctx, other, later), "not held up by the failed one's lock")
 }
