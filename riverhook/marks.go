@@ -63,9 +63,11 @@ var MigrationVersion = len(migrations)
 func Migrate(ctx context.Context, db DB, schema string) error {
 	q := qualifier(schema)
 	lock := migrationLock(schema)
-	if _, err := db.Exec(ctx, fmt.Sprintf(`SELECT pg_advisory_lock(%d);
-		CREATE TABLE IF NOT EXISTS %sriverhook_migration (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
-		SELECT pg_advisory_unlock(%d)`, lock, q, lock)); err != nil {
+	// A transaction's lock, as the steps': a session's lock would stay
+	// with the pool's connection when the statement fails (a schema not
+	// made yet), and every later Migrate elsewhere would wait for it.
+	if _, err := db.Exec(ctx, fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d);
+		CREATE TABLE IF NOT EXISTS %sriverhook_migration (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`, lock, q)); err != nil {
 		return fmt.Errorf("riverhook: migrating: %w", err)
 	}
 	for i, step := range migrations {
