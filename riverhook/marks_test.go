@@ -109,3 +109,22 @@ func TestMigrate_AFailedMigrationHoldsNoLock(t *testing.T) {
 	defer cancel()
 	assert.NoError(t, riverhook.Migrate(ctx, other, later), "not held up by the failed one's lock")
 }
+
+// Migrate in the caller's transaction (as rivermigrate's MigrateTx allows
+// for River's tables) leaves the transaction's search_path as it was: the
+// caller's later statements there find their own tables.
+func TestMigrate_InATransactionKeepsItsSearchPath(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	var before, after string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&before))
+	require.NoError(t, riverhook.Migrate(ctx, tx, schema))
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&after))
+	assert.Equal(t, before, after)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, riverhook.NewEndpointMarks(pool, schema).Mark(ctx, webhook.EndpointHealth{Endpoint: "https://a.example.com:443", Changed: time.Now()}))
+}
