@@ -74,13 +74,17 @@ func Migrate(ctx context.Context, db DB, schema string) error {
 		version := i + 1
 		// One statement string, run as one implicit transaction: the lock
 		// is held to its end, and a step and its record commit together.
+		// The step's names are the schema's through search_path, set for
+		// the step alone and set back after: in a caller's transaction,
+		// its later statements find their own tables.
 		sql := fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d);
-			SET LOCAL search_path TO %s;
-			DO $riverhook$ BEGIN
+			DO $riverhook$ DECLARE old text := current_setting('search_path'); BEGIN
+				PERFORM set_config('search_path', %s, true);
 				IF NOT EXISTS (SELECT 1 FROM riverhook_migration WHERE version = %d) THEN
 					EXECUTE %s;
 					INSERT INTO riverhook_migration (version) VALUES (%d);
 				END IF;
+				PERFORM set_config('search_path', old, true);
 			END $riverhook$`, lock, searchPath(schema), version, quoteLiteral(step), version)
 		if _, err := db.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("riverhook: migrating to version %d: %w", version, err)
@@ -105,11 +109,14 @@ func qualifier(schema string) string {
 	return quoteIdent(schema) + "."
 }
 
+// searchPath returns the search_path of schema's migration, as the
+// migration's PL/pgSQL reads it: the session's own (old) for "", as the
+// first statement's.
 func searchPath(schema string) string {
 	if schema == "" {
-		return "DEFAULT"
+		return "old"
 	}
-	return quoteIdent(schema)
+	return quoteLiteral(quoteIdent(schema))
 }
 
 func quoteIdent(s string) string   { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
