@@ -58,8 +58,9 @@ var MigrationVersion = len(migrations)
 // migration, once per deployment or at every start (it does nothing when
 // the schema is up to date). Each step runs once, in one transaction with
 // its record in riverhook_migration, under a lock that serialises
-// concurrent callers. db is a pool or a connection, not a transaction: each
-// step is a transaction of its own.
+// concurrent callers. db is a pool or a connection, each step then a
+// transaction of its own; or a transaction, as rivermigrate's MigrateTx
+// takes, whose search_path it leaves as it was: the steps commit with it.
 func Migrate(ctx context.Context, db DB, schema string) error {
 	q := qualifier(schema)
 	lock := migrationLock(schema)
