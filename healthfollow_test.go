@@ -249,3 +249,32 @@ func TestHealth_AFollowedURLMarkIsAppliedOnce(t *testing.T) {
 		assert.Zero(t, refused)
 	})
 }
+
+// TestHealth_AFollowedMarkHoldsBackAtMostTheLongestProbeInterval: a mark
+// whose next probe is far (its process's clock an hour ahead, and that
+// process gone) holds this process back no longer than its own
+// MaxProbeInterval: then it probes, and finds the endpoint up.
+func TestHealth_AFollowedMarkHoldsBackAtMostTheLongestProbeInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		now := time.Now()
+		ctx := context.Background()
+		ahead := now.Add(time.Hour)
+		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: ahead,
+			Changed: ahead, NextProbe: ahead.Add(10 * time.Second), Failures: 3}))
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client:         &http.Client{Transport: &flakyEndpoint{status: http.StatusOK}},
+			Retry:          &webhook.RetryPolicy{},
+			AttemptTimeout: 5 * time.Second,
+			Health:         &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, MaxProbeInterval: time.Minute, Marks: marks},
+		})
+		require.NoError(t, err)
+		require.NoError(t, s.Flush(ctx)) // started from the mark
+		_, err = s.Send(ctx, fakeConn, samplePayload())
+		require.ErrorIs(t, err, webhook.ErrEndpointDown, "held back by the mark")
+		time.Sleep(time.Minute + time.Second)
+		_, err = s.Send(ctx, fakeConn, samplePayload())
+		assert.NoError(t, err, "probed within MaxProbeInterval")
+		require.NoError(t, s.Flush(ctx))
+	})
+}
