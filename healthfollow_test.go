@@ -278,3 +278,36 @@ func TestHealth_AFollowedMarkHoldsBackAtMostTheLongestProbeInterval(t *testing.T
 		require.NoError(t, s.Flush(ctx))
 	})
 }
+
+// TestHealth_ASendTestThatAnswersClearsTheFleetsMark: the API tier's
+// Sender makes only Send Tests. An endpoint the workers marked down after
+// it started, once fixed, answers the customer's Send Test: the mark is
+// cleared for the fleet (and the console), not left down until a worker
+// probes, which with nothing waiting is never.
+func TestHealth_ASendTestThatAnswersClearsTheFleetsMark(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		ctx := context.Background()
+		epA := &flakyEndpoint{} // refused, for the worker
+		api := fleetSender(t, &flakyEndpoint{status: http.StatusOK}, marks)
+		require.NoError(t, api.Flush(ctx))
+		worker := fleetSender(t, epA, marks)
+		for range 3 {
+			_, err := worker.Send(ctx, fakeConn, samplePayload())
+			require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		}
+		require.NoError(t, worker.Flush(ctx)) // the mark: down
+		time.Sleep(2 * webhook.DefaultFollowEvery)
+
+		for range 2 { // the customer, having fixed the endpoint, tests it
+			res, err := api.SendTest(ctx, fakeConn)
+			require.NoError(t, err)
+			require.True(t, res.Attempts[0].OK())
+			require.NoError(t, api.Flush(ctx))
+		}
+		got, _, err := marks.Since(ctx, time.Time{})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.False(t, got[0].Down, "the endpoint answered the Send Test: up for the fleet")
+	})
+}
