@@ -405,6 +405,7 @@ func (h *health) admitTest(origin, rawURL string) ticket {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sweep(now)
+	h.followDue(now) // a Sender making only Send Tests (the console's) follows the marks too
 	e := h.endpoints[origin]
 	if e != nil {
 		e.touched = now
