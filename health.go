@@ -405,6 +405,7 @@ func (h *health) admitTest(origin, rawURL string) ticket {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sweep(now)
+	h.followDue(now) // a Sender making only Send Tests (the console's) follows the marks too
 	e := h.endpoints[origin]
 	if e != nil {
 		e.touched = now
@@ -558,6 +559,12 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 	if o != outcomeNeutral || t.urlLease != 0 {
 		if changed, at := u.record(&h.policy, o, a, t.admitted, t.urlLease, body, now); changed {
 			reports = h.queue(&u.endpoint, at, reports)
+			if !u.down && h.fleet != nil {
+				// Found up here: another process's mark no longer seeds
+				// this URL's next entry, though it may stay recorded
+				// (its clock ahead of this one's).
+				delete(h.fleet.urlMarks, urlKey(t.url))
+			}
 		}
 	}
 	if u.settled() {

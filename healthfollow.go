@@ -31,6 +31,7 @@ type fleet struct {
 	last     time.Time // when the last read began, on health's clock
 	reading  bool
 	urlMarks map[string]EndpointHealth // the other processes' URL marks down, by URLKey
+	applied  map[string]time.Time      // the down marks applied, by origin or URLKey: their Changed
 }
 
 // newFleet returns the fleet of marks, and wraps onChange so that every
@@ -46,7 +47,7 @@ func newFleet(marks HealthMarks, every time.Duration, onChange *func(context.Con
 			next(ctx, c)
 		}
 	}
-	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}}
+	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]time.Time{}}
 }
 
 // followDue starts reading the marks when FollowEvery has passed since the
@@ -93,6 +94,22 @@ func (h *health) follow() {
 func (h *health) apply(m *EndpointHealth, now time.Time) {
 	if m.Changed.IsZero() {
 		return
+	}
+	// A down mark is applied once: read again (the overlap, or no later
+	// mark recorded since), it would take down again an endpoint this
+	// process has found up since, when its up could not replace the mark
+	// (another process's clock ahead, a write that failed).
+	key := "|" + m.Endpoint
+	if m.PerURL {
+		key = m.URLKey
+	}
+	if m.Down {
+		if c, ok := h.fleet.applied[key]; ok && c.Equal(m.Changed) {
+			return
+		}
+		h.fleet.applied[key] = m.Changed
+	} else {
+		delete(h.fleet.applied, key)
 	}
 	if m.PerURL {
 		if m.Down {

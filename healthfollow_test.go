@@ -153,3 +153,161 @@ func TestHealth_MarksThatFailAreLoggedNotFatal(t *testing.T) {
 		assert.Error(t, err)
 	})
 }
+
+// TestHealth_AFollowedMarkIsAppliedOnce: another process's clock ahead (by
+// 30 s here) records a down mark that this process's up, by its own clock
+// earlier, cannot replace. This process finds the endpoint up: the stale
+// mark, read again at every follow, must not take it down again each time
+// (an OnChange "up" and a probe per second, for as long as the skew lasts).
+func TestHealth_AFollowedMarkIsAppliedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		now := time.Now()
+		ctx := context.Background()
+		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: now.Add(30 * time.Second),
+			Changed: now.Add(30 * time.Second), NextProbe: now, Failures: 3})) // by a clock 30 s ahead
+		var mu sync.Mutex
+		var ups int
+		ep := &flakyEndpoint{status: http.StatusOK}
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client:         &http.Client{Transport: ep},
+			Retry:          &webhook.RetryPolicy{},
+			AttemptTimeout: 5 * time.Second,
+			Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, Marks: marks,
+				OnChange: func(_ context.Context, h webhook.EndpointHealth) {
+					if !h.Down {
+						mu.Lock()
+						ups++
+						mu.Unlock()
+					}
+				}},
+		})
+		require.NoError(t, err)
+		require.NoError(t, s.Flush(ctx)) // started from the mark
+		var refused int
+		for range 10 {
+			if _, err := s.Send(ctx, fakeConn, samplePayload()); errors.Is(err, webhook.ErrEndpointDown) {
+				refused++
+			} else {
+				require.NoError(t, err)
+			}
+			require.NoError(t, s.Flush(ctx))
+			time.Sleep(2 * webhook.DefaultFollowEvery)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		assert.LessOrEqual(t, ups, 1, "the endpoint came up once")
+		assert.Zero(t, refused)
+	})
+}
+
+// TestHealth_AFollowedURLMarkIsAppliedOnce: as for an origin, for an
+// isolated URL, whose entry is forgotten once it answers and made again for
+// the next delivery: another process's clock ahead (by
+// 30 s here) records a down mark that this process's up, by its own clock
+// earlier, cannot replace. This process finds the endpoint up: the stale
+// mark, read again at every follow, must not take it down again each time
+// (an OnChange "up" and a probe per second, for as long as the skew lasts).
+func TestHealth_AFollowedURLMarkIsAppliedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		now := time.Now()
+		ctx := context.Background()
+		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint() + "/…", PerURL: true, URLKey: fakeConn.URLKey(), Down: true, Since: now.Add(30 * time.Second),
+			Changed: now.Add(30 * time.Second), NextProbe: now, Failures: 3})) // by a clock 30 s ahead
+		var mu sync.Mutex
+		var ups int
+		ep := &flakyEndpoint{status: http.StatusOK}
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client:         &http.Client{Transport: ep},
+			Retry:          &webhook.RetryPolicy{},
+			AttemptTimeout: 5 * time.Second,
+			Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, Marks: marks,
+				OnChange: func(_ context.Context, h webhook.EndpointHealth) {
+					if !h.Down {
+						mu.Lock()
+						ups++
+						mu.Unlock()
+					}
+				}},
+		})
+		require.NoError(t, err)
+		require.NoError(t, s.Flush(ctx)) // started from the mark
+		var refused int
+		for range 10 {
+			if _, err := s.Send(ctx, fakeConn, samplePayload()); errors.Is(err, webhook.ErrEndpointDown) {
+				refused++
+			} else {
+				require.NoError(t, err)
+			}
+			require.NoError(t, s.Flush(ctx))
+			time.Sleep(2 * webhook.DefaultFollowEvery)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		assert.LessOrEqual(t, ups, 1, "the endpoint came up once")
+		assert.Zero(t, refused)
+	})
+}
+
+// TestHealth_AFollowedMarkHoldsBackAtMostTheLongestProbeInterval: a mark
+// whose next probe is far (its process's clock an hour ahead, and that
+// process gone) holds this process back no longer than its own
+// MaxProbeInterval: then it probes, and finds the endpoint up.
+func TestHealth_AFollowedMarkHoldsBackAtMostTheLongestProbeInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		now := time.Now()
+		ctx := context.Background()
+		ahead := now.Add(time.Hour)
+		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: ahead,
+			Changed: ahead, NextProbe: ahead.Add(10 * time.Second), Failures: 3}))
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client:         &http.Client{Transport: &flakyEndpoint{status: http.StatusOK}},
+			Retry:          &webhook.RetryPolicy{},
+			AttemptTimeout: 5 * time.Second,
+			Health:         &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, MaxProbeInterval: time.Minute, Marks: marks},
+		})
+		require.NoError(t, err)
+		require.NoError(t, s.Flush(ctx)) // started from the mark
+		_, err = s.Send(ctx, fakeConn, samplePayload())
+		require.ErrorIs(t, err, webhook.ErrEndpointDown, "held back by the mark")
+		time.Sleep(time.Minute + time.Second)
+		_, err = s.Send(ctx, fakeConn, samplePayload())
+		assert.NoError(t, err, "probed within MaxProbeInterval")
+		require.NoError(t, s.Flush(ctx))
+	})
+}
+
+// TestHealth_ASendTestThatAnswersClearsTheFleetsMark: the API tier's
+// Sender makes only Send Tests. An endpoint the workers marked down after
+// it started, once fixed, answers the customer's Send Test: the mark is
+// cleared for the fleet (and the console), not left down until a worker
+// probes, which with nothing waiting is never.
+func TestHealth_ASendTestThatAnswersClearsTheFleetsMark(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		ctx := context.Background()
+		epA := &flakyEndpoint{} // refused, for the worker
+		api := fleetSender(t, &flakyEndpoint{status: http.StatusOK}, marks)
+		require.NoError(t, api.Flush(ctx))
+		worker := fleetSender(t, epA, marks)
+		for range 3 {
+			_, err := worker.Send(ctx, fakeConn, samplePayload())
+			require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		}
+		require.NoError(t, worker.Flush(ctx)) // the mark: down
+		time.Sleep(2 * webhook.DefaultFollowEvery)
+
+		for range 2 { // the customer, having fixed the endpoint, tests it
+			res, err := api.SendTest(ctx, fakeConn)
+			require.NoError(t, err)
+			require.True(t, res.Attempts[0].OK())
+			require.NoError(t, api.Flush(ctx))
+		}
+		got, _, err := marks.Since(ctx, time.Time{})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.False(t, got[0].Down, "the endpoint answered the Send Test: up for the fleet")
+	})
+}

@@ -231,6 +231,11 @@ func (e *endpointState) follow(p *healthPolicy, m *EndpointHealth, now time.Time
 		if e.nextProbe.IsZero() {
 			e.nextProbe = now.Add(e.interval)
 		}
+		// By another process's clock, which may be ahead: never later
+		// than this process's longest wait between probes.
+		if limit := now.Add(p.limit); e.nextProbe.After(limit) {
+			e.nextProbe = limit
+		}
 	case !m.Down && e.down && m.Changed.After(e.changed):
 		e.down, e.changed = false, m.Changed
 		e.failures, e.nextProbe, e.bodies = 0, time.Time{}, e.bodies[:0]

@@ -58,27 +58,34 @@ var MigrationVersion = len(migrations)
 // migration, once per deployment or at every start (it does nothing when
 // the schema is up to date). Each step runs once, in one transaction with
 // its record in riverhook_migration, under a lock that serialises
-// concurrent callers. db is a pool or a connection, not a transaction: each
-// step is a transaction of its own.
+// concurrent callers. db is a pool or a connection, each step then a
+// transaction of its own; or a transaction, as rivermigrate's MigrateTx
+// takes, whose search_path it leaves as it was: the steps commit with it.
 func Migrate(ctx context.Context, db DB, schema string) error {
 	q := qualifier(schema)
 	lock := migrationLock(schema)
-	if _, err := db.Exec(ctx, fmt.Sprintf(`SELECT pg_advisory_lock(%d);
-		CREATE TABLE IF NOT EXISTS %sriverhook_migration (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
-		SELECT pg_advisory_unlock(%d)`, lock, q, lock)); err != nil {
+	// A transaction's lock, as the steps': a session's lock would stay
+	// with the pool's connection when the statement fails (a schema not
+	// made yet), and every later Migrate elsewhere would wait for it.
+	if _, err := db.Exec(ctx, fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d);
+		CREATE TABLE IF NOT EXISTS %sriverhook_migration (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`, lock, q)); err != nil {
 		return fmt.Errorf("riverhook: migrating: %w", err)
 	}
 	for i, step := range migrations {
 		version := i + 1
 		// One statement string, run as one implicit transaction: the lock
 		// is held to its end, and a step and its record commit together.
+		// The step's names are the schema's through search_path, set for
+		// the step alone and set back after: in a caller's transaction,
+		// its later statements find their own tables.
 		sql := fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d);
-			SET LOCAL search_path TO %s;
-			DO $riverhook$ BEGIN
+			DO $riverhook$ DECLARE old text := current_setting('search_path'); BEGIN
+				PERFORM set_config('search_path', %s, true);
 				IF NOT EXISTS (SELECT 1 FROM riverhook_migration WHERE version = %d) THEN
 					EXECUTE %s;
 					INSERT INTO riverhook_migration (version) VALUES (%d);
 				END IF;
+				PERFORM set_config('search_path', old, true);
 			END $riverhook$`, lock, searchPath(schema), version, quoteLiteral(step), version)
 		if _, err := db.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("riverhook: migrating to version %d: %w", version, err)
@@ -103,11 +110,14 @@ func qualifier(schema string) string {
 	return quoteIdent(schema) + "."
 }
 
+// searchPath returns the search_path of schema's migration, as the
+// migration's PL/pgSQL reads it: the session's own (old) for "", as the
+// first statement's.
 func searchPath(schema string) string {
 	if schema == "" {
-		return "DEFAULT"
+		return "old"
 	}
-	return quoteIdent(schema)
+	return quoteLiteral(quoteIdent(schema))
 }
 
 func quoteIdent(s string) string   { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

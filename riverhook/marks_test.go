@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
 )
 
 func TestMigrate(t *testing.T) {
@@ -104,4 +106,43 @@ func TestEndpointMarks(t *testing.T) {
 	left, err := marks.Endpoint(ctx, origin)
 	require.NoError(t, err)
 	assert.Len(t, left, 2, "the recent marks stay")
+}
+
+// A Migrate that fails (here: its schema not made yet) leaves no lock
+// behind: another process migrating next is not held up for good.
+func TestMigrate_AFailedMigrationHoldsNoLock(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	later := schema + "_later"
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+later+`" CASCADE`) })
+	require.Error(t, riverhook.Migrate(ctx, pool, later), "its schema does not exist yet")
+
+	_, err := pool.Exec(ctx, `CREATE SCHEMA "`+later+`"`)
+	require.NoError(t, err)
+	other, err := pgxpool.New(ctx, testdb.URL(t)) // another process
+	require.NoError(t, err)
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	assert.NoError(t, riverhook.Migrate(ctx, other, later), "not held up by the failed one's lock")
+}
+
+// Migrate in the caller's transaction (as rivermigrate's MigrateTx allows
+// for River's tables) leaves the transaction's search_path as it was: the
+// caller's later statements there find their own tables.
+func TestMigrate_InATransactionKeepsItsSearchPath(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	var before, after string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&before))
+	require.NoError(t, riverhook.Migrate(ctx, tx, schema))
+	require.NoError(t, tx.QueryRow(ctx, `SELECT current_setting('search_path')`).Scan(&after))
+	assert.Equal(t, before, after)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, riverhook.NewEndpointMarks(pool, schema).Mark(ctx, webhook.EndpointHealth{Endpoint: "https://a.example.com:443", Changed: time.Now()}))
 }

@@ -109,7 +109,7 @@ func (w *Worker) acquire(job *river.Job[Args]) (time.Duration, bool) {
 	defer w.mu.Unlock()
 	if w.maxPerCon <= 0 || w.inFlight[id] < w.maxPerCon {
 		w.inFlight[id]++
-		if p := w.pacers[id]; p != nil {
+		if p := w.pacers[id]; p != nil && w.places == nil { // with Places, once it has the fleet's (takePlace)
 			p.forget(job.ID)
 		}
 		return 0, true
@@ -151,6 +151,11 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args]) (time.Dura
 		defer w.mu.Unlock()
 		return w.busySlot(job), nil, false
 	}
+	w.mu.Lock()
+	if p := w.pacers[id]; p != nil {
+		p.forget(job.ID)
+	}
+	w.mu.Unlock()
 	return 0, func() {
 		if err := w.places.Give(context.WithoutCancel(ctx), id, place, job.ID); err != nil {
 			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a place in flight; it is free when its hold ends",

@@ -232,6 +232,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		// The attempt before was signed at this millisecond or later (a
 		// retry due at once, another process's clock ahead): this one's
 		// timestamp must pass it, so that no receiver takes it for a copy.
+		if r.cut > 0 {
+			w.record(ctx, job, r.entries) // the interrupted runs, told once
+		}
 		return river.JobSnooze(wait)
 	}
 	conn, err := w.resolveConnection(ctx, job.Args.ConnectionID, job.ID)

@@ -149,7 +149,8 @@ type Options struct {
 	// (riverhook.EndpointMarks, given to each as HealthOptions.Marks): the
 	// connection's health is read there, so that a console served by the
 	// API tier shows what the workers found. Nil means the serving
-	// process's own Sender alone. Either way, an endpoint nothing is known
+	// process's own Sender alone, as when the marks cannot be read (logged).
+	// Either way, an endpoint nothing is known
 	// of is shown "unknown", never "up": set HealthOptions.ConfirmUpEvery
 	// for endpoints that answer to be marked up.
 	Marks Marks

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -535,4 +536,45 @@ func TestConsole_ChartsOutcomesOverTime(t *testing.T) {
 	assert.Contains(t, page, `class="seg-given-up" fill="url(#hatch-day)"`)
 	assert.Regexp(t, `<title>[0-9:]+–[0-9:]+ UTC: [0-9]+ delivered, [0-9]+ given up, [0-9]+ cancelled</title>`, page)
 	assert.NotContains(t, page, "<script")
+}
+
+// failingMarks is a store of marks that cannot be reached.
+type failingMarks struct{}
+
+func (failingMarks) Endpoint(context.Context, string) ([]webhook.EndpointHealth, error) {
+	return nil, errors.New("marks: connection refused")
+}
+
+// TestConsole_HealthWhenTheMarksFail: the fleet's marks out of reach, the
+// console still shows what its own Sender knows (here: down, the banner),
+// rather than no health at all and a 500 from the API.
+func TestConsole_HealthWhenTheMarksFail(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, "console", true)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := srv.Connection()
+	dead.URL = "https://" + ln.Addr().String() + secretPath
+	require.NoError(t, ln.Close())
+	sender := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}})
+	w, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return dead, nil }, nil)
+	require.NoError(t, err)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil },
+		Marks: failingMarks{}})
+	require.NoError(t, err)
+	f := &fixture{handler: h}
+
+	got := f.do(t, "GET", "/api/connections/dead/health", "")
+	require.Equal(t, http.StatusOK, got.Code)
+	assert.Equal(t, "unknown", decode[map[string]any](t, got.Body.String())["state"], "nothing known: unknown")
+	sender.Attempt(context.Background(), dead, webhook.EventUserIdentified, []byte(`{}`), 1)
+	got = f.do(t, "GET", "/api/connections/dead/health", "")
+	require.Equal(t, http.StatusOK, got.Code)
+	assert.Equal(t, "down", decode[map[string]any](t, got.Body.String())["state"], "what this process knows")
+	page := f.do(t, "GET", "/connections/dead", "").Body.String()
+	assert.Contains(t, page, `<div class="banner down" role="alert"><strong>Your endpoint is down.</strong>`)
 }
