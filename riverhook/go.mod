@@ -8,7 +8,7 @@ require (
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/riverqueue/river/rivertype v0.51.1
-	github.com/signedhook/webhook v0.0.0-20261125173834-3149343847a6
+	github.com/signedhook/webhook v0.0.0-20261125175420-663c400cc884
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
