@@ -190,7 +190,7 @@ func count(ctx context.Context, db DB, schema, connectionID string, since time.T
 
 // outcomes returns, per period of step seconds from since, the ended jobs
 // of connectionID by state: rows of (period, state, count), over River's
-// index on args and finalized_at.
+// index on args and finalized_at (TestRiver/Outcomes).
 func outcomes(ctx context.Context, db DB, schema, connectionID string, since time.Time, step time.Duration) (pgx.Rows, error) {
 	sql := `SELECT floor(extract(epoch FROM finalized_at - @riverhook_since) / @riverhook_step)::int, state::text, count(*)
 		FROM ` + jobTable(schema) + ` WHERE kind = @riverhook_kind AND ` + connectionWhere + `

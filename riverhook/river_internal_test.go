@@ -221,6 +221,30 @@ func TestRiver(t *testing.T) {
 		assert.JSONEq(t, `{"connection_id": "crm", "delivery_id": "d1", "event": "user.identified", "erased": true}`, string(job.EncodedArgs))
 	})
 
+	t.Run("Outcomes", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		for _, d := range []string{"d1", "d2", "d3", "d4"} {
+			_, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: d, Event: "user.identified", Body: []byte("{}")}, nil)
+			require.NoError(t, err)
+		}
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET finalized_at = now() - interval '90 minutes',
+			state = (CASE args->>'delivery_id' WHEN 'd1' THEN 'completed' WHEN 'd2' THEN 'discarded' WHEN 'd3' THEN 'cancelled' ELSE 'available' END)::"`+client.Schema()+`".river_job_state
+			WHERE args->>'delivery_id' <> 'd4'`)
+		require.NoError(t, err)
+		rows, err := outcomes(ctx, pool, client.Schema(), "crm", time.Now().Add(-2*time.Hour), time.Hour)
+		require.NoError(t, err)
+		got := map[string]int{}
+		for rows.Next() {
+			var i, n int
+			var state string
+			require.NoError(t, rows.Scan(&i, &state, &n))
+			got[fmt.Sprint(i, " ", state)] = n
+		}
+		require.NoError(t, rows.Err())
+		assert.Equal(t, map[string]int{"0 completed": 1, "0 discarded": 1, "0 cancelled": 1}, got, "the ended jobs of the first hour, by state; the one under way left out")
+	})
+
 	t.Run("ResendAndRecoverListings", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()
