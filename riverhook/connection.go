@@ -2,13 +2,16 @@ package riverhook
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 
 	"github.com/signedhook/webhook"
 )
 
-// This file holds what a dashboard asks the Worker of one connection: its
-// Send Test, and its endpoint's health, both through the Worker's Sender
-// and Resolver.
+// This file holds the Worker's connections: resolving one through the
+// Resolver, and what a dashboard asks of one, its Send Test and its
+// endpoint's health, through the Worker's Sender.
 
 // SendTest is the dashboard's "Send Test" for the connection with the
 // given id: it resolves the connection with the Worker's [Resolver] and
@@ -50,3 +53,67 @@ func (w *Worker) EndpointHealth(ctx context.Context, connectionID string) (endpo
 	}
 	return endpoint, urlKey, failing, nil
 }
+
+// resolveConnection calls the Resolver for the connection with the given
+// id, in the run of job jobID, or outside a job when jobID is zero (a Send
+// Test, a health check). Its error, or panic, goes to the Logger; the error
+// returned is a *resolveError.
+func (w *Worker) resolveConnection(ctx context.Context, id string, jobID int64) (webhook.Connection, error) {
+	conn, panicVal, err := w.callResolver(ctx, id)
+	if err == nil {
+		return conn, nil
+	}
+	re := &resolveError{id: id, errs: []error{err}, gone: errors.Is(err, ErrConnectionGone), panicked: panicVal != nil}
+	attrs := []any{slog.String("connection_id", id)}
+	if jobID != 0 {
+		attrs = append(attrs, slog.Int64("job_id", jobID))
+	}
+	switch {
+	case re.panicked:
+		w.logger.ErrorContext(ctx, "riverhook: the Resolver panicked; no attempt is made", append(attrs, slog.Any("panic", panicVal))...)
+	case re.gone:
+		w.logger.InfoContext(ctx, "riverhook: the connection is gone", append(attrs, slog.String("error", err.Error()))...)
+	default:
+		w.logger.WarnContext(ctx, "riverhook: the Resolver failed; no attempt is made", append(attrs, slog.String("error", err.Error()))...)
+	}
+	if ctx.Err() != nil {
+		// The client stopping: River puts the job back, uncounted, only
+		// for an error that says the context was cancelled.
+		re.errs = append(re.errs, ctx.Err())
+	}
+	return webhook.Connection{}, re
+}
+
+// callResolver calls the Resolver, turning a panic into an error and its
+// value.
+func (w *Worker) callResolver(ctx context.Context, id string) (c webhook.Connection, panicVal any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicVal, err = v, fmt.Errorf("riverhook: the Resolver panicked: %v", v)
+		}
+	}()
+	c, err = w.resolve(ctx, id)
+	return c, nil, err
+}
+
+// resolveError is the error of a run whose Resolver failed. Its text, which
+// River keeps in the job row and shows in River UI, names the connection by
+// id alone: the Resolver's error may quote a URL or a database row. It
+// wraps the Resolver's error, and the context's once it is done.
+type resolveError struct {
+	id             string
+	gone, panicked bool
+	errs           []error
+}
+
+func (e *resolveError) Error() string {
+	switch {
+	case e.gone:
+		return fmt.Sprintf("riverhook: connection %q is gone", e.id)
+	case e.panicked:
+		return fmt.Sprintf("riverhook: connection %q did not resolve: the Resolver panicked (logged, not kept here)", e.id)
+	}
+	return fmt.Sprintf("riverhook: connection %q did not resolve (the Resolver's error is logged, not kept here)", e.id)
+}
+
+func (e *resolveError) Unwrap() []error { return e.errs }
