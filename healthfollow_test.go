@@ -159,95 +159,57 @@ func TestHealth_MarksThatFailAreLoggedNotFatal(t *testing.T) {
 // earlier, cannot replace. This process finds the endpoint up: the stale
 // mark, read again at every follow, must not take it down again each time
 // (an OnChange "up" and a probe per second, for as long as the skew lasts).
+// The same holds for an isolated URL, whose entry is forgotten once it
+// answers and made again for the next delivery.
 func TestHealth_AFollowedMarkIsAppliedOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		marks := &memoryMarks{}
-		now := time.Now()
-		ctx := context.Background()
-		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: now.Add(30 * time.Second),
-			Changed: now.Add(30 * time.Second), NextProbe: now, Failures: 3})) // by a clock 30 s ahead
-		var mu sync.Mutex
-		var ups int
-		ep := &flakyEndpoint{status: http.StatusOK}
-		s, err := webhook.NewSender(&webhook.SenderOptions{
-			Client:         &http.Client{Transport: ep},
-			Retry:          &webhook.RetryPolicy{},
-			AttemptTimeout: 5 * time.Second,
-			Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, Marks: marks,
-				OnChange: func(_ context.Context, h webhook.EndpointHealth) {
-					if !h.Down {
-						mu.Lock()
-						ups++
-						mu.Unlock()
-					}
-				}},
+	for _, perURL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "origin", true: "url"}[perURL], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testMarkAppliedOnce(t, perURL) })
 		})
-		require.NoError(t, err)
-		require.NoError(t, s.Flush(ctx)) // started from the mark
-		var refused int
-		for range 10 {
-			if _, err := s.Send(ctx, fakeConn, samplePayload()); errors.Is(err, webhook.ErrEndpointDown) {
-				refused++
-			} else {
-				require.NoError(t, err)
-			}
-			require.NoError(t, s.Flush(ctx))
-			time.Sleep(2 * webhook.DefaultFollowEvery)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		assert.LessOrEqual(t, ups, 1, "the endpoint came up once")
-		assert.Zero(t, refused)
-	})
+	}
 }
 
-// TestHealth_AFollowedURLMarkIsAppliedOnce: as for an origin, for an
-// isolated URL, whose entry is forgotten once it answers and made again for
-// the next delivery: another process's clock ahead (by
-// 30 s here) records a down mark that this process's up, by its own clock
-// earlier, cannot replace. This process finds the endpoint up: the stale
-// mark, read again at every follow, must not take it down again each time
-// (an OnChange "up" and a probe per second, for as long as the skew lasts).
-func TestHealth_AFollowedURLMarkIsAppliedOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		marks := &memoryMarks{}
-		now := time.Now()
-		ctx := context.Background()
-		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint() + "/…", PerURL: true, URLKey: fakeConn.URLKey(), Down: true, Since: now.Add(30 * time.Second),
-			Changed: now.Add(30 * time.Second), NextProbe: now, Failures: 3})) // by a clock 30 s ahead
-		var mu sync.Mutex
-		var ups int
-		ep := &flakyEndpoint{status: http.StatusOK}
-		s, err := webhook.NewSender(&webhook.SenderOptions{
-			Client:         &http.Client{Transport: ep},
-			Retry:          &webhook.RetryPolicy{},
-			AttemptTimeout: 5 * time.Second,
-			Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, Marks: marks,
-				OnChange: func(_ context.Context, h webhook.EndpointHealth) {
-					if !h.Down {
-						mu.Lock()
-						ups++
-						mu.Unlock()
-					}
-				}},
-		})
-		require.NoError(t, err)
-		require.NoError(t, s.Flush(ctx)) // started from the mark
-		var refused int
-		for range 10 {
-			if _, err := s.Send(ctx, fakeConn, samplePayload()); errors.Is(err, webhook.ErrEndpointDown) {
-				refused++
-			} else {
-				require.NoError(t, err)
-			}
-			require.NoError(t, s.Flush(ctx))
-			time.Sleep(2 * webhook.DefaultFollowEvery)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		assert.LessOrEqual(t, ups, 1, "the endpoint came up once")
-		assert.Zero(t, refused)
+func testMarkAppliedOnce(t *testing.T, perURL bool) {
+	marks := &memoryMarks{}
+	now := time.Now()
+	ctx := context.Background()
+	stale := webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: now.Add(30 * time.Second),
+		Changed: now.Add(30 * time.Second), NextProbe: now, Failures: 3} // by a clock 30 s ahead
+	if perURL {
+		stale.Endpoint, stale.PerURL, stale.URLKey = fakeConn.Endpoint()+"/…", true, fakeConn.URLKey()
+	}
+	require.NoError(t, marks.Mark(ctx, stale))
+	var mu sync.Mutex
+	var ups int
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client:         &http.Client{Transport: &flakyEndpoint{status: http.StatusOK}},
+		Retry:          &webhook.RetryPolicy{},
+		AttemptTimeout: 5 * time.Second,
+		Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, Marks: marks,
+			OnChange: func(_ context.Context, h webhook.EndpointHealth) {
+				if !h.Down {
+					mu.Lock()
+					ups++
+					mu.Unlock()
+				}
+			}},
 	})
+	require.NoError(t, err)
+	require.NoError(t, s.Flush(ctx)) // started from the mark
+	var refused int
+	for range 10 {
+		if _, err := s.Send(ctx, fakeConn, samplePayload()); errors.Is(err, webhook.ErrEndpointDown) {
+			refused++
+		} else {
+			require.NoError(t, err)
+		}
+		require.NoError(t, s.Flush(ctx))
+		time.Sleep(2 * webhook.DefaultFollowEvery)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.LessOrEqual(t, ups, 1, "the endpoint came up once")
+	assert.Zero(t, refused)
 }
 
 // TestHealth_AFollowedMarkHoldsBackAtMostTheLongestProbeInterval: a mark

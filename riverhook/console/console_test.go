@@ -390,22 +390,7 @@ func TestConsole_FormsRedirectBackUnderTheMount(t *testing.T) {
 
 func TestConsole_BannerWhenTheEndpointIsDown(t *testing.T) {
 	t.Parallel()
-	pool, schema := testdb.Schema(t, "console", true)
-	srv := webhooktest.NewServer(secret, nil)
-	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := srv.Connection()
-	dead.URL = "https://" + ln.Addr().String() + secretPath
-	require.NoError(t, ln.Close())
-	sender := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}})
-	w, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return dead, nil }, nil)
-	require.NoError(t, err)
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
-	require.NoError(t, err)
-	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil }})
-	require.NoError(t, err)
-	f := &fixture{handler: h}
+	f, sender, dead, ln := deadEndpoint(t, nil)
 
 	health := decode[map[string]any](t, f.do(t, "GET", "/api/connections/dead/health", "").Body.String())
 	assert.Equal(t, map[string]any{"endpoint": "https://" + ln.Addr().String(), "state": "unknown"}, health, "nothing known yet: never a false up")
@@ -550,9 +535,28 @@ func (failingMarks) Endpoint(context.Context, string) ([]webhook.EndpointHealth,
 // rather than no health at all and a 500 from the API.
 func TestConsole_HealthWhenTheMarksFail(t *testing.T) {
 	t.Parallel()
+	f, sender, dead, _ := deadEndpoint(t, failingMarks{})
+
+	got := f.do(t, "GET", "/api/connections/dead/health", "")
+	require.Equal(t, http.StatusOK, got.Code)
+	assert.Equal(t, "unknown", decode[map[string]any](t, got.Body.String())["state"], "nothing known: unknown")
+	sender.Attempt(context.Background(), dead, webhook.EventUserIdentified, []byte(`{}`), 1)
+	got = f.do(t, "GET", "/api/connections/dead/health", "")
+	require.Equal(t, http.StatusOK, got.Code)
+	assert.Equal(t, "down", decode[map[string]any](t, got.Body.String())["state"], "what this process knows")
+	page := f.do(t, "GET", "/connections/dead", "").Body.String()
+	assert.Contains(t, page, `<div class="banner down" role="alert"><strong>Your endpoint is down.</strong>`)
+}
+
+// deadEndpoint returns a console serving connection "dead", an endpoint
+// that refuses connections (its listener, closed), through a Worker whose
+// Sender is returned, with endpoint health down after one failure, and
+// marks (nil: none).
+func deadEndpoint(t *testing.T, marks console.Marks) (*fixture, *webhook.Sender, webhook.Connection, net.Listener) {
+	t.Helper()
 	pool, schema := testdb.Schema(t, "console", true)
 	srv := webhooktest.NewServer(secret, nil)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	dead := srv.Connection()
@@ -564,17 +568,7 @@ func TestConsole_HealthWhenTheMarksFail(t *testing.T) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
 	require.NoError(t, err)
 	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil },
-		Marks: failingMarks{}})
+		Marks: marks})
 	require.NoError(t, err)
-	f := &fixture{handler: h}
-
-	got := f.do(t, "GET", "/api/connections/dead/health", "")
-	require.Equal(t, http.StatusOK, got.Code)
-	assert.Equal(t, "unknown", decode[map[string]any](t, got.Body.String())["state"], "nothing known: unknown")
-	sender.Attempt(context.Background(), dead, webhook.EventUserIdentified, []byte(`{}`), 1)
-	got = f.do(t, "GET", "/api/connections/dead/health", "")
-	require.Equal(t, http.StatusOK, got.Code)
-	assert.Equal(t, "down", decode[map[string]any](t, got.Body.String())["state"], "what this process knows")
-	page := f.do(t, "GET", "/connections/dead", "").Body.String()
-	assert.Contains(t, page, `<div class="banner down" role="alert"><strong>Your endpoint is down.</strong>`)
+	return &fixture{handler: h}, sender, dead, ln
 }
