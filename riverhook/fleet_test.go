@@ -13,7 +13,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +37,7 @@ const (
 	fleetRole   = "RIVERHOOK_FLEET_ROLE"
 	fleetSchema = "RIVERHOOK_FLEET_SCHEMA"
 	fleetURL    = "RIVERHOOK_FLEET_URL"
+	fleetRate   = "RIVERHOOK_FLEET_RATE"
 )
 
 // fleetSender returns a Sender on 127.0.0.1 (private addresses allowed)
@@ -141,6 +145,41 @@ func TestConnectionPlaces(t *testing.T) {
 	assert.True(t, ok, "each connection has its own")
 }
 
+func TestConnectionPlaces_Pace(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	wait, err := places.Pace(ctx, "crm", 2)
+	require.NoError(t, err)
+	assert.Zero(t, wait, "the first start")
+	wait, err = places.Pace(ctx, "crm", 2)
+	require.NoError(t, err)
+	assert.Greater(t, wait, time.Duration(0))
+	assert.LessOrEqual(t, wait, 500*time.Millisecond, "until the next start, 1/rate after the first")
+	wait, err = places.Pace(ctx, "erp", 2)
+	require.NoError(t, err)
+	assert.Zero(t, wait, "each connection has its own")
+	wait, err = places.Pace(ctx, "crm", 0)
+	require.NoError(t, err)
+	assert.Zero(t, wait, "no rate")
+
+	// Many processes' workers at once: one start each 1/rate.
+	var started atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			wait, err := places.Pace(ctx, "hr", 1)
+			if assert.NoError(t, err) && wait == 0 {
+				started.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), started.Load(), "one start in a second at 1 a second")
+}
+
 // placesChild is the worker process of TestFleet_BoundsHoldAcrossProcesses:
 // a River client delivering with a Worker whose bound is held by the
 // places in PostgreSQL, until the test ends it; or, as "holder", a process
@@ -172,8 +211,10 @@ func TestPlacesChild(t *testing.T) {
 	sender, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}})
 	require.NoError(t, err)
 	conn := webhook.Connection{Name: "crm", URL: os.Getenv(fleetURL), Secret: secret}
+	rate, _ := strconv.ParseFloat(os.Getenv(fleetRate), 64) // none when unset
 	w, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return conn, nil },
-		&riverhook.WorkerOptions{MaxInFlightPerConnection: 2, Places: places, SnoozeFor: 200 * time.Millisecond})
+		&riverhook.WorkerOptions{MaxInFlightPerConnection: 2, Places: places, SnoozeFor: 200 * time.Millisecond,
+			RateLimit: func(string) float64 { return rate }})
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, w)
@@ -212,33 +253,9 @@ func TestFleet_BoundsHoldAcrossProcesses(t *testing.T) {
 		mu.Unlock()
 	})})
 	defer srv.Close()
-	caFile := t.TempDir() + "/ca.pem"
-	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+	insertFleet(t, pool, schema, deliveries)
 
-	client := newClient(t, pool, schema, nil, nil)
-	params := make([]river.InsertManyParams, 0, deliveries)
-	for i := range deliveries {
-		p, err := riverhook.InsertParams(fmt.Sprint("d", i), []string{"crm"}, payload(fmt.Sprint("d", i)), nil)
-		require.NoError(t, err)
-		params = append(params, p...)
-	}
-	_, err := client.InsertMany(ctx, params)
-	require.NoError(t, err)
-
-	start := func(role string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestPlacesChild$", "-test.count", "1", "-test.v")
-		cmd.Env = append(os.Environ(), fleetRole+"="+role, fleetSchema+"="+schema, fleetURL+"="+srv.URL+"/hooks", fleetURL+"_CA="+caFile)
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		lines := bufio.NewScanner(out)
-		for lines.Scan() && lines.Text() != role[:len(role)-2]+"ing" { // "working", "holding": under way
-		}
-		require.NoError(t, lines.Err())
-		go io.Copy(io.Discard, out)
-		return cmd
-	}
+	start := func(role string) *exec.Cmd { return startPlacesChild(t, role, schema, srv) }
 	started := time.Now()
 	start("worker")
 	start("worker")
@@ -268,4 +285,81 @@ func TestFleet_BoundsHoldAcrossProcesses(t *testing.T) {
 	}
 	assert.True(t, ok, "the place is free once its hold has ended")
 	t.Logf("a killed process's place was free %v after the kill (its hold: 3 s)", time.Since(killed).Round(time.Millisecond))
+}
+
+// startPlacesChild starts TestPlacesChild as an OS process in role
+// ("worker" or "holder") on schema, delivering to srv, with env added; it
+// returns once the child is under way, and kills it when the test ends.
+func startPlacesChild(t *testing.T, role, schema string, srv *webhooktest.Server, env ...string) *exec.Cmd {
+	t.Helper()
+	caFile := t.TempDir() + "/ca.pem"
+	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestPlacesChild$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), fleetRole+"="+role, fleetSchema+"="+schema, fleetURL+"="+srv.URL+"/hooks", fleetURL+"_CA="+caFile)
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	for lines.Scan() && lines.Text() != role[:len(role)-2]+"ing" { // "working", "holding": under way
+	}
+	require.NoError(t, lines.Err())
+	go io.Copy(io.Discard, out)
+	return cmd
+}
+
+// insertFleet inserts n deliveries to connection "crm" in schema.
+func insertFleet(t *testing.T, pool *pgxpool.Pool, schema string, n int) {
+	t.Helper()
+	client := newClient(t, pool, schema, nil, nil)
+	params := make([]river.InsertManyParams, 0, n)
+	for i := range n {
+		p, err := riverhook.InsertParams(fmt.Sprint("d", i), []string{"crm"}, payload(fmt.Sprint("d", i)), nil)
+		require.NoError(t, err)
+		params = append(params, p...)
+	}
+	_, err := client.InsertMany(context.Background(), params)
+	require.NoError(t, err)
+}
+
+// TestFleet_RateHoldsAcrossProcesses runs two worker processes on one
+// PostgreSQL with RateLimit 10 a second and the places: the deliveries
+// begin at most 10 a second from the fleet, not 10 from each (20 without
+// the shared pace).
+func TestFleet_RateHoldsAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	require.NoError(t, riverhook.Migrate(context.Background(), pool, schema))
+	const deliveries, rate = 16, 10.0
+	var mu sync.Mutex
+	var arrivals []time.Time
+	all := make(chan struct{})
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if arrivals = append(arrivals, time.Now()); len(arrivals) == deliveries {
+			close(all)
+		}
+	})})
+	defer srv.Close()
+	insertFleet(t, pool, schema, deliveries)
+	for range 2 {
+		startPlacesChild(t, "worker", schema, srv, fleetRate+"="+strconv.FormatFloat(rate, 'f', -1, 64))
+	}
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%d of %d deliveries arrived in 60 s", len(arrivals), deliveries)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
+	span := arrivals[len(arrivals)-1].Sub(arrivals[0])
+	t.Logf("%d deliveries through 2 processes at a rate of %v/s: %v from the first to the last (%.1f/s)",
+		deliveries, rate, span.Round(time.Millisecond), float64(deliveries-1)/span.Seconds())
+	// Starts are 1/rate apart at the fleet's pace; an arrival may lag
+	// its start by a handshake, so the first is given 150 ms of it.
+	least := time.Duration(float64(deliveries-1)/rate*float64(time.Second)) - 150*time.Millisecond
+	assert.GreaterOrEqual(t, span, least, "%d starts at %v/s across the fleet", deliveries, rate)
 }

@@ -47,6 +47,13 @@ var migrations = []string{
 		until timestamptz NOT NULL DEFAULT '-infinity',
 		PRIMARY KEY (connection_id, place)
 	);`,
+
+	// 3: the pace of each connection with a rate limit, shared by the
+	// fleet: the earliest time its next delivery may begin.
+	`CREATE TABLE riverhook_pace (
+		connection_id text PRIMARY KEY,
+		next timestamptz NOT NULL DEFAULT '-infinity'
+	);`,
 }
 
 // MigrationVersion is the version of riverhook's own tables this package

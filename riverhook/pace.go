@@ -23,6 +23,7 @@ type pacer struct {
 	busyNext  time.Time           // the last slot handed to a job over the bound
 	frontNext time.Time           // the last slot handed to one whose slot had passed
 	downNext  time.Time           // the last slot handed to a job waiting for a down endpoint
+	rateNext  time.Time           // the connection's next start at its rate, without Places
 	took      time.Duration       // a moving average of its attempts' durations; 0 before the first
 	slots     map[int64]time.Time // job id -> its slot, until it has a place in flight
 	used      time.Time           // when a job last asked for a slot
@@ -51,6 +52,12 @@ func (p *pacer) busySlot(id int64, now time.Time, spacing time.Duration) time.Du
 		p.slots = map[int64]time.Time{}
 	}
 	slot, ok := p.slots[id]
+	if ok && slot.Sub(now) > schedulerInterval+spacing {
+		// Woken long before its slot: the backlog was moved forward
+		// (Places.Wake, by any process), and every slot here with it.
+		p.reset(now)
+		ok = false
+	}
 	switch {
 	case ok && slot.After(now): // woken early on purpose: the rest of the wait
 		return slot.Sub(now)
@@ -71,6 +78,13 @@ func (p *pacer) busySlot(id int64, now time.Time, spacing time.Duration) time.Du
 
 // forget drops job id's slot: it has its place in flight.
 func (p *pacer) forget(id int64) { delete(p.slots, id) }
+
+// reset forgets every slot handed out: the waiting jobs were moved forward
+// to run from now at the connection's pace.
+func (p *pacer) reset(now time.Time) {
+	clear(p.slots)
+	p.busyNext, p.frontNext, p.downNext = now, now, now
+}
 
 // downSlot returns how long a job waiting for a down endpoint snoozes: at
 // least until the endpoint may be tried (wait, from endpoint health), and
@@ -102,40 +116,98 @@ func later(a, b time.Time) time.Time {
 const DefaultMaxWait = 72 * time.Hour
 
 // acquire takes a place in flight for job's connection, or returns how long
-// job snoozes for one: to its slot (see pacer.busySlot).
-func (w *Worker) acquire(job *river.Job[Args]) (time.Duration, bool) {
+// job snoozes for one: to its slot (see pacer.busySlot). every is the
+// connection's time between starts (RateLimit), or zero.
+func (w *Worker) acquire(job *river.Job[Args], every time.Duration) (time.Duration, bool) {
 	id := job.Args.ConnectionID
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.maxPerCon <= 0 || w.inFlight[id] < w.maxPerCon {
 		w.inFlight[id]++
-		if p := w.pacers[id]; p != nil && w.places == nil { // with Places, once it has the fleet's (takePlace)
-			p.forget(job.ID)
-		}
 		return 0, true
 	}
-	return w.busySlot(job), false
+	return w.busySlot(job, every), false
 }
 
-// busySlot returns how long job, over its connection's bound, snoozes: to
-// its slot (see pacer.busySlot). Under w.mu.
-func (w *Worker) busySlot(job *river.Job[Args]) time.Duration {
+// forgetSlot drops job's slot: it passed every bound and makes its
+// attempt.
+func (w *Worker) forgetSlot(job *river.Job[Args]) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := w.pacers[job.Args.ConnectionID]; p != nil {
+		p.forget(job.ID)
+	}
+}
+
+// busySlot returns how long job, over its connection's bound or early for
+// its rate, snoozes: to its slot (see pacer.busySlot). Under w.mu.
+func (w *Worker) busySlot(job *river.Job[Args], every time.Duration) time.Duration {
 	p := w.pacer(job.Args.ConnectionID)
+	return p.busySlot(job.ID, w.now(), w.spacing(p, every))
+}
+
+// spacing is the time between the slots of p's connection: its attempt
+// time over its bound, a little under (so that a freed place seldom waits
+// for the next slot's job), or its time between starts when longer. Under
+// w.mu.
+func (w *Worker) spacing(p *pacer, every time.Duration) time.Duration {
+	if w.maxPerCon <= 0 {
+		return every
+	}
 	took := p.took
 	if took == 0 {
 		took = w.snooze
 	}
-	// A little under the measured rate, so that a freed place seldom
-	// waits for the next slot's job.
-	spacing := took * 7 / 8 / time.Duration(w.maxPerCon)
-	return p.busySlot(job.ID, w.now(), spacing)
+	return max(took*7/8/time.Duration(w.maxPerCon), every)
+}
+
+// rateEvery returns the time between starts of connection id's deliveries
+// (WorkerOptions.RateLimit), or zero for no rate.
+func (w *Worker) rateEvery(id string) time.Duration {
+	if w.rateLimit == nil {
+		return 0
+	}
+	return paceEvery(w.rateLimit(id))
+}
+
+// pace takes job's connection's next start when it has a rate
+// (WorkerOptions.RateLimit), across the fleet with Places; or returns how
+// long job snoozes for one: to its slot. A store that fails snoozes the
+// job for SnoozeFor, logged.
+func (w *Worker) pace(ctx context.Context, job *river.Job[Args], every time.Duration) (time.Duration, bool) {
+	if every <= 0 {
+		return 0, true
+	}
+	id := job.Args.ConnectionID
+	if w.places != nil {
+		wait, err := w.places.Pace(ctx, id, float64(time.Second)/float64(every))
+		if err != nil {
+			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot take the connection's next start; the delivery waits",
+				slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+			return w.snooze, false
+		}
+		if wait <= 0 {
+			return 0, true
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.busySlot(job, every), false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, now := w.pacer(id), w.now()
+	if !p.rateNext.After(now) {
+		p.rateNext = now.Add(every)
+		return 0, true
+	}
+	return w.busySlot(job, every), false
 }
 
 // takePlace takes, with WorkerOptions.Places, one of job's connection's
 // places across the fleet, and returns the function giving it back; or how
 // long job snoozes for one. A store that fails snoozes the job for
 // SnoozeFor, logged: the place cannot be known taken.
-func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args]) (time.Duration, func(), bool) {
+func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time.Duration) (time.Duration, func(), bool) {
 	if w.places == nil || w.maxPerCon <= 0 {
 		return 0, nil, true
 	}
@@ -149,19 +221,54 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args]) (time.Dura
 	if !ok {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return w.busySlot(job), nil, false
+		return w.busySlot(job, every), nil, false
 	}
-	w.mu.Lock()
-	if p := w.pacers[id]; p != nil {
-		p.forget(job.ID)
-	}
-	w.mu.Unlock()
 	return 0, func() {
 		if err := w.places.Give(context.WithoutCancel(ctx), id, place, job.ID); err != nil {
 			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a place in flight; it is free when its hold ends",
 				slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
 		}
 	}, true
+}
+
+// answered reports whether a's endpoint answered: its deliveries waiting
+// for it may go.
+func answered(a webhook.Attempt) bool {
+	return a.OK() || a.Kind == webhook.KindStatus || a.Kind == webhook.KindRedirect
+}
+
+// wakeBacklog moves, with Places, the deliveries to connection id that
+// waited for its endpoint to run from now at the connection's pace
+// (spacing), once its endpoint answers again: without it, each would wake
+// at its own slot, one a SnoozeFor over the bound. It runs when this
+// process had handed out down slots beyond the next one; it is one UPDATE,
+// once per outage, whichever process sees the answer (another's runs find
+// their slots moved and reset theirs: see pacer.busySlot).
+func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration) {
+	if w.places == nil {
+		return
+	}
+	w.mu.Lock()
+	p, now := w.pacers[id], w.now()
+	if p == nil {
+		w.mu.Unlock()
+		return
+	}
+	spacing := w.spacing(p, every)
+	if spacing <= 0 || !p.downNext.After(now.Add(spacing)) { // no pace to wake them at: their slots spread them
+		w.mu.Unlock()
+		return
+	}
+	p.reset(now)
+	w.mu.Unlock()
+	n, err := w.places.Wake(context.WithoutCancel(ctx), id, spacing)
+	if err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
+			slog.String("connection_id", id), slog.String("error", err.Error()))
+		return
+	}
+	w.logger.LogAttrs(ctx, slog.LevelInfo, "riverhook: the endpoint answers again; the deliveries that waited for it wake at its pace",
+		slog.String("connection_id", id), slog.Int("deliveries", n), slog.Duration("every", spacing))
 }
 
 func (w *Worker) release(id string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -14,11 +15,14 @@ import (
 // the processes of a deployment: the places of riverhook_place, taken and
 // given back by the Worker around each attempt.
 
-// Places bounds the attempts in flight to a connection across every
-// process of a deployment (WorkerOptions.Places): a Worker takes one of the
-// connection's MaxInFlightPerConnection places before its attempt and gives
-// it back after, and a job that finds none free is snoozed to a slot, as
-// over the bound in one process. *ConnectionPlaces is the PostgreSQL one.
+// Places holds, across every process of a deployment, what a Worker
+// promises about a connection (WorkerOptions.Places): the bound of
+// attempts in flight to it (MaxInFlightPerConnection), the pace of its
+// deliveries (RateLimit), and the wake-up of its backlog when its endpoint
+// answers again. A Worker takes one of the connection's places before its
+// attempt and gives it back after, and a job that finds none free, or
+// comes before the connection's next start, is snoozed to a slot, as over
+// the bound in one process. *ConnectionPlaces is the PostgreSQL one.
 type Places interface {
 	// Take takes one of connectionID's bound places for job until hold has
 	// passed, and reports which; ok is false when all are held.
@@ -26,12 +30,23 @@ type Places interface {
 
 	// Give gives back the place job took.
 	Give(ctx context.Context, connectionID string, place int, jobID int64) error
+
+	// Pace takes connectionID's next start at perSecond deliveries a
+	// second: zero when a delivery may begin now (the start is then
+	// taken), or how long until the connection's next start is free.
+	Pace(ctx context.Context, connectionID string, perSecond float64) (wait time.Duration, err error)
+
+	// Wake makes connectionID's deliveries that are waiting (snoozed for
+	// its endpoint or its bound) run from now on, one each every, but
+	// never later than each was due; it returns how many it moved.
+	Wake(ctx context.Context, connectionID string, every time.Duration) (int, error)
 }
 
 // ConnectionPlaces is the [Places] of a deployment in its PostgreSQL: the
-// table riverhook_place made by [Migrate], a row per place of a connection.
-// River has no bound across processes in its open-source edition, so
-// riverhook keeps this one table for it.
+// tables riverhook_place, a row per place of a connection, and
+// riverhook_pace, a row per connection with a rate limit, made by
+// [Migrate]. River has no bound or rate across processes in its
+// open-source edition, so riverhook keeps these tables for them.
 //
 // A place is held until its attempt has ended or, should the process die
 // first, until its hold has passed: the Worker holds for its Timeout (the
@@ -39,18 +54,26 @@ type Places interface {
 // Each attempt costs two statements: an UPDATE that takes the first free
 // place (FOR UPDATE SKIP LOCKED, so that processes taking at once do not
 // wait on each other) and one that gives it back; a connection's rows are
-// made once per process. It is safe for concurrent use.
+// made once per process. A connection with a rate limit costs one UPDATE
+// more per delivery (and one SELECT when it must wait), on its one row: its
+// deliveries begin at most perSecond a second across the fleet, spaced
+// evenly (no burst). Wake is one UPDATE of River's jobs, once per outage.
+// It is safe for concurrent use.
 type ConnectionPlaces struct {
 	db      DB
+	schema  string
 	table   string
+	pace    string
 	mu      sync.Mutex
-	ensured map[string]int // connection id -> the places its rows exist for
+	ensured map[string]int  // connection id -> the places its rows exist for
+	paced   map[string]bool // connection id -> its pace's row exists
 }
 
 // NewConnectionPlaces returns the places in schema ("" for the search
 // path) through db, a pool.
 func NewConnectionPlaces(db DB, schema string) *ConnectionPlaces {
-	return &ConnectionPlaces{db: db, table: qualifier(schema) + "riverhook_place", ensured: map[string]int{}}
+	return &ConnectionPlaces{db: db, schema: schema, table: qualifier(schema) + "riverhook_place",
+		pace: qualifier(schema) + "riverhook_pace", ensured: map[string]int{}, paced: map[string]bool{}}
 }
 
 // Take takes the first free place of connectionID's bound for jobID, held
@@ -100,6 +123,70 @@ func (p *ConnectionPlaces) ensure(ctx context.Context, connectionID string, boun
 	p.ensured[connectionID] = max(p.ensured[connectionID], bound)
 	p.mu.Unlock()
 	return nil
+}
+
+// Pace takes connectionID's next start at perSecond, or says how long
+// until it is free.
+func (p *ConnectionPlaces) Pace(ctx context.Context, connectionID string, perSecond float64) (time.Duration, error) {
+	every := paceEvery(perSecond)
+	if every <= 0 {
+		return 0, nil
+	}
+	if err := p.ensurePace(ctx, connectionID); err != nil {
+		return 0, err
+	}
+	// The start is now's when the connection's next start has come: the
+	// one after is then every later, so that starts are every apart
+	// however many processes take them.
+	tag, err := p.db.Exec(ctx, `UPDATE `+p.pace+` SET next = greatest(next, clock_timestamp()) + $2 * interval '1 microsecond'
+		WHERE connection_id = $1 AND next <= clock_timestamp()`, connectionID, every.Microseconds())
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: pacing connection %q: %w", connectionID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return 0, nil
+	}
+	var wait int64
+	if err := p.db.QueryRow(ctx, `SELECT greatest(extract(epoch FROM next - clock_timestamp()) * 1e6, 1)::bigint FROM `+p.pace+`
+		WHERE connection_id = $1`, connectionID).Scan(&wait); err != nil {
+		return 0, fmt.Errorf("riverhook: pacing connection %q: %w", connectionID, err)
+	}
+	return time.Duration(wait) * time.Microsecond, nil
+}
+
+// ensurePace makes connectionID's pace row, once per process.
+func (p *ConnectionPlaces) ensurePace(ctx context.Context, connectionID string) error {
+	p.mu.Lock()
+	done := p.paced[connectionID]
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	if _, err := p.db.Exec(ctx, `INSERT INTO `+p.pace+` (connection_id) VALUES ($1) ON CONFLICT DO NOTHING`, connectionID); err != nil {
+		return fmt.Errorf("riverhook: making the pace of connection %q: %w", connectionID, err)
+	}
+	p.mu.Lock()
+	p.paced[connectionID] = true
+	p.mu.Unlock()
+	return nil
+}
+
+// Wake moves connectionID's waiting deliveries forward, every apart.
+func (p *ConnectionPlaces) Wake(ctx context.Context, connectionID string, every time.Duration) (int, error) {
+	n, err := wake(ctx, p.db, p.schema, connectionID, every)
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: waking the deliveries to connection %q: %w", connectionID, err)
+	}
+	return n, nil
+}
+
+// paceEvery is the time between two starts at perSecond: zero for no
+// rate (zero, negative, NaN or infinite).
+func paceEvery(perSecond float64) time.Duration {
+	if !(perSecond > 0) || math.IsInf(perSecond, 1) {
+		return 0
+	}
+	return max(time.Duration(float64(time.Second)/perSecond), time.Microsecond)
 }
 
 var _ Places = (*ConnectionPlaces)(nil)

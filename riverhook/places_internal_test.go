@@ -20,6 +20,10 @@ func (fullPlaces) Take(context.Context, string, int, int64, time.Duration) (int,
 	return 0, false, nil
 }
 func (fullPlaces) Give(context.Context, string, int, int64) error { return nil }
+func (fullPlaces) Pace(context.Context, string, float64) (time.Duration, error) {
+	return 0, nil
+}
+func (fullPlaces) Wake(context.Context, string, time.Duration) (int, error) { return 0, nil }
 
 // TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront: as over the
 // bound in one process, a job that comes at its slot and finds every place
@@ -36,10 +40,10 @@ func TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront(t *testing.T) {
 	w.now = func() time.Time { return now }
 	try := func(id int64) time.Duration {
 		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: "c"}}
-		_, ok := w.acquire(job)
+		_, ok := w.acquire(job, 0)
 		require.True(t, ok, "under the process's own bound")
 		defer w.release("c")
-		wait, give, ok := w.takePlace(context.Background(), job)
+		wait, give, ok := w.takePlace(context.Background(), job, 0)
 		require.False(t, ok)
 		require.Nil(t, give)
 		return wait
@@ -50,4 +54,43 @@ func TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront(t *testing.T) {
 	}
 	now = now.Add(spacing) // job 1's slot: still no place
 	assert.Equal(t, spacing, try(1), "at the front, not behind jobs 2 to 5")
+}
+
+// TestWorker_RateLimitSpacesTheStartsOfAConnection: without Places, the
+// rate holds in the process: a delivery begins when the connection's next
+// start has come, and one that comes early snoozes to a slot of its own,
+// the slots 1/rate apart, costing no attempt.
+func TestWorker_RateLimitSpacesTheStartsOfAConnection(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	rates := map[string]float64{"crm": 10, "erp": 0}
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{RateLimit: func(id string) float64 { return rates[id] }})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { return now }
+	try := func(conn string, id int64) (time.Duration, bool) {
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: conn}}
+		wait, ok := w.pace(context.Background(), job, w.rateEvery(conn))
+		if ok {
+			w.forgetSlot(job)
+		}
+		return wait, ok
+	}
+	_, ok := try("crm", 1)
+	assert.True(t, ok, "the first start")
+	for id := int64(2); id <= 4; id++ {
+		wait, ok := try("crm", id)
+		assert.False(t, ok)
+		assert.Equal(t, time.Duration(id-1)*100*time.Millisecond, wait, "job %d's slot", id)
+	}
+	for range 3 {
+		_, ok := try("erp", 9)
+		assert.True(t, ok, "no rate: no wait")
+	}
+	now = now.Add(100 * time.Millisecond)
+	_, ok = try("crm", 2)
+	assert.True(t, ok, "job 2 at its slot: the next start")
+	_, ok = try("crm", 5)
+	assert.False(t, ok, "a newcomer at the same instant waits")
 }

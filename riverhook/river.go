@@ -247,3 +247,33 @@ func laterOfParams(connectionID string, deliveries []string, first int64) *river
 			river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_deliveries": deliveries, "riverhook_first": first}).
 		First(maxListed)
 }
+
+// maxWoken bounds the jobs one wake moves: a backlog beyond it wakes on its
+// own slots, after the ones moved.
+const maxWoken = 50_000
+
+// wake moves connectionID's snoozed jobs forward to run from now, every
+// apart in the order they were due, never later than due, and returns how
+// many it moved. A snoozed job is scheduled, or available with a
+// scheduled_at to come, which River's fetch leaves until then
+// (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval); a moved one is
+// made available at its new time, as River does a short snooze, so that it
+// runs on time rather than up to River's scheduler interval late. A job
+// waiting for its policy's retry (retryable) keeps its time
+// (TestRiver/Wake).
+func wake(ctx context.Context, db DB, schema, connectionID string, every time.Duration) (int, error) {
+	table := jobTable(schema)
+	sql := `WITH waiting AS (
+			SELECT id, scheduled_at, row_number() OVER (ORDER BY scheduled_at, id) - 1 AS k FROM (
+				SELECT id, scheduled_at FROM ` + table + ` WHERE kind = $1 AND args @> jsonb_build_object('connection_id', $2::text)
+				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp()))
+				ORDER BY scheduled_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS w),
+		woken AS (
+			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = clock_timestamp() + waiting.k * $3 * interval '1 microsecond'
+			FROM waiting WHERE j.id = waiting.id AND waiting.scheduled_at > clock_timestamp() + waiting.k * $3 * interval '1 microsecond'
+			RETURNING 1)
+		SELECT count(*) FROM woken`
+	var n int
+	err := db.QueryRow(ctx, sql, Kind, connectionID, every.Microseconds(), maxWoken).Scan(&n)
+	return n, err
+}

@@ -221,6 +221,50 @@ func TestRiver(t *testing.T) {
 		assert.JSONEq(t, `{"connection_id": "crm", "delivery_id": "d1", "event": "user.identified", "erased": true}`, string(job.EncodedArgs))
 	})
 
+	t.Run("Wake", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		// d0 to d4 of crm: snoozed briefly (available, due in 100 ms),
+		// snoozed far (scheduled), snoozed briefly (due in 500 ms), waiting
+		// for the policy's retry (retryable), and snoozed a minute; d5 is
+		// erp's.
+		ids := map[string]int64{}
+		for _, d := range []string{"d0", "d1", "d2", "d3", "d4", "d5"} {
+			conn := "crm"
+			if d == "d5" {
+				conn = "erp"
+			}
+			res, err := client.Insert(ctx, Args{ConnectionID: conn, DeliveryID: d, Event: "user.identified", Body: []byte("{}")}, nil)
+			require.NoError(t, err)
+			ids[d] = res.Job.ID
+		}
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET
+			state = (CASE args->>'delivery_id' WHEN 'd1' THEN 'scheduled' WHEN 'd3' THEN 'retryable' WHEN 'd5' THEN 'scheduled' ELSE 'available' END)::"`+client.Schema()+`".river_job_state,
+			scheduled_at = now() + (CASE args->>'delivery_id' WHEN 'd1' THEN interval '1 hour' WHEN 'd2' THEN interval '500 milliseconds'
+				WHEN 'd3' THEN interval '1 hour' WHEN 'd4' THEN interval '1 minute' WHEN 'd0' THEN interval '100 milliseconds' ELSE interval '1 hour' END)`)
+		require.NoError(t, err)
+		before := time.Now()
+		n, err := wake(ctx, pool, client.Schema(), "crm", time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, 3, n, "in line d0 (its turn now), d2 (1 s: it stays, due before its turn), d4 (2 s), d1 (3 s); d3 waits for its retry")
+		get := func(d string) *rivertype.JobRow {
+			job, err := client.JobGet(ctx, ids[d])
+			require.NoError(t, err)
+			return job
+		}
+		d0, d2, d4, d1 := get("d0"), get("d2"), get("d4"), get("d1")
+		assert.Equal(t, rivertype.JobStateAvailable, d0.State)
+		assert.WithinDuration(t, before, d0.ScheduledAt, 250*time.Millisecond, "the first in line: now")
+		assert.Equal(t, rivertype.JobStateAvailable, d2.State)
+		assert.WithinDuration(t, before.Add(500*time.Millisecond), d2.ScheduledAt, 250*time.Millisecond, "kept: never later than due")
+		assert.Equal(t, rivertype.JobStateAvailable, d4.State)
+		assert.WithinDuration(t, before.Add(2*time.Second), d4.ScheduledAt, 500*time.Millisecond, "the third in line: 2 s from now")
+		assert.Equal(t, rivertype.JobStateAvailable, d1.State, "made available, as River's own short snooze is: fetched at its time")
+		assert.WithinDuration(t, before.Add(3*time.Second), d1.ScheduledAt, 500*time.Millisecond, "the fourth: 3 s from now")
+		assert.Equal(t, rivertype.JobStateRetryable, get("d3").State)
+		assert.Equal(t, rivertype.JobStateScheduled, get("d5").State, "another connection's")
+	})
+
 	t.Run("Outcomes", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()

@@ -55,14 +55,28 @@ type WorkerOptions struct {
 	// means one second.
 	SnoozeFor time.Duration
 
-	// Places, if not nil, makes MaxInFlightPerConnection hold across every
-	// process of the deployment, not in each: a Worker takes one of the
-	// connection's places there before each attempt (ConnectionPlaces, in
-	// PostgreSQL). A job that finds none free is snoozed to a slot as over
-	// the bound in one process. A process that dies holding a place gives
-	// it back when its hold ends, at most the Worker's Timeout. Nil means
-	// the bound holds per process.
+	// Places, if not nil, makes MaxInFlightPerConnection and RateLimit hold
+	// across every process of the deployment, not in each: a Worker takes
+	// one of the connection's places there before each attempt, and its
+	// next start when it has a rate (ConnectionPlaces, in PostgreSQL). A
+	// job that finds none free is snoozed to a slot as over the bound in
+	// one process. A process that dies holding a place gives it back when
+	// its hold ends, at most the Worker's Timeout. With Places, the
+	// deliveries that waited for a down endpoint wake at the connection's
+	// pace as soon as it answers again (Places.Wake), instead of each at
+	// its slot. Nil means the bound and the rate hold per process.
 	Places Places
+
+	// RateLimit, if not nil, returns the most deliveries a second that may
+	// begin to the connection with the given id: a customer's throttle.
+	// Zero, a negative number or NaN means no limit. Deliveries begin
+	// evenly spaced (1/rate apart, no burst); a job that comes early is
+	// snoozed to a slot, as over MaxInFlightPerConnection, costing no
+	// attempt. With Places the rate holds across every process of the
+	// deployment; without, in each. It is called once per run, from
+	// River's worker goroutines: answer from memory (a cache of your
+	// connections' settings), not from a query per call.
+	RateLimit func(connectionID string) float64
 
 	// MaxWait is how long a delivery may wait for an endpoint that is down
 	// (the Sender's endpoint health), counted from when it was inserted:
@@ -128,6 +142,7 @@ type Worker struct {
 	resolve   Resolver
 	maxPerCon int
 	places    Places
+	rateLimit func(string) float64
 	snooze    time.Duration
 	onAttempt func(context.Context, *river.Job[Args], webhook.Attempt) error
 	logger    *slog.Logger
@@ -184,6 +199,7 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*
 		resolve:   resolve,
 		maxPerCon: opts.MaxInFlightPerConnection,
 		places:    opts.Places,
+		rateLimit: opts.RateLimit,
 		snooze:    cmp.Or(opts.SnoozeFor, time.Second),
 		onAttempt: opts.OnAttempt,
 		logger:    opts.Logger,
@@ -216,15 +232,20 @@ func (o *WorkerOptions) validate() error {
 // log. It blocks for the attempt, at most [Worker.Timeout]. See [Worker] for
 // what it returns.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
-	if wait, ok := w.acquire(job); !ok {
+	every := w.rateEvery(job.Args.ConnectionID)
+	if wait, ok := w.acquire(job, every); !ok {
 		return river.JobSnooze(wait)
 	}
 	defer w.release(job.Args.ConnectionID)
-	if wait, give, ok := w.takePlace(ctx, job); !ok {
+	if wait, give, ok := w.takePlace(ctx, job, every); !ok {
 		return river.JobSnooze(wait)
 	} else if give != nil {
 		defer give()
 	}
+	if wait, ok := w.pace(ctx, job, every); !ok {
+		return river.JobSnooze(wait)
+	}
+	w.forgetSlot(job)
 	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
@@ -249,6 +270,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return err
 	}
 	a := w.sender.Attempt(ctx, conn, job.Args.Event, job.Args.Body, r.n)
+	r.every = every
 	return w.result(ctx, r, a)
 }
 
@@ -258,8 +280,9 @@ type run struct {
 	job     *river.Job[Args]
 	hooked  *river.Job[Args] // what OnAttempt gets: a copy, the caller's to keep
 	entries []logEntry
-	cut     int // the interrupted attempts this run added to the log
-	n       int // the policy's number of this run's attempt
+	cut     int           // the interrupted attempts this run added to the log
+	n       int           // the policy's number of this run's attempt
+	every   time.Duration // the connection's time between starts (RateLimit); 0 for none
 }
 
 // load reads job's attempt log, adds the attempts that crashed runs cut
@@ -296,6 +319,9 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 		return w.waitForEndpoint(ctx, r, a)
 	}
 	w.observe(job.Args.ConnectionID, a.Duration)
+	if answered(a) {
+		w.wakeBacklog(ctx, job.Args.ConnectionID, r.every)
+	}
 	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
 		// The client stopping (River puts the job back and does not count
 		// the run), the job cancelled from River, or its timeout.
