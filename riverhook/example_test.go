@@ -23,7 +23,7 @@ import (
 
 // databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
 // skips them, saying so, where there is none and CI is not set.
-const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseBodies)$"
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseBodies|ExampleNewConnectionPlaces)$"
 
 // exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
 // one Example, and a func that drops the schema and closes the pool. A
@@ -457,4 +457,56 @@ func ExampleEraseBodies() {
 	fmt.Println("erased:", n, d.Erased, "| log kept:", len(d.Attempts), d.Attempts[0].Outcome())
 	// Output:
 	// erased: 1 true | log kept: 1 delivered
+}
+
+// The fleet's bound and rate: every worker process takes a connection's
+// places and its next start from the same tables, so that 2 in flight and
+// 2 a second hold for the deployment, not for each process. Migrate makes
+// riverhook's tables beside River's.
+func ExampleNewConnectionPlaces() {
+	ctx := context.Background()
+	pool, schema, done := exampleDatabase(ctx)
+	defer done()
+	if err := riverhook.Migrate(ctx, pool, schema); err != nil {
+		log.Fatal(err)
+	}
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	rates := map[string]float64{"crm": 2} // a customer's throttle: 2 deliveries a second
+	sender, err := webhook.NewSender(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+		return webhook.Connection{}, riverhook.ErrConnectionGone
+	}, &riverhook.WorkerOptions{
+		MaxInFlightPerConnection: 2,
+		Places:                   places,
+		RateLimit:                func(connectionID string) float64 { return rates[connectionID] },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = worker // register it with river.AddWorker in every process
+
+	// What each worker does before an attempt, here by hand: a place, then
+	// the connection's next start.
+	for job := int64(1); job <= 3; job++ {
+		place, ok, err := places.Take(ctx, "crm", 2, job, worker.Timeout(nil))
+		if err != nil {
+			log.Fatal(err)
+		}
+		if !ok {
+			fmt.Printf("job %d: no place free, it waits\n", job)
+			continue
+		}
+		wait, err := places.Pace(ctx, "crm", rates["crm"])
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("job %d: place %d, begins now: %v\n", job, place, wait == 0)
+	}
+	// Output:
+	// job 1: place 0, begins now: true
+	// job 2: place 1, begins now: false
+	// job 3: no place free, it waits
 }
