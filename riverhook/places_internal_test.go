@@ -94,3 +94,30 @@ func TestWorker_RateLimitSpacesTheStartsOfAConnection(t *testing.T) {
 	_, ok = try("crm", 5)
 	assert.False(t, ok, "a newcomer at the same instant waits")
 }
+
+// TestWorker_SendTestTakesAPlaceInFlight: a Send Test is an attempt in
+// flight like a delivery's, so it never passes the bound: in the process,
+// and across the fleet with Places.
+func TestWorker_SendTestTakesAPlaceInFlight(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	resolve := func(context.Context, string) (webhook.Connection, error) {
+		return webhook.Connection{Name: "crm", URL: "https://example.invalid/hooks", Secret: "whsec_x"}, nil
+	}
+	w, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 1})
+	require.NoError(t, err)
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: Args{ConnectionID: "crm"}}
+	_, ok := w.acquire(job, 0)
+	require.True(t, ok, "a delivery in flight")
+	_, err = w.SendTest(context.Background(), "crm")
+	require.ErrorIs(t, err, ErrBusy, "the process's bound is taken")
+	w.release("crm")
+
+	fleet, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 1, Places: fullPlaces{}})
+	require.NoError(t, err)
+	_, err = fleet.SendTest(context.Background(), "crm")
+	require.ErrorIs(t, err, ErrBusy, "the fleet's places are all held")
+	fleet.mu.Lock()
+	defer fleet.mu.Unlock()
+	assert.Empty(t, fleet.inFlight, "the process's place given back")
+}

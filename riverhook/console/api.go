@@ -272,6 +272,10 @@ func (c *console[TTx]) test(w http.ResponseWriter, r *http.Request, req request)
 		return testResult{}, false
 	}
 	t, err := c.sendTest(r.Context(), req.conn)
+	if errors.Is(err, riverhook.ErrBusy) {
+		c.busy(w, r, req)
+		return testResult{}, false
+	}
 	if err != nil {
 		c.fail(w, r, req, err)
 		return testResult{}, false

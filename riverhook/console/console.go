@@ -354,6 +354,18 @@ func (c *console[TTx]) tooSoon(w http.ResponseWriter, r *http.Request, req reque
 	c.errorPage(w, r, http.StatusTooManyRequests, "Too soon", fmt.Sprintf("That was done a moment ago for this connection. Try again in %d seconds.", max(secs, 1)), connOf(req.conn).Path)
 }
 
+// busy answers a Send Test that would pass the connection's bound of
+// attempts in flight (riverhook.ErrBusy): 503, to try again shortly.
+func (c *console[TTx]) busy(w http.ResponseWriter, r *http.Request, req request) {
+	w.Header().Set("Retry-After", "5")
+	const msg = "The endpoint has as many deliveries in flight as its limit allows; a test would pass it. Try again in a few seconds."
+	if req.api {
+		writeError(w, http.StatusServiceUnavailable, msg)
+		return
+	}
+	c.errorPage(w, r, http.StatusServiceUnavailable, "Busy", msg, connOf(req.conn).Path)
+}
+
 // Actions that are rate-limited per connection.
 const (
 	actionTest    = "test"
