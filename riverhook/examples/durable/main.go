@@ -5,6 +5,7 @@
 //	durable migrate    -db postgres://localhost/app
 //	durable enqueue    -db postgres://localhost/app -connections conns.json -n 10
 //	durable work       -db postgres://localhost/app -connections conns.json -console 127.0.0.1:8081
+//	durable serve      -db postgres://localhost/app -connections conns.json -console 127.0.0.1:8082
 //	durable deliveries -db postgres://localhost/app -connection crm
 //	durable deliveries -db postgres://localhost/app -connection crm -json -status given_up
 //	durable recover    -db postgres://localhost/app -connection crm -since 24h -reason "endpoint fixed" -dry-run
@@ -27,11 +28,16 @@
 // logs, from River; with -json, the page and the counts per status as a
 // dashboard's API serves them. recover and resend send given-up deliveries
 // again; health prints each connection's endpoint marks, which work's
-// endpoint health writes to the table durable_endpoint_health, beside
-// River's (migrate creates it); erase removes the bodies of ended deliveries. work keeps
-// the log 30 days (-retention); with -console ADDR it serves the customers'
-// delivery log (riverhook/console) at http://ADDR/console/, its scope a
-// demo's: every connection, without sign-in. -ca adds a root certificate to the library's guarded
+// endpoint health writes to riverhook's table riverhook_endpoint_mark,
+// beside River's (migrate creates both); erase removes the bodies of ended
+// deliveries. work keeps the log 30 days (-retention); with -console ADDR
+// it serves the customers' delivery log (riverhook/console) at
+// http://ADDR/console/, its scope a demo's: every connection, without
+// sign-in. serve is the API tier of a fleet: the console alone, working no
+// delivery, with the endpoint marks and the places in flight the work
+// processes share (start two work processes and one serve: 8 in flight to
+// a connection hold for all three, Send Tests included, and the console
+// shows what any worker found). -ca adds a root certificate to the library's guarded
 // transport; -allow-private lifts the guard for local receivers. Kill a
 // worker in the middle of an attempt (kill -9) and start another: once
 // River's rescuer has found the job (a minute after the attempt started,
@@ -74,6 +80,7 @@ const usage = `usage:
   durable migrate    -db URL
   durable enqueue    -db URL -connections FILE [-n N]
   durable work       -db URL -connections FILE [-workers N] [-attempt-timeout D] [-rescue-after D] [-retention D] [-ca PEM] [-allow-private] [-console ADDR]
+  durable serve      -db URL -connections FILE -console ADDR [-attempt-timeout D] [-ca PEM] [-allow-private]
   durable deliveries -db URL -connection ID [-n N] [-json] [-status S] [-after CURSOR]
   durable recover    -db URL -connection ID -since D -reason TEXT [-dry-run]
   durable resend     -db URL -job ID -reason TEXT
@@ -170,6 +177,12 @@ func newCommand(name string, stderr io.Writer) *command {
 		c.rescueAt = fs.Duration("rescue-after", 0, "how long a job may run before River's rescuer runs it again, as a process that died left it\n(default: derived from -attempt-timeout, 1m0s for 30s)")
 		c.retention = fs.Duration("retention", 30*24*time.Hour, "how long River keeps ended deliveries, and their logs")
 		c.consoleAddr = fs.String("console", "", "serve the delivery log (riverhook/console) on this address, such as 127.0.0.1:8081, under /console/;\na demo's scope: every connection, without sign-in")
+	case "serve":
+		c.connsFile = fs.String("connections", "", "JSON file of connections")
+		c.caFile = fs.String("ca", "", "PEM file of an extra root certificate")
+		c.allowPrivate = fs.Bool("allow-private", false, "allow loopback and private addresses (local receivers)")
+		c.attemptTimeout = fs.Duration("attempt-timeout", webhook.DefaultAttemptTimeout, "timeout of each attempt (a Send Test's); the same as the workers'")
+		c.consoleAddr = fs.String("console", "", "serve the delivery log (riverhook/console) on this address, such as 127.0.0.1:8081, under /console/;\na demo's scope: every connection, without sign-in")
 	case "deliveries":
 		c.connectionID = fs.String("connection", "", "id of the connection")
 		c.n = fs.Int("n", 20, "deliveries to list, newest first (at most 1000)")
@@ -259,6 +272,12 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 	sender, err := newSender(*c.caFile, *c.allowPrivate, *c.attemptTimeout, riverhook.NewEndpointMarks(pool, *c.schema))
 	if err != nil {
 		return err
+	}
+	if args[0] == "serve" {
+		if *c.consoleAddr == "" {
+			return errUsage{msg: "-console is required"}
+		}
+		return serve(ctx, pool, *c.schema, conns, sender, *c.consoleAddr, logger, stdout)
 	}
 	err = work(ctx, now, pool, *c.schema, conns, sender, *c.workers, *c.rescueAt, *c.maxWait, *c.retention, *c.consoleAddr, logger, stdout)
 	// The endpoint marks of the last attempts are written off their path:
@@ -368,14 +387,7 @@ func newSender(caFile string, allowPrivate bool, attemptTimeout time.Duration, m
 func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection,
 	sender *webhook.Sender, workers int, rescueAfter, maxWait, retention time.Duration, consoleAddr string, logger *slog.Logger, out io.Writer) error {
 	var mu sync.Mutex // one line at a time
-	resolve := func(_ context.Context, id string) (webhook.Connection, error) {
-		c, ok := conns[id]
-		if !ok {
-			return webhook.Connection{}, riverhook.ErrConnectionGone
-		}
-		return c, nil
-	}
-	worker, err := riverhook.NewWorker(sender, resolve, &riverhook.WorkerOptions{
+	worker, err := riverhook.NewWorker(sender, resolveFrom(conns), &riverhook.WorkerOptions{
 		MaxInFlightPerConnection: 8,                                           // one slow endpoint never takes every worker: the rest wait in paced slots
 		Places:                   riverhook.NewConnectionPlaces(pool, schema), // 8 across every worker process, not 8 each
 		MaxWait:                  maxWait,
@@ -445,6 +457,45 @@ func work(ctx, now context.Context, pool *pgxpool.Pool, schema string, conns map
 	hardCtx, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelHard()
 	return client.StopAndCancel(hardCtx)
+}
+
+// resolveFrom resolves the connections of the connections file.
+func resolveFrom(conns map[string]webhook.Connection) riverhook.Resolver {
+	return func(_ context.Context, id string) (webhook.Connection, error) {
+		c, ok := conns[id]
+		if !ok {
+			return webhook.Connection{}, riverhook.ErrConnectionGone
+		}
+		return c, nil
+	}
+}
+
+// serve is the API tier of a fleet: it serves the console on consoleAddr
+// until ctx is done, and works no delivery. Its River client inserts
+// (resends, recovers) and lists; its Worker makes the console's Send Tests,
+// taking a place in flight of the same table as the workers', and its
+// console reads the endpoint marks the workers write.
+func serve(ctx context.Context, pool *pgxpool.Pool, schema string, conns map[string]webhook.Connection, sender *webhook.Sender,
+	consoleAddr string, logger *slog.Logger, out io.Writer) error {
+	worker, err := riverhook.NewWorker(sender, resolveFrom(conns), &riverhook.WorkerOptions{
+		MaxInFlightPerConnection: 8, // as the workers': a Send Test is one of the 8
+		Places:                   riverhook.NewConnectionPlaces(pool, schema),
+		Logger:                   logger,
+	})
+	if err != nil {
+		return err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: logger}) // insert-only
+	if err != nil {
+		return err
+	}
+	stop, err := serveConsole(consoleAddr, client, pool, schema, worker, conns, logger, out)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	<-ctx.Done()
+	return nil
 }
 
 // deliveries prints a connection's recent deliveries with their attempt

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,7 +101,7 @@ func newFixture(t *testing.T, handler http.Handler) *fixture {
 
 func (f *fixture) args(cmd string, more ...string) []string {
 	args := []string{cmd, "-db", f.db, "-schema", f.schema}
-	if cmd == "enqueue" || cmd == "work" || cmd == "health" {
+	if cmd == "enqueue" || cmd == "work" || cmd == "serve" || cmd == "health" {
 		args = append(args, "-connections", f.conns)
 	}
 	return append(args, more...)
@@ -128,7 +130,14 @@ type worker struct {
 
 func (f *fixture) startWorker(t *testing.T, more ...string) *worker {
 	t.Helper()
-	cmd := exec.Command(binary(t), f.workArgs(more...)...)
+	return f.startProcess(t, f.workArgs(more...)...)
+}
+
+// startProcess starts durable with args, a long-running command (work,
+// serve), killed when the test ends.
+func (f *fixture) startProcess(t *testing.T, args ...string) *worker {
+	t.Helper()
+	cmd := exec.Command(binary(t), args...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
@@ -523,4 +532,92 @@ func TestDurable_WorkServesTheConsole(t *testing.T) {
 	res.Body.Close()
 	assert.Equal(t, http.StatusNotFound, res.StatusCode)
 	require.NoError(t, w.interrupt(t, time.Minute))
+}
+
+// TestDurable_AFleetOfTwoWorkersAndAnAPIProcess runs the example as a
+// deployment runs it: two work processes and a serve process (the API
+// tier's console) on one PostgreSQL. The bound of 8 in flight to a
+// connection holds for the fleet, not for each worker; an endpoint one
+// worker found refusing shows down in the API process's console, which
+// delivered nothing itself; and a Send Test from that console is one of
+// the 8.
+func TestDurable_AFleetOfTwoWorkersAndAnAPIProcess(t *testing.T) {
+	t.Parallel()
+	const deliveries = 40
+	var mu sync.Mutex
+	inFlight, peak := 0, 0
+	arrived := &counter{want: deliveries, done: make(chan struct{})}
+	f := newFixture(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		peak = max(peak, inFlight)
+		mu.Unlock()
+		time.Sleep(150 * time.Millisecond) // a slow endpoint: the bound is what limits the fleet
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		arrived.ServeHTTP(w, r)
+	}))
+	// A second connection, whose endpoint refuses every connection.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadURL := "https://" + ln.Addr().String() + "/hooks"
+	require.NoError(t, ln.Close())
+	conns, err := json.Marshal([]connection{
+		{ID: "crm", Name: "CRM", URL: f.srv.Connection().URL, Method: "POST", Secret: secret},
+		{ID: "dead", Name: "Dead", URL: deadURL, Method: "POST", Secret: secret},
+	})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(f.conns, conns, 0o600))
+
+	f.durable(t, "enqueue", "-n", strconv.Itoa(deliveries))
+	w1 := f.startWorker(t, "-workers", "16")
+	w2 := f.startWorker(t, "-workers", "16")
+	api := f.startProcess(t, f.args("serve", "-ca", f.cert, "-allow-private", "-console", "127.0.0.1:0")...)
+	line := api.waitLine(t, "console on http://")
+	consoleURL := strings.Fields(strings.TrimPrefix(line, "console on "))[0]
+
+	select {
+	case <-arrived.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("%d of %d deliveries arrived within 2 minutes", arrived.n.Load(), deliveries)
+	}
+	mu.Lock()
+	assert.LessOrEqual(t, peak, 8, "8 in flight to the connection across the fleet, not 8 per worker")
+	t.Logf("%d deliveries through 2 workers, peak %d in flight (bound 8)", deliveries, peak)
+	mu.Unlock()
+
+	// The API process's console shows the dead endpoint down: the workers'
+	// marks, since its own Sender never dialled it.
+	var page string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		res, err := http.Get(consoleURL + "connections/dead")
+		require.NoError(t, err)
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		require.NoError(t, err)
+		if page = string(b); strings.Contains(page, "Your endpoint is down.") {
+			break
+		}
+	}
+	assert.Contains(t, page, "Your endpoint is down.", "the workers' mark, in the API tier's console")
+
+	// A Send Test from the API tier while the workers hold every place
+	// would pass the bound: it is refused, not sent.
+	places := riverhook.NewConnectionPlaces(f.pool, f.schema)
+	for job := int64(1); job <= 8; job++ {
+		_, ok, err := places.Take(context.Background(), "crm", 8, -job, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok, "place %d", job)
+	}
+	before := arrived.n.Load()
+	res, err := http.Post(consoleURL+"api/connections/crm/test", "application/x-www-form-urlencoded", nil)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, res.StatusCode, "every place held: the Send Test waits its turn")
+	assert.Equal(t, before, arrived.n.Load(), "nothing sent")
+
+	for _, w := range []*worker{w1, w2, api} {
+		require.NoError(t, w.interrupt(t, time.Minute))
+	}
 }
