@@ -112,6 +112,7 @@ func (d *delivery) run(ctx context.Context) {
 	u.Host = strings.TrimSuffix(u.Host, ":")
 	if d.s.health != nil {
 		d.endpoint = endpointKey(u)
+		d.s.health.seeded(ctx)
 		if !d.admit() {
 			return
 		}

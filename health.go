@@ -141,9 +141,10 @@ type HealthOptions struct {
 	// ConfirmUpEvery, every confirmation) is also written there, and the
 	// marks the others write are read at most FollowEvery apart and
 	// followed, so that every process holds back an endpoint one of them
-	// found down, and a process starting up starts from the marks (read
-	// once at NewSender). Marks are read off the attempt path; an error is
-	// logged and the Sender goes on with what it knows.
+	// found down, and a process starting up starts from the marks: they
+	// are read at NewSender, and the first attempts wait for that read
+	// (at most OnChangeTimeout). Later reads are off the attempt path; an
+	// error is logged and the Sender goes on with what it knows.
 	Marks HealthMarks
 
 	// FollowEvery is how often, at most, the marks are read while

@@ -30,6 +30,7 @@ type fleet struct {
 	cursor   time.Time // the store's time to read from next
 	last     time.Time // when the last read began, on health's clock
 	reading  bool
+	first    chan struct{} // closed once the first read has ended, done or not
 	urlMarks map[string]EndpointHealth // the other processes' URL marks down, by URLKey
 	applied  map[string]time.Time      // the down marks applied, by origin or URLKey: their Changed
 }
@@ -47,7 +48,22 @@ func newFleet(marks HealthMarks, every time.Duration, onChange *func(context.Con
 			next(ctx, c)
 		}
 	}
-	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]time.Time{}}
+	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]time.Time{}, first: make(chan struct{})}
+}
+
+// seeded waits, with HealthOptions.Marks, until the Sender's first read of
+// the marks has ended (it began at NewSender, and ends within
+// OnChangeTimeout), or ctx is done: a process starting up holds back from
+// its first attempt an endpoint another process marked down. Afterwards it
+// costs a receive from a closed channel.
+func (h *health) seeded(ctx context.Context) {
+	if h.fleet == nil {
+		return
+	}
+	select {
+	case <-h.fleet.first:
+	case <-ctx.Done():
+	}
 }
 
 // followDue starts reading the marks when FollowEvery has passed since the
@@ -76,6 +92,11 @@ func (h *health) follow() {
 	marks, next, err := h.fleet.marks.Since(ctx, from)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	select {
+	case <-h.fleet.first:
+	default:
+		defer close(h.fleet.first) // after the marks are applied, under h.mu
+	}
 	h.fleet.reading = false
 	if err != nil {
 		h.logger.LogAttrs(ctx, slog.LevelWarn, "webhook: cannot read the endpoint health marks", slog.String("error", err.Error()))

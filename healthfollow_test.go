@@ -273,3 +273,40 @@ func TestHealth_ASendTestThatAnswersClearsTheFleetsMark(t *testing.T) {
 		assert.False(t, got[0].Down, "the endpoint answered the Send Test: up for the fleet")
 	})
 }
+
+// slowMarks is a store of marks whose reads wait for release.
+type slowMarks struct {
+	*memoryMarks
+	release chan struct{}
+}
+
+func (m *slowMarks) Since(ctx context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
+	<-m.release
+	return m.memoryMarks.Since(ctx, after)
+}
+
+// TestHealth_ANewProcessStartsFromTheMarksBeforeItsFirstAttempt: a Sender
+// made while another process's down mark is in the store holds the
+// endpoint back from its very first attempt, however slow the store's
+// first read: the attempt waits for it, and never dials.
+func TestHealth_ANewProcessStartsFromTheMarksBeforeItsFirstAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &slowMarks{memoryMarks: &memoryMarks{}, release: make(chan struct{})}
+		now := time.Now()
+		ctx := context.Background()
+		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: now,
+			Changed: now, NextProbe: now.Add(time.Minute), Failures: 3}))
+		ep := &flakyEndpoint{status: http.StatusOK}
+		s := fleetSender(t, ep, marks)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.Send(ctx, fakeConn, samplePayload())
+			errc <- err
+		}()
+		synctest.Wait()
+		assert.Zero(t, ep.requests.Load(), "no dial while the marks are read")
+		close(marks.release)
+		require.ErrorIs(t, <-errc, webhook.ErrEndpointDown, "the first attempt holds back what another process found down")
+		assert.Zero(t, ep.requests.Load())
+	})
+}
