@@ -30,7 +30,7 @@ type fleet struct {
 	cursor   time.Time // the store's time to read from next
 	last     time.Time // when the last read began, on health's clock
 	reading  bool
-	first    chan struct{} // closed once the first read has ended, done or not
+	first    chan struct{}             // closed once the first read has ended, done or not
 	urlMarks map[string]EndpointHealth // the other processes' URL marks down, by URLKey
 	applied  map[string]time.Time      // the down marks applied, by origin or URLKey: their Changed
 }
