@@ -43,9 +43,16 @@
 //
 // With the Sender's endpoint health on (webhook.SenderOptions.Health), a
 // delivery to an endpoint that is down is snoozed until the endpoint's next
-// probe, costing no attempt. Store OnChange's reports by
-// webhook.Connection.Endpoint and URLKey, and set ConfirmUpEvery when
-// several processes deliver: a mark left by one that died then clears.
+// probe, costing no attempt.
+//
+// A deployment is several processes on one PostgreSQL. [Migrate] makes
+// riverhook's own tables beside River's, through which the processes
+// share what they promise about an endpoint: [EndpointMarks], its health
+// (webhook.HealthOptions.Marks: every Sender writes and follows them, the
+// console reads them), and [ConnectionPlaces] ([WorkerOptions.Places]),
+// the bound of attempts in flight per connection, its rate
+// ([WorkerOptions.RateLimit], a customer's throttle) and the wake-up of a
+// backlog at the connection's pace once its endpoint answers again.
 //
 // # Retention and personal data
 //
