@@ -180,6 +180,30 @@ func TestConnectionPlaces_Pace(t *testing.T) {
 	assert.Equal(t, int32(1), started.Load(), "one start in a second at 1 a second")
 }
 
+func TestConnectionPlaces_Slot(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	a, b := riverhook.NewConnectionPlaces(pool, schema), riverhook.NewConnectionPlaces(pool, schema) // two processes
+	var waits []time.Duration
+	for i := range 6 {
+		p := a
+		if i%2 == 1 {
+			p = b
+		}
+		wait, err := p.Slot(ctx, "crm", time.Second)
+		require.NoError(t, err)
+		waits = append(waits, wait)
+	}
+	for i := 1; i < len(waits); i++ {
+		assert.InDelta(t, time.Second, waits[i]-waits[i-1], float64(200*time.Millisecond), "one chain for the fleet: slot %d is a second after slot %d", i, i-1)
+	}
+	wait, err := a.Slot(ctx, "erp", time.Second)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, wait, time.Second, "each connection has its own")
+}
+
 // placesChild is the worker process of TestFleet_BoundsHoldAcrossProcesses:
 // a River client delivering with a Worker whose bound is held by the
 // places in PostgreSQL, until the test ends it; or, as "holder", a process

@@ -48,11 +48,13 @@ var migrations = []string{
 		PRIMARY KEY (connection_id, place)
 	);`,
 
-	// 3: the pace of each connection with a rate limit, shared by the
-	// fleet: the earliest time its next delivery may begin.
+	// 3: the pace of each connection, shared by the fleet: the earliest
+	// time its next delivery may begin (with a rate limit), and the last
+	// slot handed to a job waiting for it.
 	`CREATE TABLE riverhook_pace (
 		connection_id text PRIMARY KEY,
-		next timestamptz NOT NULL DEFAULT '-infinity'
+		next timestamptz NOT NULL DEFAULT '-infinity',
+		slot timestamptz NOT NULL DEFAULT '-infinity'
 	);`,
 }
 

@@ -24,6 +24,8 @@ type pacer struct {
 	frontNext time.Time           // the last slot handed to one whose slot had passed
 	downNext  time.Time           // the last slot handed to a job waiting for a down endpoint
 	rateNext  time.Time           // the connection's next start at its rate, without Places
+	woke      time.Time           // when its waiting deliveries were last woken (Places.Wake)
+	wokeAgain time.Time           // the last wake, of the backlog or of its stragglers
 	took      time.Duration       // a moving average of its attempts' durations; 0 before the first
 	slots     map[int64]time.Time // job id -> its slot, until it has a place in flight
 	used      time.Time           // when a job last asked for a slot
@@ -118,15 +120,16 @@ const DefaultMaxWait = 72 * time.Hour
 // acquire takes a place in flight for job's connection, or returns how long
 // job snoozes for one: to its slot (see pacer.busySlot). every is the
 // connection's time between starts (RateLimit), or zero.
-func (w *Worker) acquire(job *river.Job[Args], every time.Duration) (time.Duration, bool) {
+func (w *Worker) acquire(ctx context.Context, job *river.Job[Args], every time.Duration) (time.Duration, bool) {
 	id := job.Args.ConnectionID
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.maxPerCon <= 0 || w.inFlight[id] < w.maxPerCon {
 		w.inFlight[id]++
+		w.mu.Unlock()
 		return 0, true
 	}
-	return w.busySlot(job, every), false
+	w.mu.Unlock()
+	return w.waitSlot(ctx, job, every), false
 }
 
 // forgetSlot drops job's slot: it passed every bound and makes its
@@ -139,11 +142,79 @@ func (w *Worker) forgetSlot(job *river.Job[Args]) {
 	}
 }
 
-// busySlot returns how long job, over its connection's bound or early for
-// its rate, snoozes: to its slot (see pacer.busySlot). Under w.mu.
-func (w *Worker) busySlot(job *river.Job[Args], every time.Duration) time.Duration {
-	p := w.pacer(job.Args.ConnectionID)
-	return p.busySlot(job.ID, w.now(), w.spacing(p, every))
+// waitSlot returns how long job, over its connection's bound or early for
+// its rate, snoozes: to its slot. Without Places, the process's own (see
+// pacer.busySlot). With Places, the fleet's next slot (Places.Slot), which
+// Places.Due makes it run at on time (see Worker.due); a job back from a
+// wait (its scheduled time later than its insert) that must wait again
+// goes to the front instead, among the process's jobs whose slot passed.
+// A store that fails snoozes the job for SnoozeFor, logged.
+func (w *Worker) waitSlot(ctx context.Context, job *river.Job[Args], every time.Duration) time.Duration {
+	id := job.Args.ConnectionID
+	w.mu.Lock()
+	p, now := w.pacer(id), w.now()
+	spacing := w.spacing(p, every)
+	switch {
+	case w.places == nil:
+		defer w.mu.Unlock()
+		return p.busySlot(job.ID, now, spacing)
+	case job.ScheduledAt.After(job.CreatedAt):
+		defer w.mu.Unlock()
+		slot := later(now, p.frontNext).Add(spacing)
+		p.frontNext = slot
+		return slot.Sub(now)
+	}
+	w.mu.Unlock()
+	wait, err := w.places.Slot(ctx, id, spacing)
+	if err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot take a slot of the connection's; the delivery waits",
+			slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+		return w.snooze
+	}
+	return wait
+}
+
+// due makes, with Places, the deliveries due within the next two seconds
+// ready at their time (Places.Due), at most once a second per process: a
+// snoozed job then runs at its slot, not at River's next scheduler pass
+// (every 5 s, and all that came due since at once). It runs in Work, so
+// while the process works deliveries; when none runs, River's scheduler
+// still makes them available.
+func (w *Worker) due(ctx context.Context) {
+	if w.places == nil {
+		return
+	}
+	w.mu.Lock()
+	now := w.now()
+	if now.Sub(w.dueAt) < time.Second {
+		w.mu.Unlock()
+		return
+	}
+	w.dueAt = now
+	var again []string
+	for id, at := range w.woken {
+		if now.Sub(at) >= time.Second {
+			again = append(again, id)
+			delete(w.woken, id)
+		}
+	}
+	w.mu.Unlock()
+	if _, err := w.places.Due(ctx, 2*time.Second); err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot make the deliveries due ready; River's scheduler does",
+			slog.String("error", err.Error()))
+	}
+	// A delivery whose run found the endpoint down just before it was
+	// woken was still running then, and its snooze to a down slot landed
+	// after the wake: a second one, a second later, brings it along.
+	for _, id := range again {
+		w.mu.Lock()
+		spacing := w.spacing(w.pacer(id), w.rateEvery(id))
+		w.mu.Unlock()
+		if _, err := w.places.Wake(ctx, id, spacing); err != nil {
+			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
+				slog.String("connection_id", id), slog.String("error", err.Error()))
+		}
+	}
 }
 
 // spacing is the time between the slots of p's connection: its attempt
@@ -189,18 +260,17 @@ func (w *Worker) pace(ctx context.Context, job *river.Job[Args], every time.Dura
 		if wait <= 0 {
 			return 0, true
 		}
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.busySlot(job, every), false
+		return w.waitSlot(ctx, job, every), false
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	p, now := w.pacer(id), w.now()
 	if !p.rateNext.After(now) {
 		p.rateNext = now.Add(every)
+		w.mu.Unlock()
 		return 0, true
 	}
-	return w.busySlot(job, every), false
+	w.mu.Unlock()
+	return w.waitSlot(ctx, job, every), false
 }
 
 // takePlace takes, with WorkerOptions.Places, one of job's connection's
@@ -219,9 +289,7 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time
 		return w.snooze, nil, false
 	}
 	if !ok {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.busySlot(job, every), nil, false
+		return w.waitSlot(ctx, job, every), nil, false
 	}
 	return 0, func() {
 		if err := w.places.Give(context.WithoutCancel(ctx), id, place, job.ID); err != nil {
@@ -236,6 +304,13 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time
 func answered(a webhook.Attempt) bool {
 	return a.OK() || a.Kind == webhook.KindStatus || a.Kind == webhook.KindRedirect
 }
+
+// How long after a backlog's wake an answer wakes its stragglers, and at
+// most how often (see Worker.wakeBacklog).
+const (
+	rewakeFor   = 5 * time.Second
+	rewakeEvery = 250 * time.Millisecond
+)
 
 // wakeBacklog moves, with Places, the deliveries to connection id that
 // waited for its endpoint to run from now at the connection's pace
@@ -255,11 +330,21 @@ func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration
 		return
 	}
 	spacing := w.spacing(p, every)
-	if spacing <= 0 || !p.downNext.After(now.Add(spacing)) { // no pace to wake them at: their slots spread them
+	backlog := p.downNext.After(now.Add(spacing))
+	// For a few seconds after a wake, answers wake again (at most four a
+	// second): a delivery whose run found the endpoint down just before
+	// was still running then, and its snooze to a down slot landed after.
+	stragglers := now.Sub(p.woke) < rewakeFor && now.Sub(p.wokeAgain) >= rewakeEvery
+	if spacing <= 0 || !backlog && !stragglers { // no pace to wake them at: their slots spread them
 		w.mu.Unlock()
 		return
 	}
-	p.reset(now)
+	if backlog {
+		p.reset(now)
+		p.woke = now
+		w.woken[id] = now
+	}
+	p.wokeAgain = now
 	w.mu.Unlock()
 	n, err := w.places.Wake(context.WithoutCancel(ctx), id, spacing)
 	if err != nil {
@@ -342,7 +427,15 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 		w.record(ctx, job, r.entries) // the log has nothing new but interrupted runs
 	}
 	w.mu.Lock()
-	wait := w.pacer(job.Args.ConnectionID).downSlot(now, a.RetryIn, w.snooze/time.Duration(max(w.maxPerCon, 1)))
-	w.mu.Unlock()
-	return river.JobSnooze(wait)
+	defer w.mu.Unlock()
+	p := w.pacer(job.Args.ConnectionID)
+	if p.woke.After(r.began) {
+		// The endpoint answered while this run was under way, and the
+		// deliveries waiting for it were woken: this one goes with them,
+		// rather than to a down slot behind them all.
+		slot := later(now, p.frontNext).Add(w.spacing(p, r.every))
+		p.frontNext = slot
+		return river.JobSnooze(slot.Sub(now))
+	}
+	return river.JobSnooze(p.downSlot(now, a.RetryIn, w.snooze/time.Duration(max(w.maxPerCon, 1))))
 }

@@ -40,6 +40,18 @@ type Places interface {
 	// its endpoint or its bound) run from now on, one each every, but
 	// never later than each was due; it returns how many it moved.
 	Wake(ctx context.Context, connectionID string, every time.Duration) (int, error)
+
+	// Slot hands a job waiting for connectionID (over its bound, or early
+	// for its rate) the connection's next slot, spacing after the last one
+	// handed by any process, and returns how long until it: the fleet's
+	// waiting jobs of a connection wake one per spacing, however many
+	// processes snooze them.
+	Slot(ctx context.Context, connectionID string, spacing time.Duration) (time.Duration, error)
+
+	// Due makes the deliveries whose snooze or retry ends within ahead
+	// ready to run at their time, so that they run on time rather than at
+	// River's next scheduler pass (every 5 s).
+	Due(ctx context.Context, ahead time.Duration) (int, error)
 }
 
 // ConnectionPlaces is the [Places] of a deployment in its PostgreSQL: the
@@ -57,8 +69,10 @@ type Places interface {
 // made once per process. A connection with a rate limit costs one UPDATE
 // more per delivery (and one SELECT when it must wait), on its one row: its
 // deliveries begin at most perSecond a second across the fleet, spaced
-// evenly (no burst). Wake is one UPDATE of River's jobs, once per outage.
-// It is safe for concurrent use.
+// evenly (no burst). A job that must wait costs one UPDATE for its slot, on
+// the same row. Wake is one UPDATE of River's jobs, once per outage; Due
+// one per process a second while it works deliveries. It is safe for
+// concurrent use.
 type ConnectionPlaces struct {
 	db      DB
 	schema  string
@@ -171,11 +185,40 @@ func (p *ConnectionPlaces) ensurePace(ctx context.Context, connectionID string) 
 	return nil
 }
 
-// Wake moves connectionID's waiting deliveries forward, every apart.
+// Wake moves connectionID's waiting deliveries forward, every apart, and
+// the connection's slots with them.
 func (p *ConnectionPlaces) Wake(ctx context.Context, connectionID string, every time.Duration) (int, error) {
 	n, err := wake(ctx, p.db, p.schema, connectionID, every)
+	if err == nil {
+		_, err = p.db.Exec(ctx, `UPDATE `+p.pace+` SET slot = clock_timestamp() + $2 * interval '1 microsecond' WHERE connection_id = $1`,
+			connectionID, (time.Duration(n) * every).Microseconds())
+	}
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: waking the deliveries to connection %q: %w", connectionID, err)
+	}
+	return n, nil
+}
+
+// Slot hands the connection's next waiting slot.
+func (p *ConnectionPlaces) Slot(ctx context.Context, connectionID string, spacing time.Duration) (time.Duration, error) {
+	if err := p.ensurePace(ctx, connectionID); err != nil {
+		return 0, err
+	}
+	var wait int64
+	err := p.db.QueryRow(ctx, `UPDATE `+p.pace+` SET slot = greatest(slot, clock_timestamp()) + $2 * interval '1 microsecond'
+		WHERE connection_id = $1 RETURNING greatest(extract(epoch FROM slot - clock_timestamp()) * 1e6, 0)::bigint`,
+		connectionID, max(spacing, 0).Microseconds()).Scan(&wait)
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: a slot for connection %q: %w", connectionID, err)
+	}
+	return time.Duration(wait) * time.Microsecond, nil
+}
+
+// Due makes the deliveries due within ahead ready at their time.
+func (p *ConnectionPlaces) Due(ctx context.Context, ahead time.Duration) (int, error) {
+	n, err := due(ctx, p.db, p.schema, ahead)
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: making the deliveries due ready: %w", err)
 	}
 	return n, nil
 }

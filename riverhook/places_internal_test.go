@@ -24,23 +24,39 @@ func (fullPlaces) Pace(context.Context, string, float64) (time.Duration, error) 
 	return 0, nil
 }
 func (fullPlaces) Wake(context.Context, string, time.Duration) (int, error) { return 0, nil }
+func (fullPlaces) Slot(_ context.Context, _ string, spacing time.Duration) (time.Duration, error) {
+	return spacing, nil
+}
+func (fullPlaces) Due(context.Context, time.Duration) (int, error) { return 0, nil }
 
-// TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront: as over the
-// bound in one process, a job that comes at its slot and finds every place
-// of the fleet held waits among the jobs whose slot passed, not behind the
-// whole backlog again (its slot was forgotten when it passed the process's
-// own bound).
+// chainPlaces is a fleet whose places are all held by other processes, and
+// whose slots are handed from one chain, as ConnectionPlaces' are.
+type chainPlaces struct {
+	fullPlaces
+	last time.Duration
+}
+
+func (c *chainPlaces) Slot(_ context.Context, _ string, spacing time.Duration) (time.Duration, error) {
+	c.last += spacing
+	return c.last, nil
+}
+
+// TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront: the jobs that
+// find every place of the fleet held take the fleet's next slots, spaced by
+// the connection's attempt time over the bound; one that comes back at its
+// slot and still finds none waits among the jobs whose slot passed, not
+// behind the whole backlog again.
 func TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront(t *testing.T) {
 	sender, err := webhook.NewSender(nil)
 	require.NoError(t, err)
 	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-		&WorkerOptions{MaxInFlightPerConnection: 8, Places: fullPlaces{}, SnoozeFor: time.Second})
+		&WorkerOptions{MaxInFlightPerConnection: 8, Places: &chainPlaces{}, SnoozeFor: time.Second})
 	require.NoError(t, err)
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	w.now = func() time.Time { return now }
-	try := func(id int64) time.Duration {
-		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: "c"}}
-		_, ok := w.acquire(job, 0)
+	try := func(id int64, scheduled time.Time) time.Duration {
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, CreatedAt: now, ScheduledAt: scheduled}, Args: Args{ConnectionID: "c"}}
+		_, ok := w.acquire(context.Background(), job, 0)
 		require.True(t, ok, "under the process's own bound")
 		defer w.release("c")
 		wait, give, ok := w.takePlace(context.Background(), job, 0)
@@ -50,10 +66,17 @@ func TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront(t *testing.T) {
 	}
 	const spacing = time.Second * 7 / 8 / 8
 	for i := range int64(5) {
-		assert.Equal(t, time.Duration(i+1)*spacing, try(i+1))
+		assert.Equal(t, time.Duration(i+1)*spacing, try(i+1, now), "the fleet's next slot")
 	}
+	created := now
 	now = now.Add(spacing) // job 1's slot: still no place
-	assert.Equal(t, spacing, try(1), "at the front, not behind jobs 2 to 5")
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, CreatedAt: created, ScheduledAt: now}, Args: Args{ConnectionID: "c"}}
+	_, ok := w.acquire(context.Background(), job, 0)
+	require.True(t, ok)
+	defer w.release("c")
+	wait, _, ok := w.takePlace(context.Background(), job, 0)
+	require.False(t, ok)
+	assert.Equal(t, spacing, wait, "at the front, not behind jobs 2 to 5")
 }
 
 // TestWorker_RateLimitSpacesTheStartsOfAConnection: without Places, the
@@ -107,7 +130,7 @@ func TestWorker_SendTestTakesAPlaceInFlight(t *testing.T) {
 	w, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 1})
 	require.NoError(t, err)
 	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: Args{ConnectionID: "crm"}}
-	_, ok := w.acquire(job, 0)
+	_, ok := w.acquire(context.Background(), job, 0)
 	require.True(t, ok, "a delivery in flight")
 	_, err = w.SendTest(context.Background(), "crm")
 	require.ErrorIs(t, err, ErrBusy, "the process's bound is taken")

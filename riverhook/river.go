@@ -277,3 +277,26 @@ func wake(ctx context.Context, db DB, schema, connectionID string, every time.Du
 	err := db.QueryRow(ctx, sql, Kind, connectionID, every.Microseconds(), maxWoken).Scan(&n)
 	return n, err
 }
+
+// maxDue bounds the jobs one due moves.
+const maxDue = 10_000
+
+// due makes the delivery jobs whose snooze or retry ends within ahead
+// (scheduled, retryable) available at their scheduled_at, which River's
+// fetch waits for (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval):
+// each then runs on time, rather than at River's scheduler's next pass,
+// up to its interval late and many at once. The move is the one River's
+// scheduler makes, between two of the job's unique states
+// (TestRiver/Due).
+func due(ctx context.Context, db DB, schema string, ahead time.Duration) (int, error) {
+	table := jobTable(schema)
+	sql := `WITH due AS (
+			SELECT id FROM ` + table + ` WHERE state IN ('scheduled', 'retryable') AND kind = $1
+			AND scheduled_at <= clock_timestamp() + $2 * interval '1 microsecond'
+			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+		moved AS (UPDATE ` + table + ` AS j SET state = 'available' FROM due WHERE j.id = due.id RETURNING 1)
+		SELECT count(*) FROM moved`
+	var n int
+	err := db.QueryRow(ctx, sql, Kind, ahead.Microseconds(), maxDue).Scan(&n)
+	return n, err
+}

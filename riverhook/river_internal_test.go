@@ -265,6 +265,38 @@ func TestRiver(t *testing.T) {
 		assert.Equal(t, rivertype.JobStateScheduled, get("d5").State, "another connection's")
 	})
 
+	t.Run("Due", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		ids := map[string]int64{}
+		for _, d := range []string{"soon", "retry", "far", "other"} {
+			res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: d, Event: "user.identified", Body: []byte("{}")}, nil)
+			require.NoError(t, err)
+			ids[d] = res.Job.ID
+		}
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET
+			state = (CASE args->>'delivery_id' WHEN 'retry' THEN 'retryable' ELSE 'scheduled' END)::"`+client.Schema()+`".river_job_state,
+			kind = (CASE args->>'delivery_id' WHEN 'other' THEN 'another_kind' ELSE kind END),
+			scheduled_at = now() + (CASE args->>'delivery_id' WHEN 'far' THEN interval '1 hour' ELSE interval '500 milliseconds' END)`)
+		require.NoError(t, err)
+		before := map[string]time.Time{}
+		for d, id := range ids {
+			job, err := client.JobGet(ctx, id)
+			require.NoError(t, err)
+			before[d] = job.ScheduledAt
+		}
+		n, err := due(ctx, pool, client.Schema(), 2*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "a snoozed delivery and a retry, due within 2 s")
+		for d, want := range map[string]rivertype.JobState{"soon": rivertype.JobStateAvailable, "retry": rivertype.JobStateAvailable,
+			"far": rivertype.JobStateScheduled, "other": rivertype.JobStateScheduled} {
+			job, err := client.JobGet(ctx, ids[d])
+			require.NoError(t, err)
+			assert.Equal(t, want, job.State, d)
+			assert.True(t, job.ScheduledAt.Equal(before[d]), "%s keeps its time, which River's fetch waits for", d)
+		}
+	})
+
 	t.Run("Outcomes", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()

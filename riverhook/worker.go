@@ -154,6 +154,8 @@ type Worker struct {
 	pacers      map[string]*pacer // connection id -> the slots of its waiting jobs
 	maxWait     time.Duration
 	pacersSwept time.Time
+	dueAt       time.Time                 // the last Places.Due
+	woken       map[string]time.Time      // connection id -> when its deliveries were woken, until woken again (Worker.due)
 	retries     map[retryKey]pendingRetry // runs whose NextRetry River is about to ask
 	swept       time.Time                 // the last sweep of retries
 }
@@ -206,6 +208,7 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*
 		now:       time.Now,
 		inFlight:  map[string]int{},
 		pacers:    map[string]*pacer{},
+		woken:     map[string]time.Time{},
 		maxWait:   cmp.Or(opts.MaxWait, DefaultMaxWait),
 		retries:   map[retryKey]pendingRetry{},
 	}
@@ -232,8 +235,9 @@ func (o *WorkerOptions) validate() error {
 // log. It blocks for the attempt, at most [Worker.Timeout]. See [Worker] for
 // what it returns.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	w.due(ctx)
 	every := w.rateEvery(job.Args.ConnectionID)
-	if wait, ok := w.acquire(job, every); !ok {
+	if wait, ok := w.acquire(ctx, job, every); !ok {
 		return river.JobSnooze(wait)
 	}
 	defer w.release(job.Args.ConnectionID)
@@ -283,12 +287,13 @@ type run struct {
 	cut     int           // the interrupted attempts this run added to the log
 	n       int           // the policy's number of this run's attempt
 	every   time.Duration // the connection's time between starts (RateLimit); 0 for none
+	began   time.Time     // when the run began, on the Worker's clock
 }
 
 // load reads job's attempt log, adds the attempts that crashed runs cut
 // (telling OnAttempt of them), and numbers this run's attempt.
 func (w *Worker) load(ctx context.Context, job *river.Job[Args]) *run {
-	r := &run{job: job, hooked: job, n: job.Attempt}
+	r := &run{job: job, hooked: job, n: job.Attempt, began: w.now()}
 	if w.onAttempt != nil {
 		// OnAttempt gets a copy, the caller's to keep: the Worker writes
 		// River's job (MaxAttempts, when the policy gives up).
