@@ -335,17 +335,17 @@ func ExampleRecover() {
 	fmt.Println(d.DeliveryID, d.Status, d.Attempts[0].Outcome(), d.Attempts[0].StatusCode, "| given up in 24 h:", counts[riverhook.StatusGivenUp])
 
 	p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "ana@example.com: the customer fixed the endpoint", DryRun: true}
-	res, err := riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil))
+	res, err := riverhook.Recover(ctx, client, pool, "crm", p, worker.InsertOptions(nil))
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("dry run: would resend", res.Resent)
 	p.DryRun = false
-	if res, err = riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil)); err != nil {
+	if res, err = riverhook.Recover(ctx, client, pool, "crm", p, worker.InsertOptions(nil)); err != nil {
 		log.Fatal(err)
 	}
 	<-ended
-	if res, err = riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil)); err != nil {
+	if res, err = riverhook.Recover(ctx, client, pool, "crm", p, worker.InsertOptions(nil)); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("again: given up and not resent", res.GivenUp, "| resent", res.Resent)
@@ -410,15 +410,15 @@ func ExampleResend() {
 	ctx := context.Background()
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
-	_, client, worker, ended, done := exampleClient(ctx, receiver)
+	pool, client, worker, ended, done := exampleClient(ctx, receiver)
 	defer done()
 	first := (<-ended).Job // delivered
 
-	job, inserted, err := riverhook.Resend(ctx, client, first.ID, "ana@example.com: the customer lost it", worker.InsertOptions(nil))
+	job, inserted, err := riverhook.Resend(ctx, client, pool, first.ID, "ana@example.com: the customer lost it", worker.InsertOptions(nil))
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, again, err := riverhook.Resend(ctx, client, first.ID, "a double click", worker.InsertOptions(nil))
+	_, again, err := riverhook.Resend(ctx, client, pool, first.ID, "a double click", worker.InsertOptions(nil))
 	if err != nil {
 		log.Fatal(err)
 	}

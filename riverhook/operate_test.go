@@ -169,10 +169,10 @@ func TestOperatingDeliveries(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
 		orig := s.jobs["given-up"]
-		job, inserted, err := riverhook.Resend(ctx, s.client, orig, "ana@example.com: the endpoint is fixed", s.worker.InsertOptions(nil))
+		job, inserted, err := riverhook.Resend(ctx, s.client, s.pool, orig, "ana@example.com: the endpoint is fixed", s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.True(t, inserted)
-		again, inserted, err := riverhook.Resend(ctx, s.client, orig, "a double click", s.worker.InsertOptions(nil))
+		again, inserted, err := riverhook.Resend(ctx, s.client, s.pool, orig, "a double click", s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.False(t, inserted, "a second resend of a job while its first is under way sends nothing")
 		assert.Equal(t, job.ID, again.ID)
@@ -184,11 +184,11 @@ func TestOperatingDeliveries(t *testing.T) {
 		assert.Equal(t, 2, d.AttemptsLeft, "the policy's attempts again")
 		assert.Equal(t, "given-up", d.DeliveryID)
 
-		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["retrying"], "why", nil)
+		_, _, err = riverhook.Resend(ctx, s.client, s.pool, s.jobs["retrying"], "why", nil)
 		assert.ErrorIs(t, err, riverhook.ErrUnderWay)
-		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["delivered"], "", nil)
+		_, _, err = riverhook.Resend(ctx, s.client, s.pool, s.jobs["delivered"], "", nil)
 		assert.ErrorContains(t, err, "needs a reason")
-		_, inserted, err = riverhook.Resend(ctx, s.client, s.jobs["delivered"], "the customer lost it", nil)
+		_, inserted, err = riverhook.Resend(ctx, s.client, s.pool, s.jobs["delivered"], "the customer lost it", nil)
 		require.NoError(t, err)
 		assert.True(t, inserted, "a delivered one can be sent again")
 	})
@@ -204,7 +204,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		orig := res[0].Job
 		_, err = s.pool.Exec(ctx, `UPDATE `+s.schema+`.river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, orig.ID)
 		require.NoError(t, err)
-		resent, inserted, err := riverhook.Resend(ctx, s.client, orig.ID, "the console's Resend", s.worker.InsertOptions(nil))
+		resent, inserted, err := riverhook.Resend(ctx, s.client, s.pool, orig.ID, "the console's Resend", s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		require.True(t, inserted)
 		assert.Equal(t, "webhooks", resent.Queue, "where a worker of that queue works it")
@@ -214,7 +214,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		// Recover resends it the same way.
 		_, err = s.pool.Exec(ctx, `DELETE FROM `+s.schema+`.river_job WHERE id = $1`, resent.ID)
 		require.NoError(t, err)
-		rec, err := riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "recover"}, s.worker.InsertOptions(nil))
+		rec, err := riverhook.Recover(ctx, s.client, s.pool, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "recover"}, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		var found bool
 		for _, id := range rec.Jobs {
@@ -252,7 +252,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
 		p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "incident 42", DryRun: true}
-		res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.Equal(t, &riverhook.RecoverResult{GivenUp: 1, Resent: 1}, res)
 		page, err := riverhook.List(ctx, s.client, "crm", nil)
@@ -260,14 +260,14 @@ func TestOperatingDeliveries(t *testing.T) {
 		assert.Len(t, page.Deliveries, 5, "a dry run inserts nothing")
 
 		p.DryRun = false
-		res, err = riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		res, err = riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.Equal(t, 1, res.Resent)
 		require.Len(t, res.Jobs, 1)
-		res, err = riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		res, err = riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.Equal(t, &riverhook.RecoverResult{}, res, "run twice, sent once: the resent delivery is not listed again")
-		_, err = riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Reason: "x"}, nil)
+		_, err = riverhook.Recover(ctx, s.client, s.pool, "crm", riverhook.RecoverParams{Reason: "x"}, nil)
 		assert.ErrorContains(t, err, "Since is required")
 	})
 	t.Run("RecoverInTheCallersTransaction", func(t *testing.T) {
@@ -317,9 +317,9 @@ func TestOperatingDeliveries(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, d.Attempts, 2, "the attempt log stays")
 
-		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["given-up"], "why", nil)
+		_, _, err = riverhook.Resend(ctx, s.client, s.pool, s.jobs["given-up"], "why", nil)
 		assert.ErrorIs(t, err, riverhook.ErrErased)
-		res, err := riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "x"}, nil)
+		res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "x"}, nil)
 		require.NoError(t, err)
 		assert.Equal(t, &riverhook.RecoverResult{}, res, "an erased delivery is not listed: nothing to send")
 		n, err = riverhook.EraseBodies(ctx, s.client, s.pool, []string{"given-up"})
@@ -348,7 +348,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		resent := 0
 		for calls := 0; ; calls++ {
 			require.Less(t, calls, 3, "More stays true: Recover lists the same given-up jobs again (resent %d of %d)", resent, riverhook.MaxRecovered+1)
-			res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+			res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 			require.NoError(t, err)
 			resent += res.Resent
 			if !res.More {
@@ -356,7 +356,7 @@ func TestOperatingDeliveries(t *testing.T) {
 			}
 		}
 		assert.Equal(t, riverhook.MaxRecovered+1, resent, "every given-up delivery resent once")
-		res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.Zero(t, res.Resent, "and not again")
 	})
@@ -369,16 +369,16 @@ func TestOperatingDeliveries(t *testing.T) {
 		s := newScenario(t)
 		opts := s.worker.InsertOptions(nil)
 		x := s.jobs["given-up"]
-		y, inserted, err := riverhook.Resend(ctx, s.client, x, "first", opts)
+		y, inserted, err := riverhook.Resend(ctx, s.client, s.pool, x, "first", opts)
 		require.NoError(t, err)
 		require.True(t, inserted)
 		_, err = s.client.JobCancel(ctx, y.ID) // the resend ends without delivering
 		require.NoError(t, err)
-		z, inserted, err := riverhook.Resend(ctx, s.client, y.ID, "second, from the resend", opts)
+		z, inserted, err := riverhook.Resend(ctx, s.client, s.pool, y.ID, "second, from the resend", opts)
 		require.NoError(t, err)
 		require.True(t, inserted)
 
-		got, inserted, err := riverhook.Resend(ctx, s.client, x, "a click on the old row", opts)
+		got, inserted, err := riverhook.Resend(ctx, s.client, s.pool, x, "a click on the old row", opts)
 		require.NoError(t, err)
 		assert.False(t, inserted, "job %d sends the delivery already", z.ID)
 		assert.Equal(t, z.ID, got.ID)
@@ -397,7 +397,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, again[0].UniqueSkippedAsDuplicate, "River's unique states leave out discarded")
 
-		got, inserted, err := riverhook.Resend(ctx, s.client, s.jobs["given-up"], "the endpoint is fixed", opts)
+		got, inserted, err := riverhook.Resend(ctx, s.client, s.pool, s.jobs["given-up"], "the endpoint is fixed", opts)
 		require.NoError(t, err)
 		assert.False(t, inserted, "job %d sends the delivery already", again[0].Job.ID)
 		assert.Equal(t, again[0].Job.ID, got.ID)

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -39,25 +40,18 @@ var ErrUnderWay = errors.New("riverhook: the delivery is still under way")
 // returns that job. Resend the new job to send once more after that. The
 // new job keeps the original's queue, priority and tags (where a worker of
 // that queue works it), unless opts.InsertOpts sets a queue or a priority.
-func Resend[TTx any](ctx context.Context, client *river.Client[TTx], jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
-	row, err := client.JobGet(ctx, jobID)
-	if err != nil {
-		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
-	}
-	p, err := resendParams(row, reason, opts)
-	if err != nil {
-		return nil, false, err
-	}
-	later, err := client.JobList(ctx, laterParams(row.ID, p.Args.(Args)))
-	if err != nil || len(later.Jobs) > 0 {
-		return laterResult(jobID, later, err)
-	}
-	res, err := client.Insert(ctx, p.Args, p.InsertOpts)
-	return insertResult(jobID, res, err)
+// It decides and inserts in one transaction begun on db, a pool on the
+// database of client (or the caller's transaction: a savepoint).
+func Resend(ctx context.Context, client *river.Client[pgx.Tx], db DB, jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		job, inserted, err = ResendTx(ctx, client, tx, jobID, reason, opts)
+		return err
+	})
+	return job, inserted, err
 }
 
 // ResendTx is [Resend] in tx: the new job exists once tx commits.
-func ResendTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
+func ResendTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
 	row, err := client.JobGetTx(ctx, tx, jobID)
 	if err != nil {
 		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
@@ -177,17 +171,18 @@ type RecoverResult struct {
 // per call; a job that has a later job of its delivery is not listed, so a
 // next call goes on with the deliveries the last one did not reach. With
 // p.DryRun it only counts. A delivery whose body was erased is not listed:
-// there is nothing to send. Jobs lists the jobs inserted.
-func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, client.Schema(), connectionID, p, opts,
-		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobList(ctx, params) },
-		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
-			return client.InsertMany(ctx, params)
-		})
+// there is nothing to send. Jobs lists the jobs inserted. It decides and
+// inserts in one transaction begun on db, as [Resend] does.
+func Recover(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string, p RecoverParams, opts *InsertOptions) (res *RecoverResult, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		res, err = RecoverTx(ctx, client, tx, connectionID, p, opts)
+		return err
+	})
+	return res, err
 }
 
 // RecoverTx is [Recover] in tx: its resends exist once tx commits.
-func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
+func RecoverTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
 	return recoverDeliveries(ctx, client.Schema(), connectionID, p, opts,
 		func(params *river.JobListParams) (*river.JobListResult, error) {
 			return client.JobListTx(ctx, tx, params)

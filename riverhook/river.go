@@ -88,10 +88,12 @@ const schedulerInterval = 5 * time.Second
 const maxListed = 10_000
 
 // DB runs riverhook's own queries on River's tables, those River's client
-// has no API for ([Count], [EraseBodies]): a *pgxpool.Pool, a *pgx.Conn,
-// or the pgx.Tx of the caller's transaction. It must be on the database of
-// the River client given with it.
+// has no API for ([Count], [EraseBodies]), and begins the transaction in
+// which [Resend] and [Recover] decide: a *pgxpool.Pool, a *pgx.Conn, or the
+// pgx.Tx of the caller's transaction (whose Begin is a savepoint). It must
+// be on the database of the River client given with it.
 type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

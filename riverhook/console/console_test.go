@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -423,7 +422,7 @@ func TestConsole_HealthFromTheFleetsMarks(t *testing.T) {
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
 	require.NoError(t, err)
-	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{
+	h, err := console.New(client, pool, w, &console.Options{
 		Connections: func(*http.Request) ([]string, error) { return []string{"crm"}, nil },
 		Marks:       marks,
 	})
@@ -502,7 +501,7 @@ func TestConsole_FitsTheServicesLook(t *testing.T) {
 	assert.Contains(t, css.Body.String(), "--wait: rgb(11, 95, 255);")
 
 	for _, theme := range []map[string]string{{"ink": "red; } body { display: none"}, {"font": "serif"}} {
-		_, err := console.New[pgx.Tx](f.client, f.pool, f.worker, &console.Options{Connections: customerConnections, Theme: theme})
+		_, err := console.New(f.client, f.pool, f.worker, &console.Options{Connections: customerConnections, Theme: theme})
 		assert.Error(t, err, "%v", theme)
 	}
 }
@@ -567,7 +566,7 @@ func deadEndpoint(t *testing.T, marks console.Marks) (*fixture, *webhook.Sender,
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
 	require.NoError(t, err)
-	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil },
+	h, err := console.New(client, pool, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil },
 		Marks: marks})
 	require.NoError(t, err)
 	return &fixture{handler: h}, sender, dead, ln
