@@ -186,6 +186,8 @@ func (c *console) resend(w http.ResponseWriter, r *http.Request, req request) (j
 	switch {
 	case errors.Is(err, riverhook.ErrUnderWay):
 		return nil, false, http.StatusConflict, errors.New("the delivery is still under way: it can be resent once it has ended")
+	case errors.Is(err, riverhook.ErrResent):
+		return nil, false, http.StatusConflict, errors.New("the delivery was resent already, and that resend's log is no longer kept: it is not sent again")
 	case errors.Is(err, riverhook.ErrErased):
 		return nil, false, http.StatusConflict, errors.New("the delivery's body was erased: there is nothing to resend")
 	case err != nil:

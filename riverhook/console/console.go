@@ -43,7 +43,8 @@
 //   - GET /api/connections/{id}/health: the endpoint's health.
 //
 // Errors are {"error": "..."} with 400, 404, 409 (a resend of a delivery
-// under way or erased), 429 (with Retry-After) or 500.
+// under way, erased, or resent already by a resend no longer kept), 429
+// (with Retry-After) or 500.
 //
 // # Security
 //

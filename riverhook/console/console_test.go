@@ -230,6 +230,17 @@ func TestConsole_APIResendsAnEndedDeliveryOnce(t *testing.T) {
 
 	got = f.do(t, "POST", "/api/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["retrying"], 10)+"/resend", "")
 	assert.Equal(t, http.StatusConflict, got.Code, "under way")
+
+	page := f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["given-up"], 10), "").Body.String()
+	assert.Contains(t, page, `<a href="`+strconv.FormatInt(first.JobID, 10)+`">as a later delivery</a>`)
+	assert.NotContains(t, page, `id="resend"`, "no Resend button on a resent delivery")
+	_, err = f.client.JobDelete(context.Background(), first.JobID) // as River's retention does
+	require.NoError(t, err)
+	got = f.do(t, "POST", path, "")
+	assert.Equal(t, http.StatusConflict, got.Code, "resent already, by a job River deleted: %s", got.Body.String())
+	assert.Contains(t, got.Body.String(), "resent already")
+	page = f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["given-up"], 10), "").Body.String()
+	assert.Contains(t, page, "as a later delivery, whose log is no longer kept")
 }
 
 func TestConsole_APIRecoversGivenUpDeliveriesWithADryRunAndALimit(t *testing.T) {

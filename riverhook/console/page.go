@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/riverqueue/river"
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
@@ -123,6 +126,10 @@ type deliveryPage struct {
 	Attempts []attemptRow
 	Payload  string // indented JSON, with Options.ShowPayload
 	Done     string // the resend just made: "resent" or "pending"
+
+	// ResendKept reports that the job D was resent as (D.ResentAs) is still
+	// kept: its page can be linked.
+	ResendKept bool
 }
 
 type attemptRow struct {
@@ -317,6 +324,14 @@ func (c *console) deliveryPage(w http.ResponseWriter, r *http.Request, req reque
 		Done: r.URL.Query().Get("done")}
 	if p.Done != "resent" && p.Done != "pending" {
 		p.Done = ""
+	}
+	if d.ResentAs != 0 {
+		_, err := c.client.JobGet(r.Context(), d.ResentAs)
+		if err != nil && !errors.Is(err, river.ErrNotFound) {
+			c.fail(w, r, req, err)
+			return
+		}
+		p.ResendKept = err == nil
 	}
 	for _, a := range d.Attempts {
 		p.Attempts = append(p.Attempts, attemptRow{N: a.N, Run: a.Run, Outcome: string(a.Outcome()), Answer: answer(a.Attempt),
