@@ -229,6 +229,11 @@ type Delivery struct {
 	ResentFrom   int64
 	ResendReason string
 
+	// ResentAs is the job that sends this one again, once it was resent
+	// ([Resend], [Recover]); it may have been deleted by River since. Zero
+	// for a job never resent.
+	ResentAs int64
+
 	// Erased reports that the delivery's body was erased ([EraseBodies]).
 	Erased bool
 }
@@ -248,7 +253,7 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	if job.Kind != Kind {
 		return nil, fmt.Errorf("riverhook: job %d has kind %q, not %q", job.ID, job.Kind, Kind)
 	}
-	var args Args
+	var args stored
 	if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
 		return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 	}
@@ -263,7 +268,7 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 	entries = append(entries, interrupted(job, entries, last)...)
 	d := &Delivery{JobID: job.ID, ConnectionID: args.ConnectionID, DeliveryID: args.DeliveryID, Event: args.Event,
 		Status: statusOf(job), State: job.State, CreatedAt: job.CreatedAt, Attempts: make([]Attempt, len(entries)),
-		ResentFrom: args.ResentFrom, ResendReason: args.ResendReason, Erased: args.Erased}
+		ResentFrom: args.ResentFrom, ResendReason: args.ResendReason, ResentAs: args.ResentAs, Erased: args.Erased}
 	for i, e := range entries {
 		d.Attempts[i] = Attempt{Attempt: e.attempt(), Run: e.Run}
 	}

@@ -68,7 +68,7 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 //	 "resent_from":41,"resend_reason":"...","attempts":[...]}
 //
 // Times are RFC 3339 in UTC with milliseconds; next_at, reason, resent_from,
-// resend_reason and erased are left out when empty. The attempts are those of
+// resend_reason, resent_as and erased are left out when empty. The attempts are those of
 // [Attempt.MarshalJSON]. Text is printable, as in the attempt log.
 func (d *Delivery) MarshalJSON() ([]byte, error) {
 	type delivery struct {
@@ -84,13 +84,14 @@ func (d *Delivery) MarshalJSON() ([]byte, error) {
 		Reason       string        `json:"reason,omitempty"`
 		ResentFrom   int64         `json:"resent_from,omitempty"`
 		ResendReason string        `json:"resend_reason,omitempty"`
+		ResentAs     int64         `json:"resent_as,omitempty"`
 		Erased       bool          `json:"erased,omitempty"`
 		Attempts     []Attempt     `json:"attempts"`
 	}
 	v := delivery{JobID: d.JobID, ConnectionID: human.Printable(d.ConnectionID), DeliveryID: human.Printable(d.DeliveryID),
 		Event: human.Printable(d.Event), Status: d.Status, State: string(d.State), CreatedAt: webhook.NewTime(d.CreatedAt),
 		AttemptsLeft: d.AttemptsLeft, Reason: human.Printable(d.Reason), ResentFrom: d.ResentFrom,
-		ResendReason: human.Printable(d.ResendReason), Erased: d.Erased, Attempts: d.Attempts}
+		ResendReason: human.Printable(d.ResendReason), ResentAs: d.ResentAs, Erased: d.Erased, Attempts: d.Attempts}
 	if !d.NextAt.IsZero() {
 		t := webhook.NewTime(d.NextAt)
 		v.NextAt = &t

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log"
 	"net/http"
@@ -335,17 +336,17 @@ func ExampleRecover() {
 	fmt.Println(d.DeliveryID, d.Status, d.Attempts[0].Outcome(), d.Attempts[0].StatusCode, "| given up in 24 h:", counts[riverhook.StatusGivenUp])
 
 	p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "ana@example.com: the customer fixed the endpoint", DryRun: true}
-	res, err := riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil))
+	res, err := riverhook.Recover(ctx, client, pool, "crm", p, worker.InsertOptions(nil))
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("dry run: would resend", res.Resent)
 	p.DryRun = false
-	if res, err = riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil)); err != nil {
+	if res, err = riverhook.Recover(ctx, client, pool, "crm", p, worker.InsertOptions(nil)); err != nil {
 		log.Fatal(err)
 	}
 	<-ended
-	if res, err = riverhook.Recover(ctx, client, "crm", p, worker.InsertOptions(nil)); err != nil {
+	if res, err = riverhook.Recover(ctx, client, pool, "crm", p, worker.InsertOptions(nil)); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("again: given up and not resent", res.GivenUp, "| resent", res.Resent)
@@ -405,20 +406,21 @@ func exampleClient(ctx context.Context, receiver *webhooktest.Server) (*pgxpool.
 }
 
 // A dashboard's Resend button: one ended delivery sent again, with who
-// asked and why; a double click sends once.
+// asked and why; a double click sends once, and so does a click once River
+// has deleted the resend.
 func ExampleResend() {
 	ctx := context.Background()
 	receiver := webhooktest.NewServer("whsec_example", nil)
 	defer receiver.Close()
-	_, client, worker, ended, done := exampleClient(ctx, receiver)
+	pool, client, worker, ended, done := exampleClient(ctx, receiver)
 	defer done()
 	first := (<-ended).Job // delivered
 
-	job, inserted, err := riverhook.Resend(ctx, client, first.ID, "ana@example.com: the customer lost it", worker.InsertOptions(nil))
+	job, inserted, err := riverhook.Resend(ctx, client, pool, first.ID, "ana@example.com: the customer lost it", worker.InsertOptions(nil))
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, again, err := riverhook.Resend(ctx, client, first.ID, "a double click", worker.InsertOptions(nil))
+	_, again, err := riverhook.Resend(ctx, client, pool, first.ID, "a double click", worker.InsertOptions(nil))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -428,10 +430,27 @@ func ExampleResend() {
 	}
 	fmt.Println("inserted:", inserted, "| again:", again, "| same job:", d.JobID == job.ID)
 	fmt.Println(d.DeliveryID, d.Status, "resent from the first:", d.ResentFrom == first.ID, "|", d.ResendReason)
+
+	// A day later River deletes the delivered resend (its
+	// CompletedJobRetentionPeriod); the first job is marked, and is not
+	// sent a third time.
+	if _, err := client.JobDelete(ctx, job.ID); err != nil {
+		log.Fatal(err)
+	}
+	row, err := client.JobGet(ctx, first.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if d, err = riverhook.DeliveryOf(row); err != nil {
+		log.Fatal(err)
+	}
+	_, _, err = riverhook.Resend(ctx, client, pool, first.ID, "a click a day later", worker.InsertOptions(nil))
+	fmt.Println("the first, resent as that job:", d.ResentAs == job.ID, "| again:", errors.Is(err, riverhook.ErrResent))
 	fmt.Println("the receiver got it", len(receiver.Deliveries()), "times")
 	// Output:
 	// inserted: true | again: false | same job: true
 	// evt_42 delivered resent from the first: true | ana@example.com: the customer lost it
+	// the first, resent as that job: true | again: true
 	// the receiver got it 2 times
 }
 

@@ -199,13 +199,18 @@ func TestInsert(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, res.UniqueSkippedAsDuplicate, "another connection")
 
-		// Unique only while the earlier job is not cancelled or discarded:
-		// River's default unique states.
+		// Unique also once the earlier job is cancelled, which River's
+		// default unique states leave out, until River deletes its row.
 		_, err = client.JobCancel(ctx, first.Job.ID)
 		require.NoError(t, err)
 		res, err = client.Insert(ctx, args, nil)
 		require.NoError(t, err)
-		assert.False(t, res.UniqueSkippedAsDuplicate, "inserted again after a cancel")
+		assert.True(t, res.UniqueSkippedAsDuplicate, "inserted again after a cancel")
+		_, err = client.JobDelete(ctx, first.Job.ID)
+		require.NoError(t, err)
+		res, err = client.Insert(ctx, args, nil)
+		require.NoError(t, err)
+		assert.False(t, res.UniqueSkippedAsDuplicate, "inserted again once River deleted the first")
 
 		list, err := client.JobList(ctx, river.NewJobListParams().States(rivertype.JobStateAvailable))
 		require.NoError(t, err)

@@ -169,10 +169,10 @@ func TestOperatingDeliveries(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
 		orig := s.jobs["given-up"]
-		job, inserted, err := riverhook.Resend(ctx, s.client, orig, "ana@example.com: the endpoint is fixed", s.worker.InsertOptions(nil))
+		job, inserted, err := riverhook.Resend(ctx, s.client, s.pool, orig, "ana@example.com: the endpoint is fixed", s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.True(t, inserted)
-		again, inserted, err := riverhook.Resend(ctx, s.client, orig, "a double click", s.worker.InsertOptions(nil))
+		again, inserted, err := riverhook.Resend(ctx, s.client, s.pool, orig, "a double click", s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.False(t, inserted, "a second resend of a job while its first is under way sends nothing")
 		assert.Equal(t, job.ID, again.ID)
@@ -183,12 +183,20 @@ func TestOperatingDeliveries(t *testing.T) {
 		assert.Equal(t, riverhook.StatusWaiting, d.Status)
 		assert.Equal(t, 2, d.AttemptsLeft, "the policy's attempts again")
 		assert.Equal(t, "given-up", d.DeliveryID)
+		row, err := s.client.JobGet(ctx, orig)
+		require.NoError(t, err)
+		d, err = riverhook.DeliveryOf(row)
+		require.NoError(t, err)
+		assert.Equal(t, job.ID, d.ResentAs, "the original is marked")
+		b, err := json.Marshal(d)
+		require.NoError(t, err)
+		assert.Contains(t, string(b), fmt.Sprintf(`"resent_as":%d`, job.ID))
 
-		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["retrying"], "why", nil)
+		_, _, err = riverhook.Resend(ctx, s.client, s.pool, s.jobs["retrying"], "why", nil)
 		assert.ErrorIs(t, err, riverhook.ErrUnderWay)
-		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["delivered"], "", nil)
+		_, _, err = riverhook.Resend(ctx, s.client, s.pool, s.jobs["delivered"], "", nil)
 		assert.ErrorContains(t, err, "needs a reason")
-		_, inserted, err = riverhook.Resend(ctx, s.client, s.jobs["delivered"], "the customer lost it", nil)
+		_, inserted, err = riverhook.Resend(ctx, s.client, s.pool, s.jobs["delivered"], "the customer lost it", nil)
 		require.NoError(t, err)
 		assert.True(t, inserted, "a delivered one can be sent again")
 	})
@@ -204,17 +212,17 @@ func TestOperatingDeliveries(t *testing.T) {
 		orig := res[0].Job
 		_, err = s.pool.Exec(ctx, `UPDATE `+s.schema+`.river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, orig.ID)
 		require.NoError(t, err)
-		resent, inserted, err := riverhook.Resend(ctx, s.client, orig.ID, "the console's Resend", s.worker.InsertOptions(nil))
+		resent, inserted, err := riverhook.Resend(ctx, s.client, s.pool, orig.ID, "the console's Resend", s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		require.True(t, inserted)
 		assert.Equal(t, "webhooks", resent.Queue, "where a worker of that queue works it")
 		assert.Equal(t, 2, resent.Priority)
 		assert.Contains(t, resent.Tags, "tenant-7")
 
-		// Recover resends it the same way.
-		_, err = s.pool.Exec(ctx, `DELETE FROM `+s.schema+`.river_job WHERE id = $1`, resent.ID)
+		// Recover resends the resend the same way once it gave up in turn.
+		_, err = s.pool.Exec(ctx, `UPDATE `+s.schema+`.river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, resent.ID)
 		require.NoError(t, err)
-		rec, err := riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "recover"}, s.worker.InsertOptions(nil))
+		rec, err := riverhook.Recover(ctx, s.client, s.pool, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "recover"}, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		var found bool
 		for _, id := range rec.Jobs {
@@ -222,7 +230,9 @@ func TestOperatingDeliveries(t *testing.T) {
 			require.NoError(t, err)
 			if d, _ := riverhook.DeliveryOf(job); d != nil && d.DeliveryID == "own-queue" {
 				found = true
+				assert.Equal(t, resent.ID, d.ResentFrom)
 				assert.Equal(t, "webhooks", job.Queue)
+				assert.Equal(t, 2, job.Priority)
 				assert.Contains(t, job.Tags, "tenant-7")
 			}
 		}
@@ -252,7 +262,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
 		p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "incident 42", DryRun: true}
-		res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.Equal(t, &riverhook.RecoverResult{GivenUp: 1, Resent: 1}, res)
 		page, err := riverhook.List(ctx, s.client, "crm", nil)
@@ -260,14 +270,14 @@ func TestOperatingDeliveries(t *testing.T) {
 		assert.Len(t, page.Deliveries, 5, "a dry run inserts nothing")
 
 		p.DryRun = false
-		res, err = riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		res, err = riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.Equal(t, 1, res.Resent)
 		require.Len(t, res.Jobs, 1)
-		res, err = riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		res, err = riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.Equal(t, &riverhook.RecoverResult{}, res, "run twice, sent once: the resent delivery is not listed again")
-		_, err = riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Reason: "x"}, nil)
+		_, err = riverhook.Recover(ctx, s.client, s.pool, "crm", riverhook.RecoverParams{Reason: "x"}, nil)
 		assert.ErrorContains(t, err, "Since is required")
 	})
 	t.Run("RecoverInTheCallersTransaction", func(t *testing.T) {
@@ -317,9 +327,9 @@ func TestOperatingDeliveries(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, d.Attempts, 2, "the attempt log stays")
 
-		_, _, err = riverhook.Resend(ctx, s.client, s.jobs["given-up"], "why", nil)
+		_, _, err = riverhook.Resend(ctx, s.client, s.pool, s.jobs["given-up"], "why", nil)
 		assert.ErrorIs(t, err, riverhook.ErrErased)
-		res, err := riverhook.Recover(ctx, s.client, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "x"}, nil)
+		res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "x"}, nil)
 		require.NoError(t, err)
 		assert.Equal(t, &riverhook.RecoverResult{}, res, "an erased delivery is not listed: nothing to send")
 		n, err = riverhook.EraseBodies(ctx, s.client, s.pool, []string{"given-up"})
@@ -348,7 +358,7 @@ func TestOperatingDeliveries(t *testing.T) {
 		resent := 0
 		for calls := 0; ; calls++ {
 			require.Less(t, calls, 3, "More stays true: Recover lists the same given-up jobs again (resent %d of %d)", resent, riverhook.MaxRecovered+1)
-			res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+			res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 			require.NoError(t, err)
 			resent += res.Resent
 			if !res.More {
@@ -356,7 +366,7 @@ func TestOperatingDeliveries(t *testing.T) {
 			}
 		}
 		assert.Equal(t, riverhook.MaxRecovered+1, resent, "every given-up delivery resent once")
-		res, err := riverhook.Recover(ctx, s.client, "crm", p, s.worker.InsertOptions(nil))
+		res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", p, s.worker.InsertOptions(nil))
 		require.NoError(t, err)
 		assert.Zero(t, res.Resent, "and not again")
 	})
@@ -369,38 +379,179 @@ func TestOperatingDeliveries(t *testing.T) {
 		s := newScenario(t)
 		opts := s.worker.InsertOptions(nil)
 		x := s.jobs["given-up"]
-		y, inserted, err := riverhook.Resend(ctx, s.client, x, "first", opts)
+		y, inserted, err := riverhook.Resend(ctx, s.client, s.pool, x, "first", opts)
 		require.NoError(t, err)
 		require.True(t, inserted)
 		_, err = s.client.JobCancel(ctx, y.ID) // the resend ends without delivering
 		require.NoError(t, err)
-		z, inserted, err := riverhook.Resend(ctx, s.client, y.ID, "second, from the resend", opts)
+		z, inserted, err := riverhook.Resend(ctx, s.client, s.pool, y.ID, "second, from the resend", opts)
 		require.NoError(t, err)
 		require.True(t, inserted)
 
-		got, inserted, err := riverhook.Resend(ctx, s.client, x, "a click on the old row", opts)
+		got, inserted, err := riverhook.Resend(ctx, s.client, s.pool, x, "a click on the old row", opts)
 		require.NoError(t, err)
 		assert.False(t, inserted, "job %d sends the delivery already", z.ID)
 		assert.Equal(t, z.ID, got.ID)
 	})
 
-	// The same through the outbox: while a delivery inserted again once its
-	// first job gave up is under way, a Resend of that first job sends
-	// nothing.
-	t.Run("ResendWhileTheDeliveryIsInsertedAgainSendsNothing", func(t *testing.T) {
+	// River deletes a delivered resend after 24 hours and keeps the given-up
+	// original 7 days: a Recover over the console's 7 days, or a Resend of the
+	// original, must not send the delivery again.
+	t.Run("ADeletedResendIsNotSentAgain", func(t *testing.T) {
 		t.Parallel()
 		s := newScenario(t)
 		opts := s.worker.InsertOptions(nil)
-		res, err := riverhook.InsertParams("given-up", []string{"crm"}, payload("given-up"), opts)
+		orig := s.jobs["given-up"]
+		resent, inserted, err := riverhook.Resend(ctx, s.client, s.pool, orig, "the endpoint is fixed", opts)
 		require.NoError(t, err)
-		again, err := s.client.InsertMany(ctx, res)
+		require.True(t, inserted)
+		_, err = s.pool.Exec(ctx, `UPDATE `+pgIdent(s.schema)+`.river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, resent.ID)
 		require.NoError(t, err)
-		require.False(t, again[0].UniqueSkippedAsDuplicate, "River's unique states leave out discarded")
+		_, err = s.client.JobDelete(ctx, resent.ID) // as River's CompletedJobRetentionPeriod does
+		require.NoError(t, err)
 
-		got, inserted, err := riverhook.Resend(ctx, s.client, s.jobs["given-up"], "the endpoint is fixed", opts)
+		p := riverhook.RecoverParams{Since: time.Now().Add(-7 * 24 * time.Hour), Reason: "the console's Recover", DryRun: true}
+		res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", p, opts)
 		require.NoError(t, err)
-		assert.False(t, inserted, "job %d sends the delivery already", again[0].Job.ID)
-		assert.Equal(t, again[0].Job.ID, got.ID)
+		assert.Zero(t, res.Resent, "a dry run counts no resent delivery")
+		p.DryRun = false
+		res, err = riverhook.Recover(ctx, s.client, s.pool, "crm", p, opts)
+		require.NoError(t, err)
+		assert.Equal(t, &riverhook.RecoverResult{}, res)
+		_, inserted, err = riverhook.Resend(ctx, s.client, s.pool, orig, "a click on the old row", opts)
+		assert.ErrorIs(t, err, riverhook.ErrResent)
+		assert.ErrorContains(t, err, fmt.Sprintf("job %d was resent as job %d", orig, resent.ID))
+		assert.False(t, inserted)
+		assert.Equal(t, 1, s.jobsOf(t, "given-up"), "the original alone")
+	})
+
+	// The service repeating its insert of a delivery that a Recover sent is
+	// skipped, however the first job ended.
+	t.Run("ARepeatedInsertOfARecoveredDeliveryIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		s := newScenario(t)
+		opts := s.worker.InsertOptions(nil)
+		res, err := riverhook.Recover(ctx, s.client, s.pool, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "incident 44"}, opts)
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 1)
+		_, err = s.pool.Exec(ctx, `UPDATE `+pgIdent(s.schema)+`.river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, res.Jobs[0])
+		require.NoError(t, err)
+		for _, d := range []string{"given-up", "cancelled"} {
+			tx, err := s.pool.Begin(ctx)
+			require.NoError(t, err)
+			again, err := riverhook.InsertTx(ctx, s.client, tx, d, []string{"crm"}, payload(d), opts)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit(ctx))
+			assert.True(t, again[0].UniqueSkippedAsDuplicate, "%s: inserted again as job %d", d, again[0].Job.ID)
+			assert.Equal(t, s.jobs[d], again[0].Job.ID, d)
+		}
+		assert.Equal(t, 2, s.jobsOf(t, "given-up"), "the original and the recovered")
+	})
+
+	// A Recover and a Resend of one delivery at the same moment insert one
+	// job: whichever decides first holds its transaction open while the
+	// other starts, and the other must decide after it.
+	t.Run("RacingResendsAndRecoversInsertOnce", func(t *testing.T) {
+		t.Parallel()
+		p := riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "recover"}
+		// first runs in tx; then runs on db; each returns how many jobs it says it inserted.
+		type op func(s *scenario, tx pgx.Tx, db riverhook.DB, orig, newest int64) (int, error)
+		recoverOp := func(s *scenario, tx pgx.Tx, db riverhook.DB, _, _ int64) (int, error) {
+			var res *riverhook.RecoverResult
+			var err error
+			if tx != nil {
+				res, err = riverhook.RecoverTx(ctx, s.client, tx, "crm", p, s.worker.InsertOptions(nil))
+			} else {
+				res, err = riverhook.Recover(ctx, s.client, db, "crm", p, s.worker.InsertOptions(nil))
+			}
+			if err != nil {
+				return 0, err
+			}
+			return res.Resent, nil
+		}
+		resendOp := func(newest bool) op {
+			return func(s *scenario, tx pgx.Tx, db riverhook.DB, orig, last int64) (int, error) {
+				id := orig
+				if newest {
+					id = last
+				}
+				var inserted bool
+				var err error
+				if tx != nil {
+					_, inserted, err = riverhook.ResendTx(ctx, s.client, tx, id, "resend", s.worker.InsertOptions(nil))
+				} else {
+					_, inserted, err = riverhook.Resend(ctx, s.client, db, id, "resend", s.worker.InsertOptions(nil))
+				}
+				if inserted {
+					return 1, err
+				}
+				return 0, err
+			}
+		}
+		for _, tc := range []struct {
+			name        string
+			first, then op
+		}{
+			{"RecoverThenResendOfTheOriginal", recoverOp, resendOp(false)},
+			{"ResendOfTheOriginalThenRecover", resendOp(false), recoverOp},
+			{"RecoverThenResendOfTheNewest", recoverOp, resendOp(true)},
+			{"ResendOfTheNewestThenRecover", resendOp(true), recoverOp},
+			{"ResendOfTheOriginalThenOfTheNewest", resendOp(false), resendOp(true)},
+			{"ResendOfTheNewestThenOfTheOriginal", resendOp(true), resendOp(false)},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				s := newScenario(t)
+				// The delivery's newest job is a resend that gave up in turn.
+				orig := s.jobs["given-up"]
+				newest, inserted, err := riverhook.Resend(ctx, s.client, s.pool, orig, "first", s.worker.InsertOptions(nil))
+				require.NoError(t, err)
+				require.True(t, inserted)
+				_, err = s.pool.Exec(ctx, `UPDATE `+pgIdent(s.schema)+`.river_job SET state = 'discarded', finalized_at = now() WHERE id = $1`, newest.ID)
+				require.NoError(t, err)
+				before := s.jobsOf(t, "given-up")
+
+				conn, err := s.pool.Acquire(ctx)
+				require.NoError(t, err)
+				defer conn.Release()
+				tx, err := s.pool.Begin(ctx)
+				require.NoError(t, err)
+				defer tx.Rollback(ctx)
+				n1, err := tc.first(s, tx, nil, orig, newest.ID)
+				require.NoError(t, err)
+
+				type result struct {
+					n   int
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					n, err := tc.then(s, nil, conn, orig, newest.ID)
+					done <- result{n, err}
+				}()
+				var got *result
+				require.Eventually(t, func() bool {
+					select {
+					case r := <-done: // decided without waiting for the first
+						got = &r
+						return true
+					default:
+					}
+					var waiting bool
+					err := s.pool.QueryRow(ctx, `SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1`, conn.Conn().PgConn().PID()).Scan(&waiting)
+					return err == nil && waiting
+				}, 10*time.Second, time.Millisecond, "the second decider neither waits nor ends")
+				assert.Nil(t, got, "the second decided without waiting for the first")
+				require.NoError(t, tx.Commit(ctx))
+				if got == nil {
+					r := <-done
+					got = &r
+				}
+				require.NoError(t, got.err)
+				assert.Equal(t, 1, n1+got.n, "inserts reported: %d, then %d", n1, got.n)
+				assert.Equal(t, before+1, s.jobsOf(t, "given-up"), "one job more")
+			})
+		}
 	})
 	t.Run("MarshalsADeliveryForADashboard", func(t *testing.T) {
 		t.Parallel()
@@ -427,6 +578,14 @@ func TestOperatingDeliveries(t *testing.T) {
 }
 
 func pgIdent(s string) string { return `"` + s + `"` }
+
+// jobsOf returns how many jobs of delivery s's schema holds.
+func (s *scenario) jobsOf(t *testing.T, delivery string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+pgIdent(s.schema)+`.river_job WHERE args->>'delivery_id' = $1`, delivery).Scan(&n))
+	return n
+}
 
 func TestStatuses_ReturnsANewSlice(t *testing.T) {
 	s := riverhook.Statuses()

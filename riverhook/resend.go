@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -27,88 +28,114 @@ const MaxRecovered = 1000
 // is still being delivered, and a resend would send it twice.
 var ErrUnderWay = errors.New("riverhook: the delivery is still under way")
 
+// ErrResent is returned by [Resend] for a job that was resent before and
+// whose resend River has since deleted (after its retention period: 24
+// hours once delivered, by default): the delivery was sent again then, and
+// is not sent a second time. Resend a later job of the delivery, or insert
+// it anew, to send it once more.
+var ErrResent = errors.New("riverhook: the job was resent already")
+
 // Resend inserts a job that sends the delivery of job jobID again: the
 // policy's attempts again (opts.Retry's; use [Worker.InsertOptions]),
 // signed afresh, with reason, the caller's words (an operator's name and
-// why), in its log ([Delivery.ResendReason], ResentFrom). The job must have
-// ended, delivered or not; [ErrUnderWay] otherwise. Resending a job twice
-// while its first resend is under way or delivered inserts nothing and
-// returns that resend, with inserted false: a double click sends once. So
-// does resending a job while a later job of its delivery (a resend of a
-// resend, or the delivery inserted again) is under way or delivered: it
-// returns that job. Resend the new job to send once more after that. The
-// new job keeps the original's queue, priority and tags (where a worker of
-// that queue works it), unless opts.InsertOpts sets a queue or a priority.
-func Resend[TTx any](ctx context.Context, client *river.Client[TTx], jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
-	row, err := client.JobGet(ctx, jobID)
-	if err != nil {
-		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
-	}
-	p, err := resendParams(row, reason, opts)
-	if err != nil {
-		return nil, false, err
-	}
-	later, err := client.JobList(ctx, laterParams(row.ID, p.Args.(Args)))
-	if err != nil || len(later.Jobs) > 0 {
-		return laterResult(jobID, later, err)
-	}
-	res, err := client.Insert(ctx, p.Args, p.InsertOpts)
-	return insertResult(jobID, res, err)
+// why), in its log ([Delivery.ResendReason], ResentFrom). It is a
+// dashboard's Resend button.
+//
+// A delivery is sent again by resending its newest job, once. The job must
+// have ended, delivered or not ([ErrUnderWay] otherwise). While a later
+// job of its delivery exists (its resend, a resend of that, or the
+// delivery inserted again), Resend inserts nothing and returns the newest
+// one, with inserted false: a double click sends once, and so does a click
+// on an older row of the log; resend the job it returns, once ended, to
+// send once more. A job whose resend River has deleted since is not resent
+// again ([ErrResent]); one whose body was erased cannot be ([ErrErased]).
+// The resent job is marked in its row (args "resent_as", the new job's id)
+// in the transaction that inserts the new one.
+//
+// The new job keeps the original's queue, priority and tags (where a worker
+// of that queue works it), unless opts.InsertOpts sets a queue or a
+// priority.
+//
+// Resend decides and inserts in one transaction begun on db, a pool on the
+// database of client (or the caller's transaction: a savepoint), holding a
+// lock of the delivery's that [Recover] takes too: two Resends, or a Resend
+// and a Recover, of one delivery at the same moment insert one job,
+// whatever processes they run in. It blocks while another decides on the
+// delivery.
+func Resend(ctx context.Context, client *river.Client[pgx.Tx], db DB, jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		job, inserted, err = ResendTx(ctx, client, tx, jobID, reason, opts)
+		return err
+	})
+	return job, inserted, err
 }
 
-// ResendTx is [Resend] in tx: the new job exists once tx commits.
-func ResendTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
+// ResendTx is [Resend] in tx: the new job exists once tx commits, and the
+// delivery's lock is held until tx ends, so keep tx short. At READ
+// COMMITTED, PostgreSQL's default, the second of two deciders on a delivery
+// waits for the first's transaction and then sees its job; at REPEATABLE
+// READ or SERIALIZABLE it may fail with a serialization error instead.
+func ResendTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
+	if err := checkReason(reason); err != nil {
+		return nil, false, err
+	}
 	row, err := client.JobGetTx(ctx, tx, jobID)
 	if err != nil {
 		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
 	}
-	p, err := resendParams(row, reason, opts)
+	stored, err := storedOf(row)
 	if err != nil {
 		return nil, false, err
 	}
-	later, err := client.JobListTx(ctx, tx, laterParams(row.ID, p.Args.(Args)))
-	if err != nil || len(later.Jobs) > 0 {
-		return laterResult(jobID, later, err)
-	}
-	res, err := client.InsertTx(ctx, tx, p.Args, p.InsertOpts)
-	return insertResult(jobID, res, err)
-}
-
-func laterResult(jobID int64, later *river.JobListResult, err error) (*rivertype.JobRow, bool, error) {
-	if err != nil {
+	if err := lockDelivery(ctx, tx, client.Schema(), stored.ConnectionID, stored.DeliveryID); err != nil {
 		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
 	}
-	return later.Jobs[0], false, nil
-}
-
-func insertResult(jobID int64, res *rivertype.JobInsertResult, err error) (*rivertype.JobRow, bool, error) {
+	// Decide on what the deciders before this one committed: the job as it
+	// is now (its mark), and the delivery's later jobs.
+	if row, err = client.JobGetTx(ctx, tx, jobID); err != nil {
+		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
+	}
+	if stored, err = storedOf(row); err != nil {
+		return nil, false, err
+	}
+	if s := statusOf(row); s == StatusWaiting || s == StatusRetrying {
+		return nil, false, fmt.Errorf("%w: job %d is %s", ErrUnderWay, row.ID, row.State)
+	}
+	later, err := client.JobListTx(ctx, tx, laterParams(row.ID, stored.Args))
+	switch {
+	case err != nil:
+		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
+	case len(later.Jobs) > 0:
+		return later.Jobs[0], false, nil
+	case stored.ResentAs != 0:
+		return nil, false, fmt.Errorf("%w: job %d was resent as job %d, which River has deleted since", ErrResent, row.ID, stored.ResentAs)
+	case stored.Erased || len(stored.Body) == 0:
+		return nil, false, fmt.Errorf("%w: job %d", ErrErased, row.ID)
+	}
+	args := stored.Args
+	args.ResentFrom, args.ResendReason = row.ID, reason
+	p := resendOf(row, args, opts)
+	res, err := client.InsertTx(ctx, tx, p.Args, p.InsertOpts)
+	if err == nil {
+		err = markResent(ctx, tx, client.Schema(), []int64{row.ID}, []int64{res.Job.ID})
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("riverhook: resending job %d: %w", jobID, err)
 	}
 	return res.Job, !res.UniqueSkippedAsDuplicate, nil
 }
 
-// resendParams returns the insert of job's resend.
-func resendParams(job *rivertype.JobRow, reason string, opts *InsertOptions) (river.InsertManyParams, error) {
-	if err := checkReason(reason); err != nil {
-		return river.InsertManyParams{}, err
+// storedOf returns what job's args hold, riverhook's mark included; an
+// error for a job of another kind.
+func storedOf(job *rivertype.JobRow) (stored, error) {
+	var s stored
+	if job.Kind != Kind {
+		return s, fmt.Errorf("riverhook: job %d has kind %q, not %q", job.ID, job.Kind, Kind)
 	}
-	d, err := DeliveryOf(job)
-	if err != nil {
-		return river.InsertManyParams{}, err
+	if err := json.Unmarshal(job.EncodedArgs, &s); err != nil {
+		return s, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
 	}
-	if d.Status == StatusWaiting || d.Status == StatusRetrying {
-		return river.InsertManyParams{}, fmt.Errorf("%w: job %d is %s", ErrUnderWay, job.ID, job.State)
-	}
-	var args Args
-	if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
-		return river.InsertManyParams{}, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
-	}
-	if args.Erased || len(args.Body) == 0 {
-		return river.InsertManyParams{}, fmt.Errorf("%w: job %d", ErrErased, job.ID)
-	}
-	args.ResentFrom, args.ResendReason = job.ID, reason
-	return resendOf(job, args, opts), nil
+	return s, nil
 }
 
 // resendOf returns the insert of args, job's resend: in job's queue, at its
@@ -163,93 +190,67 @@ type RecoverParams struct {
 type RecoverResult struct {
 	GivenUp int     `json:"given_up"` // given-up deliveries found since RecoverParams.Since and not resent since, at most MaxRecovered
 	Resent  int     `json:"resent"`   // resends inserted; in a dry run, those that would be
-	Pending int     `json:"pending"`  // of GivenUp, those another resend or insert reached first: not sent again
+	Pending int     `json:"pending"`  // of GivenUp, those whose resend River found inserted already (its unique key): not sent again
 	More    bool    `json:"more"`     // more than MaxRecovered gave up: call Recover again once these are resent (or erased)
 	Jobs    []int64 `json:"jobs"`
 }
 
 // Recover sends again the deliveries to connectionID that gave up since
 // p.Since, as [Resend] does each: what an operator runs once a customer's
-// endpoint is fixed. Only the newest job of each delivery is resent, and
-// only if it gave up, so a delivery resent before is not sent twice; a
-// second Recover, or one racing it, inserts nothing for the deliveries the
-// first resent (River's unique insert). At most [MaxRecovered] are resent
-// per call; a job that has a later job of its delivery is not listed, so a
-// next call goes on with the deliveries the last one did not reach. With
-// p.DryRun it only counts. A delivery whose body was erased is not listed:
-// there is nothing to send. Jobs lists the jobs inserted.
-func Recover[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, client.Schema(), connectionID, p, opts,
-		func(params *river.JobListParams) (*river.JobListResult, error) { return client.JobList(ctx, params) },
-		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
-			return client.InsertMany(ctx, params)
-		})
+// endpoint is fixed. A delivery's newest job is resent if it gave up and
+// was never resent, so that a delivery is sent again once: the original
+// of a resend River has deleted since is not (River keeps a given-up job 7
+// days and a delivered one 24 hours, by default). At most [MaxRecovered]
+// are resent per call, oldest first: call it again while More says so.
+// With p.DryRun it only counts. A delivery whose body was erased is not
+// listed: there is nothing to send. Jobs lists the jobs inserted.
+//
+// Recover decides and inserts in one transaction begun on db, as [Resend]
+// does, holding the connection's lock: run twice, or at the same moment as
+// another Recover or a Resend of the connection's deliveries, whatever
+// processes they run in, it sends each delivery once. Resends of the
+// connection wait for it, and it for them.
+func Recover(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string, p RecoverParams, opts *InsertOptions) (res *RecoverResult, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		res, err = RecoverTx(ctx, client, tx, connectionID, p, opts)
+		return err
+	})
+	return res, err
 }
 
-// RecoverTx is [Recover] in tx: its resends exist once tx commits.
-func RecoverTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
-	return recoverDeliveries(ctx, client.Schema(), connectionID, p, opts,
-		func(params *river.JobListParams) (*river.JobListResult, error) {
-			return client.JobListTx(ctx, tx, params)
-		},
-		func(params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
-			return client.InsertManyTx(ctx, tx, params)
-		})
-}
-
-func recoverDeliveries(_ context.Context, schema, connectionID string, p RecoverParams, opts *InsertOptions,
-	listJobs func(*river.JobListParams) (*river.JobListResult, error),
-	insert func([]river.InsertManyParams) ([]*rivertype.JobInsertResult, error)) (*RecoverResult, error) {
+// RecoverTx is [Recover] in tx: its resends exist once tx commits, and the
+// connection's lock is held until tx ends (see [ResendTx]).
+func RecoverTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
 	if p.Since.IsZero() {
 		return nil, errors.New("riverhook: RecoverParams.Since is required")
 	}
 	if err := checkReason(p.Reason); err != nil {
 		return nil, err
 	}
-	gaveUp, err := listJobs(gaveUpParams(schema, connectionID, p.Since, MaxRecovered+1))
-	if err != nil {
+	fail := func(err error) (*RecoverResult, error) {
 		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
+	}
+	if err := lockConnection(ctx, tx, client.Schema(), connectionID); err != nil {
+		return fail(err)
+	}
+	gaveUp, err := client.JobListTx(ctx, tx, gaveUpParams(client.Schema(), connectionID, p.Since, MaxRecovered+1))
+	if err != nil {
+		return fail(err)
 	}
 	jobs := gaveUp.Jobs
 	res := &RecoverResult{More: len(jobs) > MaxRecovered}
 	jobs = jobs[:min(len(jobs), MaxRecovered)]
 	res.GivenUp = len(jobs)
-	if len(jobs) == 0 {
-		return res, nil
-	}
-	// A later job of the same delivery: a resend (under way, delivered, or
-	// given up in turn, then recovered through its own row) or a new insert.
-	deliveries := make([]string, len(jobs))
-	for i, job := range jobs {
-		var a Args
-		if err := json.Unmarshal(job.EncodedArgs, &a); err != nil {
-			return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
-		}
-		deliveries[i] = a.DeliveryID
-	}
-	later, err := listJobs(laterOfParams(connectionID, deliveries, jobs[0].ID))
-	if err != nil {
-		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
-	}
-	newest := map[string]int64{} // delivery id -> its newest job
-	for _, job := range append(jobs, later.Jobs...) {
-		var a Args
-		if err := json.Unmarshal(job.EncodedArgs, &a); err != nil {
-			return nil, fmt.Errorf("riverhook: job %d's args: %w", job.ID, err)
-		}
-		newest[a.DeliveryID] = max(newest[a.DeliveryID], job.ID)
-	}
 	var params []river.InsertManyParams
 	for _, job := range jobs {
-		var a Args
-		_ = json.Unmarshal(job.EncodedArgs, &a) // read above
-		switch {
-		case newest[a.DeliveryID] != job.ID:
-			res.Pending++
-			continue
-		case a.Erased || len(a.Body) == 0:
+		s, err := storedOf(job)
+		if err != nil {
+			return nil, err
+		}
+		if s.Erased || len(s.Body) == 0 {
 			continue // erased meanwhile: nothing to send
 		}
+		a := s.Args
 		a.ResentFrom, a.ResendReason = job.ID, p.Reason
 		params = append(params, resendOf(job, a, opts))
 	}
@@ -257,17 +258,26 @@ func recoverDeliveries(_ context.Context, schema, connectionID string, p Recover
 		res.Resent = len(params)
 		return res, nil
 	}
-	inserted, err := insert(params)
+	inserted, err := client.InsertManyTx(ctx, tx, params)
 	if err != nil {
-		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
+		return fail(err)
 	}
-	for _, r := range inserted {
+	resent, as := make([]int64, len(inserted)), make([]int64, len(inserted))
+	for i, r := range inserted {
+		s, err := storedOf(r.Job)
+		if err != nil {
+			return nil, err
+		}
+		resent[i], as[i] = s.ResentFrom, r.Job.ID
 		if r.UniqueSkippedAsDuplicate {
 			res.Pending++
 			continue
 		}
 		res.Resent++
 		res.Jobs = append(res.Jobs, r.Job.ID)
+	}
+	if err := markResent(ctx, tx, client.Schema(), resent, as); err != nil {
+		return fail(err)
 	}
 	return res, nil
 }

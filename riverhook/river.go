@@ -83,15 +83,24 @@ func stopping(ctx context.Context) bool {
 // (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval).
 const schedulerInterval = 5 * time.Second
 
+// uniqueStates are the states in which a delivery's job holds its unique
+// key: every one, where River's default leaves out discarded and
+// cancelled. River requires available, pending, running and scheduled in
+// a job's unique states and allows the others
+// (TestRiver/UniqueInEveryState).
+func uniqueStates() []rivertype.JobState { return rivertype.JobStates() }
+
 // maxListed is River's bound on one listing: JobListParams.First panics
 // above it (TestRiver/JobListBound).
 const maxListed = 10_000
 
 // DB runs riverhook's own queries on River's tables, those River's client
-// has no API for ([Count], [EraseBodies]): a *pgxpool.Pool, a *pgx.Conn,
-// or the pgx.Tx of the caller's transaction. It must be on the database of
-// the River client given with it.
+// has no API for ([Count], [EraseBodies]), and begins the transaction in
+// which [Resend] and [Recover] decide: a *pgxpool.Pool, a *pgx.Conn, or the
+// pgx.Tx of the caller's transaction (whose Begin is a savepoint). It must
+// be on the database of the River client given with it.
 type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -213,39 +222,76 @@ func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (int
 }
 
 // laterParams lists the newest job of the delivery of args later than job
-// jobID that is under way or delivered: one that sends the delivery
-// already, which a resend of jobID would send a second time
+// jobID, in any state: the job a resend of the delivery resends, if any
 // (TestRiver/ResendAndRecoverListings).
 func laterParams(jobID int64, args Args) *river.JobListParams {
-	return river.NewJobListParams().Kinds(Kind).
-		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable, rivertype.JobStateRunning,
-			rivertype.JobStateScheduled, rivertype.JobStateCompleted).
+	return river.NewJobListParams().Kinds(Kind).States(rivertype.JobStates()...).
 		Where(connectionWhere+` AND args->>'delivery_id' = @riverhook_delivery_id AND id > @riverhook_job`,
 			river.NamedArgs{"riverhook_connection_id": args.ConnectionID, "riverhook_delivery_id": args.DeliveryID, "riverhook_job": jobID}).
 		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(1)
 }
 
 // gaveUpParams lists the first limit given-up jobs of connectionID, oldest
-// first, discarded at or after since, that still hold a body and have no
-// later job of their delivery (a resend, or the delivery inserted again).
-// River's JobList names the job table river_job, which the subquery reads
+// first, discarded at or after since, that still hold a body, were never
+// resent (no mark of markResent) and have no later job of their delivery
+// (a resend, or the delivery inserted again). River's JobList names the
+// job table river_job, which the subquery reads
 // (TestRiver/ResendAndRecoverListings).
 func gaveUpParams(schema, connectionID string, since time.Time, limit int) *river.JobListParams {
 	laterJob := `SELECT 1 FROM ` + jobTable(schema) + ` AS later WHERE later.kind = river_job.kind AND later.id > river_job.id
 		AND ` + connectionWhere + ` AND later.args->>'delivery_id' = river_job.args->>'delivery_id'`
 	return river.NewJobListParams().Kinds(Kind).States(rivertype.JobStateDiscarded).
-		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND args ? 'payload_base64' AND NOT EXISTS (`+laterJob+`)`,
+		Where(connectionWhere+` AND finalized_at >= @riverhook_since AND args ? 'payload_base64' AND NOT args ? 'resent_as'
+			AND NOT EXISTS (`+laterJob+`)`,
 			river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_since": since.UTC()}).
 		OrderBy(river.JobListOrderByID, river.SortOrderAsc).First(limit)
 }
 
-// laterOfParams lists the jobs of connectionID's deliveries after job first
-// (TestRiver/ResendAndRecoverListings).
-func laterOfParams(connectionID string, deliveries []string, first int64) *river.JobListParams {
-	return river.NewJobListParams().Kinds(Kind).
-		Where(connectionWhere+` AND args->>'delivery_id' = ANY(@riverhook_deliveries::text[]) AND id > @riverhook_first`,
-			river.NamedArgs{"riverhook_connection_id": connectionID, "riverhook_deliveries": deliveries, "riverhook_first": first}).
-		First(maxListed)
+// stored is what a delivery's job row holds in its args: the [Args]
+// riverhook inserted, and ResentAs, the mark markResent writes once the job
+// is resent.
+type stored struct {
+	Args
+	ResentAs int64 `json:"resent_as,omitempty"`
+}
+
+// markResent writes in the args of each job jobs[i] that it was resent as
+// job as[i] ("resent_as"), keeping the rest of its args. River never
+// rewrites a job's args, so the mark lives as long as the row that could
+// be resent again; riverhook's erasures keep it (TestRiver/MarkResent).
+func markResent(ctx context.Context, db DB, schema string, jobs, as []int64) error {
+	_, err := db.Exec(ctx, `UPDATE `+jobTable(schema)+` AS job SET args = job.args || jsonb_build_object('resent_as', marks.resent_as)
+		FROM unnest($1::bigint[], $2::bigint[]) AS marks(id, resent_as) WHERE job.id = marks.id AND job.kind = $3`, jobs, as, Kind)
+	return err
+}
+
+// Resend and Recover decide under PostgreSQL advisory locks held until
+// their transaction ends, keyed by a hash of what they decide on: a
+// connection, and one delivery of it, in River's schema (the search path's
+// first for ""), each as a JSON array so that no two keys differ only in
+// where an id ends. A Resend holds its connection's lock shared and its
+// delivery's exclusively, in that order; a Recover holds its connection's
+// exclusively: deciders on one delivery take turns, Resends of different
+// deliveries do not wait for each other, and a Recover of any number of
+// deliveries holds one lock of PostgreSQL's shared lock table, not one per
+// delivery (TestRiver/Locks). Another use of advisory locks whose key
+// collides with one of these only waits.
+const lockKey = `hashtextextended(jsonb_build_array('riverhook resend', coalesce(nullif($1::text, ''), current_schema()), $2::text`
+
+// lockDelivery takes the locks of a Resend of a delivery in the
+// transaction tx. The shared lock is taken first: the subquery's row is
+// made before the outer one.
+func lockDelivery(ctx context.Context, tx pgx.Tx, schema, connectionID, deliveryID string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+lockKey+`, $3::text)::text, 0))
+		FROM (SELECT pg_advisory_xact_lock_shared(`+lockKey+`)::text, 0)) OFFSET 0) AS connection`, schema, connectionID, deliveryID)
+	return err
+}
+
+// lockConnection takes the lock of a Recover of a connection in the
+// transaction tx.
+func lockConnection(ctx context.Context, tx pgx.Tx, schema, connectionID string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+lockKey+`)::text, 0))`, schema, connectionID)
+	return err
 }
 
 // maxWoken bounds the jobs one wake moves: a backlog beyond it wakes on its

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -321,6 +322,121 @@ func TestRiver(t *testing.T) {
 		assert.Equal(t, map[string]int{"0 completed": 1, "0 discarded": 1, "0 cancelled": 1}, got, "the ended jobs of the first hour, by state; the one under way left out")
 	})
 
+	t.Run("UniqueInEveryState", func(t *testing.T) {
+		assert.NotContains(t, rivertype.UniqueOptsByStateDefault(), rivertype.JobStateDiscarded, "River's default unique states")
+		assert.NotContains(t, rivertype.UniqueOptsByStateDefault(), rivertype.JobStateCancelled, "River's default unique states")
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		for _, state := range rivertype.JobStates() {
+			args := Args{ConnectionID: "crm", DeliveryID: "d-" + string(state), Event: "user.identified", Body: []byte("{}")}
+			first, err := client.Insert(ctx, args, nil)
+			require.NoError(t, err, "River refuses the unique states %v", uniqueStates())
+			_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = $1::text::"`+client.Schema()+`".river_job_state,
+				finalized_at = CASE WHEN $1 IN ('completed', 'discarded', 'cancelled') THEN now() END WHERE id = $2`, string(state), first.Job.ID)
+			require.NoError(t, err)
+			again, err := client.Insert(ctx, args, nil)
+			require.NoError(t, err)
+			assert.True(t, again.UniqueSkippedAsDuplicate, "a repeated insert while the first job is %s", state)
+			assert.Equal(t, first.Job.ID, again.Job.ID)
+			args.ResentFrom = first.Job.ID
+			resent, err := client.Insert(ctx, args, nil)
+			require.NoError(t, err)
+			assert.False(t, resent.UniqueSkippedAsDuplicate, "a resend is a job of its own")
+		}
+		// Once River deleted the first job, a repeated insert is inserted.
+		args := Args{ConnectionID: "crm", DeliveryID: "d-discarded", Event: "user.identified", Body: []byte("{}")}
+		_, err := pool.Exec(ctx, `DELETE FROM `+jobTable(client.Schema())+` WHERE args->>'delivery_id' = 'd-discarded' AND NOT args ? 'resent_from'`)
+		require.NoError(t, err)
+		again, err := client.Insert(ctx, args, nil)
+		require.NoError(t, err)
+		assert.False(t, again.UniqueSkippedAsDuplicate)
+	})
+
+	t.Run("MarkResent", func(t *testing.T) {
+		src := riverSource(t, "github.com/riverqueue/river/riverdriver/riverpgxv5", "internal/dbsqlc/river_job.sql")
+		assert.NotRegexp(t, `(?i)\bargs\s*=|SET\s+args\b`, src, "River rewrites a job's args: a mark written there may be lost")
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		var ids []int64
+		for _, d := range []string{"d1", "d2", "d3"} {
+			res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: d, Event: "user.identified", Body: []byte("{}"), ResentFrom: 7, ResendReason: "why"}, nil)
+			require.NoError(t, err)
+			ids = append(ids, res.Job.ID)
+		}
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'discarded', finalized_at = now()`)
+		require.NoError(t, err)
+		require.NoError(t, markResent(ctx, pool, client.Schema(), ids[:2], []int64{41, 42}))
+		for i, want := range []int64{41, 42, 0} {
+			job, err := client.JobGet(ctx, ids[i])
+			require.NoError(t, err)
+			d, err := DeliveryOf(job)
+			require.NoError(t, err)
+			assert.Equal(t, want, d.ResentAs, "job %d", ids[i])
+			assert.Equal(t, []string{"crm", fmt.Sprint("d", i+1), "why"}, []string{d.ConnectionID, d.DeliveryID, d.ResendReason}, "the rest of the args stays")
+			assert.Equal(t, int64(7), d.ResentFrom)
+		}
+		_, err = erase(ctx, pool, client.Schema(), []string{"d1"})
+		require.NoError(t, err)
+		job, err := client.JobGet(ctx, ids[0])
+		require.NoError(t, err)
+		d, err := DeliveryOf(job)
+		require.NoError(t, err)
+		assert.True(t, d.Erased)
+		assert.Equal(t, int64(41), d.ResentAs, "an erasure keeps the mark")
+	})
+
+	t.Run("Locks", func(t *testing.T) {
+		_, pool := pinClient(t)
+		ctx := context.Background()
+		// held begins a transaction holding the locks of take.
+		held := func(take func(pgx.Tx) error) pgx.Tx {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() { tx.Rollback(ctx) })
+			require.NoError(t, take(tx))
+			return tx
+		}
+		// waits reports whether take waits for the locks of the
+		// transactions holding them (a lock_timeout ends the wait).
+		waits := func(take func(pgx.Tx) error) bool {
+			tx := held(func(tx pgx.Tx) error { _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '50ms'`); return err })
+			defer tx.Rollback(ctx)
+			err := take(tx)
+			if err == nil {
+				return false
+			}
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "55P03", pgErr.Code, "lock_not_available")
+			return true
+		}
+		resend := func(schema, conn, delivery string) func(pgx.Tx) error {
+			return func(tx pgx.Tx) error { return lockDelivery(ctx, tx, schema, conn, delivery) }
+		}
+		recover := func(schema, conn string) func(pgx.Tx) error {
+			return func(tx pgx.Tx) error { return lockConnection(ctx, tx, schema, conn) }
+		}
+
+		first := held(resend("s", "crm", "d1"))
+		assert.True(t, waits(resend("s", "crm", "d1")), "two Resends of a delivery")
+		assert.True(t, waits(recover("s", "crm")), "a Recover of its connection")
+		assert.False(t, waits(resend("s", "crm", "d2")), "a Resend of another delivery")
+		assert.False(t, waits(resend("s", "erp", "d1")), "another connection's delivery of that id")
+		assert.False(t, waits(resend("t", "crm", "d1")), "another schema's")
+		assert.False(t, waits(resend("s", "crm\",\"d1", "")), "ids that join alike")
+		var search string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&search))
+		require.NoError(t, first.Rollback(ctx))
+
+		first = held(recover(search, "crm"))
+		assert.True(t, waits(resend("", "crm", "d1")), "a Resend of the connection, the search path's schema named or not")
+		assert.True(t, waits(recover("", "crm")), "two Recovers of a connection")
+		assert.False(t, waits(recover(search, "erp")), "another connection's")
+		var locks int
+		require.NoError(t, first.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'`).Scan(&locks))
+		assert.Equal(t, 1, locks, "a Recover holds one lock")
+	})
+
 	t.Run("ResendAndRecoverListings", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()
@@ -344,12 +460,27 @@ func TestRiver(t *testing.T) {
 		gaveUp, err = client.JobList(ctx, gaveUpParams(client.Schema(), "crm", since, 10))
 		require.NoError(t, err)
 		assert.Empty(t, gaveUp.Jobs, "a job with a later job of its delivery is not given up for Recover")
-		for _, params := range []*river.JobListParams{laterParams(first.Job.ID, args), laterOfParams("crm", []string{"d1"}, first.Job.ID)} {
-			later, err := client.JobList(ctx, params)
-			require.NoError(t, err)
-			require.Len(t, later.Jobs, 1)
-			assert.Equal(t, resent.Job.ID, later.Jobs[0].ID)
-		}
+		later, err := client.JobList(ctx, laterParams(first.Job.ID, args))
+		require.NoError(t, err)
+		require.Len(t, later.Jobs, 1)
+		assert.Equal(t, resent.Job.ID, later.Jobs[0].ID)
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'cancelled', finalized_at = now() WHERE id = $1`, resent.Job.ID)
+		require.NoError(t, err)
+		later, err = client.JobList(ctx, laterParams(first.Job.ID, args))
+		require.NoError(t, err)
+		require.Len(t, later.Jobs, 1, "a later job in any state")
+
+		// A job marked resent is not given up for Recover, without a later
+		// job too.
+		_, err = client.JobDelete(ctx, resent.Job.ID)
+		require.NoError(t, err)
+		gaveUp, err = client.JobList(ctx, gaveUpParams(client.Schema(), "crm", since, 10))
+		require.NoError(t, err)
+		require.Len(t, gaveUp.Jobs, 1)
+		require.NoError(t, markResent(ctx, pool, client.Schema(), []int64{first.Job.ID}, []int64{resent.Job.ID}))
+		gaveUp, err = client.JobList(ctx, gaveUpParams(client.Schema(), "crm", since, 10))
+		require.NoError(t, err)
+		assert.Empty(t, gaveUp.Jobs, "a job marked resent is not given up for Recover")
 	})
 }
 

@@ -11,7 +11,8 @@
 //     the event, the delivery's id, the connection's id and the body as
 //     exact bytes; never a URL, a header value or a secret.
 //   - [InsertTx] and [InsertParams] enqueue a delivery in your transaction,
-//     one job per connection; a repeated insert is skipped.
+//     one job per connection; a repeated insert is skipped while River
+//     keeps the first job, however it ended.
 //   - [Worker], built by [NewWorker] from a [webhook.Sender] and a
 //     [Resolver], makes one [webhook.Sender.Attempt] per run of a job and
 //     hands the policy's wait to River. [Register] adds it to a River
@@ -25,8 +26,11 @@
 //     by [Status], event and time, and counts per status. [DeliveryOf] reads
 //     one job's [Delivery], which marshals to a stable JSON shape.
 //   - [Resend] sends one delivery again, [Recover] a connection's given-up
-//     deliveries since a time (with a dry run); both insert new jobs,
-//     idempotently, with the caller's reason.
+//     deliveries since a time (with a dry run); both insert new jobs with
+//     the caller's reason, under one rule: a delivery is sent again by
+//     resending its newest job, once, decided under a lock of the
+//     delivery's, so that double clicks, a Resend racing a Recover, and a
+//     resend River has deleted since send nothing more.
 //   - [EraseBodies] removes a user's personal data from ended jobs.
 //   - Package console (riverhook/console) serves a connection's log to the
 //     service's customers, scoped to their own connections, with the Send
@@ -123,8 +127,8 @@ type Args struct {
 
 	// ResentFrom is the job this one sends again, and ResendReason the
 	// reason given ([Resend], [Recover]); zero and empty in a delivery's
-	// first job. A job is unique by ResentFrom too: one resend of a job is
-	// under way or done at a time.
+	// first job. A job is unique by ResentFrom too: a job has one resend
+	// while River keeps it.
 	ResentFrom   int64  `json:"resent_from,omitempty" river:"unique"`
 	ResendReason string `json:"resend_reason,omitempty"`
 
@@ -137,15 +141,18 @@ func (Args) Kind() string { return Kind }
 
 // InsertOpts returns River's insert options of every delivery job, which
 // River applies to a plain client.Insert of Args too: unique by delivery
-// and connection ids (ByArgs, in River's default unique states), and
-// tagged with [ConnectionTag] and [EventTag] (unless the insert gives tags
-// of its own, which River takes instead; [InsertParams] adds them to the
-// delivery's). MaxAttempts is left to the client (Config.MaxAttempts, 25
-// by default); [InsertParams] sizes it for the retry policy.
+// and connection ids (ByArgs) in every state, so that a repeated insert of
+// a delivery is skipped however its job ended, given up and cancelled
+// included, as long as River keeps the job's row (its retention periods:
+// 24 hours once delivered or cancelled, 7 days once given up, by default);
+// and tagged with [ConnectionTag] and [EventTag] (unless the insert gives
+// tags of its own, which River takes instead; [InsertParams] adds them to
+// the delivery's). MaxAttempts is left to the client (Config.MaxAttempts,
+// 25 by default); [InsertParams] sizes it for the retry policy.
 func (a Args) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Tags:       []string{ConnectionTag(a.ConnectionID), EventTag(a.Event)},
-		UniqueOpts: river.UniqueOpts{ByArgs: true},
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: uniqueStates()},
 	}
 }
 
@@ -280,8 +287,9 @@ func uniqueUnset(u river.UniqueOpts) bool {
 // client will do): the outbox. With no connection it validates p and
 // inserts nothing, so the transaction commits. The results are River's,
 // one per distinct connection id in the order of connectionIDs; a delivery
-// inserted before is skipped (UniqueSkippedAsDuplicate). It blocks on the
-// insert. Arguments are as for [InsertParams].
+// inserted before is skipped (UniqueSkippedAsDuplicate) while River keeps
+// its first job's row, however it ended (see [Args.InsertOpts]). It blocks
+// on the insert. Arguments are as for [InsertParams].
 func InsertTx[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx, deliveryID string, connectionIDs []string,
 	p webhook.Payload, opts *InsertOptions) ([]*rivertype.JobInsertResult, error) {
 	params, err := InsertParams(deliveryID, connectionIDs, p, opts)

@@ -95,7 +95,7 @@ type listing struct {
 	Counts       map[riverhook.Status]int `json:"counts"` // since the listing's since
 }
 
-func (c *console[TTx]) list(r *http.Request, req request) (*listing, error) {
+func (c *console) list(r *http.Request, req request) (*listing, error) {
 	p, err := listQuery(r.URL.Query(), time.Now())
 	if err != nil {
 		return nil, &badRequest{err}
@@ -116,7 +116,7 @@ type badRequest struct{ err error }
 
 func (e *badRequest) Error() string { return e.err.Error() }
 
-func (c *console[TTx]) apiList(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) apiList(w http.ResponseWriter, r *http.Request, req request) {
 	l, err := c.list(r, req)
 	var bad *badRequest
 	switch {
@@ -153,7 +153,7 @@ func (d deliveryJSON) MarshalJSON() ([]byte, error) {
 
 // payload returns job's body when it is shown, and nil otherwise: without
 // Options.ShowPayload, erased, or not JSON.
-func (c *console[TTx]) payload(job *rivertype.JobRow) json.RawMessage {
+func (c *console) payload(job *rivertype.JobRow) json.RawMessage {
 	if !c.opts.ShowPayload {
 		return nil
 	}
@@ -164,7 +164,7 @@ func (c *console[TTx]) payload(job *rivertype.JobRow) json.RawMessage {
 	return json.RawMessage(a.Body)
 }
 
-func (c *console[TTx]) apiDelivery(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) apiDelivery(w http.ResponseWriter, r *http.Request, req request) {
 	job, d, ok := c.job(w, r, req)
 	if !ok {
 		return
@@ -173,7 +173,7 @@ func (c *console[TTx]) apiDelivery(w http.ResponseWriter, r *http.Request, req r
 }
 
 // resend resends the request's job; status is the answer's on error.
-func (c *console[TTx]) resend(w http.ResponseWriter, r *http.Request, req request) (job *rivertype.JobRow, inserted bool, status int, err error) {
+func (c *console) resend(w http.ResponseWriter, r *http.Request, req request) (job *rivertype.JobRow, inserted bool, status int, err error) {
 	row, _, ok := c.job(w, r, req)
 	if !ok {
 		return nil, false, 0, nil
@@ -182,10 +182,12 @@ func (c *console[TTx]) resend(w http.ResponseWriter, r *http.Request, req reques
 		c.tooSoon(w, r, req, wait)
 		return nil, false, 0, nil
 	}
-	job, inserted, err = riverhook.Resend(r.Context(), c.client, row.ID, "resent from the console by "+c.actor(r), c.worker.InsertOptions(nil))
+	job, inserted, err = riverhook.Resend(r.Context(), c.client, c.db, row.ID, "resent from the console by "+c.actor(r), c.worker.InsertOptions(nil))
 	switch {
 	case errors.Is(err, riverhook.ErrUnderWay):
 		return nil, false, http.StatusConflict, errors.New("the delivery is still under way: it can be resent once it has ended")
+	case errors.Is(err, riverhook.ErrResent):
+		return nil, false, http.StatusConflict, errors.New("the delivery was resent already, and that resend's log is no longer kept: it is not sent again")
 	case errors.Is(err, riverhook.ErrErased):
 		return nil, false, http.StatusConflict, errors.New("the delivery's body was erased: there is nothing to resend")
 	case err != nil:
@@ -197,7 +199,7 @@ func (c *console[TTx]) resend(w http.ResponseWriter, r *http.Request, req reques
 // failed answers an action that did not succeed, and reports whether it
 // did not: nothing more when status is 0 (answered already, as a rate
 // limit is), a logged 500, or show with the error's own status.
-func (c *console[TTx]) failed(w http.ResponseWriter, r *http.Request, req request, status int, err error, show func(status int, msg string)) bool {
+func (c *console) failed(w http.ResponseWriter, r *http.Request, req request, status int, err error, show func(status int, msg string)) bool {
 	switch {
 	case status == 0:
 	case status == http.StatusInternalServerError:
@@ -210,7 +212,7 @@ func (c *console[TTx]) failed(w http.ResponseWriter, r *http.Request, req reques
 	return true
 }
 
-func (c *console[TTx]) apiResend(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) apiResend(w http.ResponseWriter, r *http.Request, req request) {
 	job, inserted, status, err := c.resend(w, r, req)
 	if !c.failed(w, r, req, status, err, func(status int, msg string) { writeError(w, status, msg) }) {
 		writeJSON(w, http.StatusOK, map[string]any{"job_id": job.ID, "inserted": inserted})
@@ -225,7 +227,7 @@ type recoverResult struct {
 }
 
 // runRecover runs the request's recover; status is the answer's on error.
-func (c *console[TTx]) runRecover(w http.ResponseWriter, r *http.Request, req request) (*recoverResult, int, error) {
+func (c *console) runRecover(w http.ResponseWriter, r *http.Request, req request) (*recoverResult, int, error) {
 	since, err := timeParam(url.Values{"since": {r.FormValue("since")}}, "since", time.Now())
 	switch {
 	case err != nil:
@@ -245,7 +247,7 @@ func (c *console[TTx]) runRecover(w http.ResponseWriter, r *http.Request, req re
 		c.tooSoon(w, r, req, wait)
 		return nil, 0, nil
 	}
-	res, err := riverhook.Recover(r.Context(), c.client, req.conn, riverhook.RecoverParams{Since: since,
+	res, err := riverhook.Recover(r.Context(), c.client, c.db, req.conn, riverhook.RecoverParams{Since: since,
 		Reason: "recovered from the console by " + c.actor(r), DryRun: dry}, c.worker.InsertOptions(nil))
 	if err != nil {
 		return nil, http.StatusInternalServerError, err
@@ -257,7 +259,7 @@ func (c *console[TTx]) runRecover(w http.ResponseWriter, r *http.Request, req re
 	return out, http.StatusOK, nil
 }
 
-func (c *console[TTx]) apiRecover(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) apiRecover(w http.ResponseWriter, r *http.Request, req request) {
 	res, status, err := c.runRecover(w, r, req)
 	if !c.failed(w, r, req, status, err, func(status int, msg string) { writeError(w, status, msg) }) {
 		writeJSON(w, http.StatusOK, res)
@@ -266,7 +268,7 @@ func (c *console[TTx]) apiRecover(w http.ResponseWriter, r *http.Request, req re
 
 // test runs the request's Send Test, rate-limited; ok is false once it
 // has answered.
-func (c *console[TTx]) test(w http.ResponseWriter, r *http.Request, req request) (testResult, bool) {
+func (c *console) test(w http.ResponseWriter, r *http.Request, req request) (testResult, bool) {
 	if wait, ok := c.limits.allow(actionTest, req.conn); !ok {
 		c.tooSoon(w, r, req, wait)
 		return testResult{}, false
@@ -283,7 +285,7 @@ func (c *console[TTx]) test(w http.ResponseWriter, r *http.Request, req request)
 	return t, true
 }
 
-func (c *console[TTx]) apiTest(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) apiTest(w http.ResponseWriter, r *http.Request, req request) {
 	t, ok := c.test(w, r, req)
 	if !ok {
 		return
@@ -320,7 +322,7 @@ var healthRank = map[string]int{"unknown": 0, "up": 1, "failing": 2, "down": 3, 
 // health returns the health of the request's connection's endpoint: the
 // worst of what the marks and the serving process's Sender know of its
 // origin and of its URL.
-func (c *console[TTx]) health(r *http.Request, req request) (health, error) {
+func (c *console) health(r *http.Request, req request) (health, error) {
 	endpoint, key, failing, err := c.worker.EndpointHealth(r.Context(), req.conn)
 	if err != nil {
 		return health{}, err
@@ -367,7 +369,7 @@ func (c *console[TTx]) health(r *http.Request, req request) (health, error) {
 	return h, nil
 }
 
-func (c *console[TTx]) apiHealth(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) apiHealth(w http.ResponseWriter, r *http.Request, req request) {
 	h, err := c.health(r, req)
 	if err != nil {
 		c.fail(w, r, req, err)

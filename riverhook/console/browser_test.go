@@ -12,9 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/riverhook/console"
 )
 
 // chromium returns the path of Debian's chromium. Without it the test is
@@ -34,13 +39,28 @@ func chromium(t *testing.T) string {
 }
 
 // TestConsole_InABrowser drives headless chromium through the console: the
-// deliveries of every status are listed, a hostile receiver's script does
-// not run, and a resend from the page makes a new attempt that the started
-// River client delivers. With UPDATE_SCREENSHOTS=1 it writes the pages'
-// screenshots into ../docs for the README.
+// service's names for the connections show instead of their ids, the
+// deliveries of every status are listed, the charts are drawn with their
+// accessible text, a hostile receiver's script does not run, a resend from
+// the page makes a new attempt that the started River client delivers, and
+// the fleet's mark of the endpoint as down shows as a banner. With
+// UPDATE_SCREENSHOTS=1 it writes the pages' screenshots into ../docs for
+// the README.
 func TestConsole_InABrowser(t *testing.T) {
 	exe := chromium(t)
 	f := newFixture(t, nil, true)
+	bg := context.Background()
+	require.NoError(t, riverhook.Migrate(bg, f.pool, f.schema))
+	marks := riverhook.NewEndpointMarks(f.pool, f.schema)
+	var err error
+	f.handler, err = console.New(f.client, f.pool, f.worker, &console.Options{
+		Connections: customerConnections,
+		ConnectionNames: func(_ *http.Request, ids []string) (map[string]string, error) {
+			return map[string]string{"crm": "Acme CRM", "erp": "Acme ERP"}, nil
+		},
+		Marks: marks,
+	})
+	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("/console/", http.StripPrefix("/console", f.handler))
 	srv := httptest.NewServer(mux)
@@ -54,14 +74,37 @@ func TestConsole_InABrowser(t *testing.T) {
 	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
 	defer cancelTimeout()
 	shots := os.Getenv("UPDATE_SCREENSHOTS") != ""
-	shoot := func(name string) {
+	// shoot writes the whole page's screenshot, or with viewport the
+	// window's alone.
+	shoot := func(name string, viewport bool) {
 		t.Helper()
 		if !shots {
 			return
 		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		shot := chromedp.FullScreenshot(100)
+		if viewport {
+			shot = chromedp.CaptureScreenshot()
+		}
+		png, err := chromedp.Run(ctx, shot)
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join("..", "docs", "console-"+name+".png"), png, 0o644))
+	}
+	// accessible reports whether the page has a node of role, as the
+	// browser tells assistive technology, whose accessible name is name
+	// (any, for "").
+	accessible := func(role, name string) bool {
+		t.Helper()
+		body, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSS("body")))
+		require.NoError(t, err)
+		found, err := chromedp.Call(ctx, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{
+			BackendNodeID: body[0].BackendNodeID, AccessibleName: name, Role: role})
+		require.NoError(t, err)
+		for _, n := range found.Nodes {
+			if !n.Ignored {
+				return true
+			}
+		}
+		return false
 	}
 	text := func(sel string) string {
 		t.Helper()
@@ -81,6 +124,14 @@ func TestConsole_InABrowser(t *testing.T) {
 	}
 	job := func(d string) string { return strconv.FormatInt(f.jobs[d], 10) }
 
+	// The connections, by the service's names.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.WaitVisible(chromedp.CSS("ul.connections")),
+	))
+	assert.Equal(t, "Acme CRM", text("ul.connections a"), "the name, not the id, is the link")
+	assert.Equal(t, "crm", text("ul.connections .conn"), "the id beside it")
+
 	// The list: a row per delivery, in every status, the interrupted one marked.
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/console/connections/crm"),
@@ -91,9 +142,38 @@ func TestConsole_InABrowser(t *testing.T) {
 		assert.Contains(t, rows, want)
 	}
 	title, global := pwned()
-	assert.Equal(t, "Deliveries to crm", title)
+	assert.Equal(t, "Deliveries to Acme CRM", title, "the connection's name")
 	assert.Equal(t, "undefined", global)
-	shoot("list")
+	assert.Equal(t, "Deliveries to Acme CRM crm", text("h1"))
+	assert.Equal(t, "unknown", text(".health"), "no mark yet: never a false up")
+	assert.False(t, accessible("alert", ""), "no banner while nothing is known")
+
+	// The charts: drawn, and told in words to assistive technology. The
+	// fixture's deliveries ended in the last hour: 2 delivered (one after
+	// an interrupted run), 2 given up, 1 cancelled.
+	for id, label := range map[string]string{
+		"day":  "Last 24 hours, by the hour: 2 delivered, 2 given up, 1 cancelled",
+		"week": "Last 7 days, by the day: 2 delivered, 2 given up, 1 cancelled",
+	} {
+		svg := "#chart-" + id + " svg"
+		require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(svg))))
+		assert.True(t, accessible("image", label), "no image named %q", label)
+		caption := strings.Join(strings.Fields(text("#chart-"+id+" figcaption")), " ")
+		assert.True(t, strings.HasPrefix(caption, label+" "), "the caption says it too: %q", caption)
+		bars := map[string]int{"day": 24, "week": 7}[id]
+		drawn, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("`+svg+` g > title"), t => t.textContent)`))
+		require.NoError(t, err)
+		require.Len(t, drawn, bars, "a bar per period")
+		assert.Contains(t, drawn[bars-1], ": 2 delivered, 2 given up, 1 cancelled", "the last period's bar, in its title")
+		segs, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`Object.fromEntries(["delivered", "given-up", "cancelled"].map(c =>
+			[c, document.querySelector("`+svg+` rect.seg-" + c).getBoundingClientRect().height]))`))
+		require.NoError(t, err)
+		for class, height := range segs {
+			assert.Positive(t, height, "%s: the %s segment is drawn", id, class)
+		}
+	}
+	shoot("charts", true)
+	shoot("list", false)
 
 	// The hostile receiver's answer is shown as text, and runs nothing.
 	require.NoError(t, chromedp.Do(ctx,
@@ -112,7 +192,7 @@ func TestConsole_InABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("tr.interrupted")),
 	))
 	assert.Contains(t, text("tr.interrupted"), "cost no attempt")
-	shoot("interrupted")
+	shoot("interrupted", false)
 
 	// A delivery that gave up, resent from its page: the new job runs.
 	before := len(f.srv.Deliveries())
@@ -120,7 +200,7 @@ func TestConsole_InABrowser(t *testing.T) {
 		chromedp.Navigate(srv.URL+"/console/connections/crm/deliveries/"+job("given-up")),
 		chromedp.WaitVisible(chromedp.ID("resend")),
 	))
-	shoot("delivery")
+	shoot("delivery", false)
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("resend")), chromedp.WaitVisible(chromedp.ID("done"))))
 	assert.Contains(t, text("#done"), "Resent")
 	status := ""
@@ -135,4 +215,33 @@ func TestConsole_InABrowser(t *testing.T) {
 	assert.True(t, strings.HasPrefix(url, srv.URL+"/console/connections/crm/deliveries/"), url)
 	assert.NotContains(t, url, "/deliveries/"+job("given-up")+"?", "the new delivery's page")
 	assert.Len(t, f.srv.Deliveries(), before+1, "one new attempt")
+
+	// The given-up delivery's page now says it was resent, and offers no
+	// second Resend.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/console/connections/crm/deliveries/"+job("given-up")),
+		chromedp.WaitVisible(chromedp.ID("resent-as")),
+	))
+	assert.Equal(t, "as a later delivery", text("#resent-as"))
+	assert.Equal(t, "Deliveries to Acme CRM", text(".crumbs"), "the name in the crumbs")
+	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#resend").length`))
+	require.NoError(t, err)
+	assert.Zero(t, buttons, "no Resend button")
+
+	// A worker marks the endpoint down: the page says so at the top.
+	now := time.Now()
+	require.NoError(t, marks.Mark(bg, webhook.EndpointHealth{Endpoint: f.srv.Connection().Endpoint(), Down: true,
+		Since: now.Add(-3 * time.Minute), Changed: now.Add(-3 * time.Minute), NextProbe: now.Add(time.Minute), Failures: 3,
+		LastFailure: webhook.Attempt{Kind: webhook.KindRefused}}))
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.WaitVisible(chromedp.CSS(".banner.down")),
+	))
+	banner := text(".banner.down")
+	assert.True(t, strings.HasPrefix(banner, "Your endpoint is down."), banner)
+	assert.Contains(t, banner, "(3 in a row, the last: refused)")
+	assert.Contains(t, banner, "Deliveries wait for it without spending their attempts")
+	assert.True(t, accessible("alert", ""), "the banner is an alert to assistive technology")
+	assert.Equal(t, "down", text(".health"))
+	shoot("down", true)
 }

@@ -39,7 +39,7 @@ const (
 
 // charts returns the connection's charts: the last 24 hours by the hour,
 // the last 7 days by the day.
-func (c *console[TTx]) charts(ctx context.Context, conn string) ([]chart, error) {
+func (c *console) charts(ctx context.Context, conn string) ([]chart, error) {
 	now := time.Now()
 	out := make([]chart, 0, 2)
 	for _, spec := range []struct {

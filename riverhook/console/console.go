@@ -43,7 +43,8 @@
 //   - GET /api/connections/{id}/health: the endpoint's health.
 //
 // Errors are {"error": "..."} with 400, 404, 409 (a resend of a delivery
-// under way or erased), 429 (with Retry-After) or 500.
+// under way, erased, or resent already by a resend no longer kept), 429
+// (with Retry-After) or 500.
 //
 // # Security
 //
@@ -80,6 +81,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -171,8 +173,8 @@ type Marks interface {
 var assets embed.FS
 
 // console is the handler New returns.
-type console[TTx any] struct {
-	client *river.Client[TTx]
+type console struct {
+	client *river.Client[pgx.Tx]
 	db     riverhook.DB
 	worker *riverhook.Worker
 	opts   Options
@@ -185,15 +187,16 @@ type console[TTx any] struct {
 }
 
 // New returns the console on the deliveries of client, a River client on the
-// database (an insert-only one will do), and db, a pool on the same
-// database for the counts per status ([riverhook.Count]), acting through
+// database through River's pgx driver (an insert-only one will do), and db, a
+// pool on the same database for the counts per status ([riverhook.Count])
+// and the transactions of resends ([riverhook.Resend]), acting through
 // worker: its Sender
 // and Resolver make the Send Test and tell the endpoint's health, and its
 // policy sizes resends. opts.Connections is required. The handler serves
 // the routes of the package documentation relative to where it is mounted
 // (use [http.StripPrefix]), guarded by [http.CrossOriginProtection]. It is
 // safe for concurrent use.
-func New[TTx any](client *river.Client[TTx], db riverhook.DB, worker *riverhook.Worker, opts *Options) (http.Handler, error) {
+func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker, opts *Options) (http.Handler, error) {
 	if client == nil || db == nil || worker == nil {
 		return nil, errors.New("console: New needs a River client, a pool on its database and the riverhook Worker")
 	}
@@ -204,7 +207,7 @@ func New[TTx any](client *river.Client[TTx], db riverhook.DB, worker *riverhook.
 	if err != nil {
 		return nil, fmt.Errorf("console: parsing the templates: %w", err)
 	}
-	c := &console[TTx]{client: client, db: db, worker: worker, opts: *opts, pages: pages, tests: map[string]testResult{},
+	c := &console{client: client, db: db, worker: worker, opts: *opts, pages: pages, tests: map[string]testResult{},
 		logger: opts.Logger}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
@@ -264,7 +267,7 @@ type request struct {
 
 // scoped answers 404 to a request for a connection it may not see, and
 // hands the others on.
-func (c *console[TTx]) scoped(next func(http.ResponseWriter, *http.Request, request)) http.HandlerFunc {
+func (c *console) scoped(next func(http.ResponseWriter, *http.Request, request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		req := request{conn: r.PathValue("conn"), api: strings.HasPrefix(r.URL.Path, "/api/")}
 		allowed, err := c.opts.Connections(r)
@@ -282,7 +285,7 @@ func (c *console[TTx]) scoped(next func(http.ResponseWriter, *http.Request, requ
 
 // job returns the delivery of the request's job, and false, having answered
 // 404, when there is none of the request's connection.
-func (c *console[TTx]) job(w http.ResponseWriter, r *http.Request, req request) (*rivertype.JobRow, *riverhook.Delivery, bool) {
+func (c *console) job(w http.ResponseWriter, r *http.Request, req request) (*rivertype.JobRow, *riverhook.Delivery, bool) {
 	id, err := strconv.ParseInt(r.PathValue("job"), 10, 64)
 	if err != nil || id <= 0 {
 		c.notFound(w, r, req)
@@ -309,7 +312,7 @@ func (c *console[TTx]) job(w http.ResponseWriter, r *http.Request, req request) 
 	return row, d, true
 }
 
-func (c *console[TTx]) actor(r *http.Request) string {
+func (c *console) actor(r *http.Request) string {
 	who := "a customer"
 	if c.opts.Actor != nil {
 		who = cmp.Or(c.opts.Actor(r), who)
@@ -324,7 +327,7 @@ func cut(s string, n int) string {
 	return strings.ToValidUTF8(s[:min(n, len(s))], "")
 }
 
-func (c *console[TTx]) notFound(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) notFound(w http.ResponseWriter, r *http.Request, req request) {
 	if req.api {
 		writeError(w, http.StatusNotFound, "not found")
 		return
@@ -334,7 +337,7 @@ func (c *console[TTx]) notFound(w http.ResponseWriter, r *http.Request, req requ
 
 // fail answers 500, logging err: its text may name what a customer must not
 // read.
-func (c *console[TTx]) fail(w http.ResponseWriter, r *http.Request, req request, err error) {
+func (c *console) fail(w http.ResponseWriter, r *http.Request, req request, err error) {
 	c.logger.ErrorContext(r.Context(), "console: answering 500", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 	if req.api {
 		writeError(w, http.StatusInternalServerError, "internal error")
@@ -344,7 +347,7 @@ func (c *console[TTx]) fail(w http.ResponseWriter, r *http.Request, req request,
 }
 
 // tooSoon answers 429, with Retry-After in whole seconds.
-func (c *console[TTx]) tooSoon(w http.ResponseWriter, r *http.Request, req request, wait time.Duration) {
+func (c *console) tooSoon(w http.ResponseWriter, r *http.Request, req request, wait time.Duration) {
 	secs := int((wait + time.Second - 1) / time.Second)
 	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	if req.api {
@@ -432,7 +435,7 @@ type testResult struct {
 }
 
 // sendTest runs the connection's Send Test and keeps its result.
-func (c *console[TTx]) sendTest(ctx context.Context, conn string) (testResult, error) {
+func (c *console) sendTest(ctx context.Context, conn string) (testResult, error) {
 	res, err := c.worker.SendTest(ctx, conn)
 	if res == nil || len(res.Attempts) == 0 {
 		if err == nil {
@@ -449,7 +452,7 @@ func (c *console[TTx]) sendTest(ctx context.Context, conn string) (testResult, e
 	return t, nil
 }
 
-func (c *console[TTx]) lastTest(conn string) (testResult, bool) {
+func (c *console) lastTest(conn string) (testResult, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.tests[conn]

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -231,6 +230,17 @@ func TestConsole_APIResendsAnEndedDeliveryOnce(t *testing.T) {
 
 	got = f.do(t, "POST", "/api/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["retrying"], 10)+"/resend", "")
 	assert.Equal(t, http.StatusConflict, got.Code, "under way")
+
+	page := f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["given-up"], 10), "").Body.String()
+	assert.Contains(t, page, `<a href="`+strconv.FormatInt(first.JobID, 10)+`">as a later delivery</a>`)
+	assert.NotContains(t, page, `id="resend"`, "no Resend button on a resent delivery")
+	_, err = f.client.JobDelete(context.Background(), first.JobID) // as River's retention does
+	require.NoError(t, err)
+	got = f.do(t, "POST", path, "")
+	assert.Equal(t, http.StatusConflict, got.Code, "resent already, by a job River deleted: %s", got.Body.String())
+	assert.Contains(t, got.Body.String(), "resent already")
+	page = f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["given-up"], 10), "").Body.String()
+	assert.Contains(t, page, "as a later delivery, whose log is no longer kept")
 }
 
 func TestConsole_APIRecoversGivenUpDeliveriesWithADryRunAndALimit(t *testing.T) {
@@ -423,7 +433,7 @@ func TestConsole_HealthFromTheFleetsMarks(t *testing.T) {
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
 	require.NoError(t, err)
-	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{
+	h, err := console.New(client, pool, w, &console.Options{
 		Connections: func(*http.Request) ([]string, error) { return []string{"crm"}, nil },
 		Marks:       marks,
 	})
@@ -502,7 +512,7 @@ func TestConsole_FitsTheServicesLook(t *testing.T) {
 	assert.Contains(t, css.Body.String(), "--wait: rgb(11, 95, 255);")
 
 	for _, theme := range []map[string]string{{"ink": "red; } body { display: none"}, {"font": "serif"}} {
-		_, err := console.New[pgx.Tx](f.client, f.pool, f.worker, &console.Options{Connections: customerConnections, Theme: theme})
+		_, err := console.New(f.client, f.pool, f.worker, &console.Options{Connections: customerConnections, Theme: theme})
 		assert.Error(t, err, "%v", theme)
 	}
 }
@@ -567,7 +577,7 @@ func deadEndpoint(t *testing.T, marks console.Marks) (*fixture, *webhook.Sender,
 	require.NoError(t, err)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
 	require.NoError(t, err)
-	h, err := console.New[pgx.Tx](client, pool, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil },
+	h, err := console.New(client, pool, w, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"dead"}, nil },
 		Marks: marks})
 	require.NoError(t, err)
 	return &fixture{handler: h}, sender, dead, ln

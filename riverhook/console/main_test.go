@@ -76,6 +76,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // console on them.
 type fixture struct {
 	pool    *pgxpool.Pool
+	schema  string
 	client  *river.Client[pgx.Tx]
 	worker  *riverhook.Worker
 	srv     *webhooktest.Server
@@ -104,7 +105,7 @@ func newFixture(t *testing.T, opts *console.Options, work bool) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	pool, schema := testdb.Schema(t, "console", true)
-	f := &fixture{pool: pool, rcv: &receiver{answers: map[string][]int{
+	f := &fixture{pool: pool, schema: schema, rcv: &receiver{answers: map[string][]int{
 		"given-up": {500, 500}, "retrying": {503}, "hostile": {500, 500}}}, jobs: map[string]int64{}}
 	f.srv = webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: f.rcv})
 	t.Cleanup(f.srv.Close)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/riverqueue/river"
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
@@ -33,7 +36,7 @@ type errorPage struct {
 	Back string // the page to go back to, under the mount; empty for none
 }
 
-func (c *console[TTx]) errorPage(w http.ResponseWriter, r *http.Request, status int, title, text, back string) {
+func (c *console) errorPage(w http.ResponseWriter, r *http.Request, status int, title, text, back string) {
 	c.render(w, r, status, "error.html", errorPage{common: c.common(r, title), Text: text, Back: back})
 }
 
@@ -50,15 +53,15 @@ type connLink struct{ ID, Name, Path string }
 func (l connLink) Shown() string { return cmp.Or(l.Name, l.ID) }
 
 // common returns what every page of r shows, titled title.
-func (c *console[TTx]) common(r *http.Request, title string) common {
+func (c *console) common(r *http.Request, title string) common {
 	return common{Base: base(r), Title: title, Brand: c.title()}
 }
 
-func (c *console[TTx]) title() string { return cmp.Or(c.opts.Title, DefaultTitle) }
+func (c *console) title() string { return cmp.Or(c.opts.Title, DefaultTitle) }
 
 // names returns the names the service gives ids, none when it gives none
 // or fails (logged: the ids show instead).
-func (c *console[TTx]) names(r *http.Request, ids []string) map[string]string {
+func (c *console) names(r *http.Request, ids []string) map[string]string {
 	if c.opts.ConnectionNames == nil || len(ids) == 0 {
 		return nil
 	}
@@ -71,7 +74,7 @@ func (c *console[TTx]) names(r *http.Request, ids []string) map[string]string {
 }
 
 // named returns the link of connection id, with its name.
-func (c *console[TTx]) named(r *http.Request, id string) connLink {
+func (c *console) named(r *http.Request, id string) connLink {
 	l := connOf(id)
 	l.Name = c.names(r, []string{id})[id]
 	return l
@@ -123,6 +126,10 @@ type deliveryPage struct {
 	Attempts []attemptRow
 	Payload  string // indented JSON, with Options.ShowPayload
 	Done     string // the resend just made: "resent" or "pending"
+
+	// ResendKept reports that the job D was resent as (D.ResentAs) is still
+	// kept: its page can be linked.
+	ResendKept bool
 }
 
 type attemptRow struct {
@@ -174,7 +181,7 @@ func connOf(id string) connLink {
 	return connLink{ID: id, Path: "connections/" + url.PathEscape(id)}
 }
 
-func (c *console[TTx]) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
+func (c *console) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	var buf bytes.Buffer
 	if err := c.pages.ExecuteTemplate(&buf, name, data); err != nil {
 		c.logger.ErrorContext(r.Context(), "console: rendering a page", "page", name, "error", err.Error())
@@ -192,7 +199,7 @@ func seeOther(w http.ResponseWriter, r *http.Request, path string) {
 	w.WriteHeader(http.StatusSeeOther)
 }
 
-func (c *console[TTx]) index(w http.ResponseWriter, r *http.Request) {
+func (c *console) index(w http.ResponseWriter, r *http.Request) {
 	req := request{}
 	ids, err := c.opts.Connections(r)
 	if err != nil {
@@ -212,7 +219,7 @@ func (c *console[TTx]) index(w http.ResponseWriter, r *http.Request) {
 // periods are the connection page's time filters.
 var periods = []struct{ label, since string }{{"24 hours", "24h"}, {"7 days", "168h"}, {"30 days", "720h"}, {"all", ""}}
 
-func (c *console[TTx]) connectionPage(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) connectionPage(w http.ResponseWriter, r *http.Request, req request) {
 	l, err := c.list(r, req)
 	if err != nil {
 		if bad, ok := err.(*badRequest); ok {
@@ -308,7 +315,7 @@ func answer(a webhook.Attempt) string {
 	return string(a.Outcome())
 }
 
-func (c *console[TTx]) deliveryPage(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) deliveryPage(w http.ResponseWriter, r *http.Request, req request) {
 	job, d, ok := c.job(w, r, req)
 	if !ok {
 		return
@@ -317,6 +324,14 @@ func (c *console[TTx]) deliveryPage(w http.ResponseWriter, r *http.Request, req 
 		Done: r.URL.Query().Get("done")}
 	if p.Done != "resent" && p.Done != "pending" {
 		p.Done = ""
+	}
+	if d.ResentAs != 0 {
+		_, err := c.client.JobGet(r.Context(), d.ResentAs)
+		if err != nil && !errors.Is(err, river.ErrNotFound) {
+			c.fail(w, r, req, err)
+			return
+		}
+		p.ResendKept = err == nil
 	}
 	for _, a := range d.Attempts {
 		p.Attempts = append(p.Attempts, attemptRow{N: a.N, Run: a.Run, Outcome: string(a.Outcome()), Answer: answer(a.Attempt),
@@ -332,7 +347,7 @@ func (c *console[TTx]) deliveryPage(w http.ResponseWriter, r *http.Request, req 
 	c.render(w, r, http.StatusOK, "delivery.html", p)
 }
 
-func (c *console[TTx]) resendForm(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) resendForm(w http.ResponseWriter, r *http.Request, req request) {
 	job, inserted, status, err := c.resend(w, r, req)
 	if !c.failed(w, r, req, status, err, func(status int, msg string) {
 		c.errorPage(w, r, status, "Not resent", msg, connOf(req.conn).Path)
@@ -345,7 +360,7 @@ func (c *console[TTx]) resendForm(w http.ResponseWriter, r *http.Request, req re
 	}
 }
 
-func (c *console[TTx]) recoverForm(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) recoverForm(w http.ResponseWriter, r *http.Request, req request) {
 	res, status, err := c.runRecover(w, r, req)
 	if !c.failed(w, r, req, status, err, func(status int, msg string) {
 		c.errorPage(w, r, status, "Not recovered", msg, connOf(req.conn).Path)
@@ -361,7 +376,7 @@ func (c *console[TTx]) recoverForm(w http.ResponseWriter, r *http.Request, req r
 	}
 }
 
-func (c *console[TTx]) testForm(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) testForm(w http.ResponseWriter, r *http.Request, req request) {
 	if _, ok := c.test(w, r, req); ok {
 		seeOther(w, r, connOf(req.conn).Path+"#test")
 	}

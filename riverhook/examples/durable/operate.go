@@ -67,7 +67,7 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 		if connectionID == "" {
 			return errUsage{msg: "-connection is required"}
 		}
-		res, err := riverhook.Recover(ctx, client, connectionID,
+		res, err := riverhook.Recover(ctx, client, pool, connectionID,
 			riverhook.RecoverParams{Since: time.Now().Add(-*o.since), Reason: *o.reason, DryRun: *o.dryRun}, nil)
 		if err != nil {
 			return err
@@ -80,7 +80,7 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 			res.GivenUp, *o.since, verb, res.Resent, res.Pending, res.More)
 		return nil
 	case "resend":
-		job, inserted, err := riverhook.Resend(ctx, client, *o.job, *o.reason, nil)
+		job, inserted, err := riverhook.Resend(ctx, client, pool, *o.job, *o.reason, nil)
 		if err != nil {
 			return err
 		}
