@@ -83,6 +83,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -104,10 +105,10 @@ const MaxInterruptedRuns = 5
 // Args is one delivery to one connection, as stored in the job. The body is
 // kept as exact bytes (base64 in the job's JSON, "payload_base64"):
 // PostgreSQL's jsonb would reorder a JSON object and break every
-// signature. The body's JSON name is the last of the four both in River
-// UI, which sorts keys by name, and in PostgreSQL, which sorts them by
-// length: the connection, the delivery and the event read first. River's
-// unique key hashes the ids under these JSON names.
+// signature. The body's JSON name is the last of a delivery's fields both
+// in River UI, which sorts keys by name, and in PostgreSQL, which sorts
+// them by length: the connection, the delivery, the event and the subject
+// read first. River's unique key hashes the ids under these JSON names.
 type Args struct {
 	ConnectionID string `json:"connection_id" river:"unique"`
 	DeliveryID   string `json:"delivery_id" river:"unique"`
@@ -120,6 +121,13 @@ type Args struct {
 	// under way or done at a time.
 	ResentFrom   int64  `json:"resent_from,omitempty" river:"unique"`
 	ResendReason string `json:"resend_reason,omitempty"`
+
+	// Subject is whom the delivery is about, the data subject: the
+	// payload's user id ([InsertParams]), or [InsertOptions.Subject];
+	// empty for a delivery inserted without one. Resends copy it. It is an
+	// id, never an email or a name: it stays in the job once the delivery
+	// is erased (see [MaxSubjectBytes]). Not part of the job's unique key.
+	Subject string `json:"data_subject,omitempty"`
 
 	// Erased reports that [EraseBodies] removed Body.
 	Erased bool `json:"erased,omitempty"`
@@ -187,6 +195,37 @@ type InsertOptions struct {
 	// UniqueOpts replace [Args.InsertOpts]' when set. MaxAttempts is the
 	// policy's, and is ignored. InsertParams does not modify it.
 	InsertOpts *river.InsertOpts
+
+	// Subject, if not empty, is whom the deliveries are about
+	// ([Args.Subject]): an id of the service's, such as its user id, at
+	// most [MaxSubjectBytes] of printable text without '@'. Empty means
+	// the payload's user id for [InsertParams], and no subject for
+	// [InsertBytesParams].
+	Subject string
+}
+
+// MaxSubjectBytes bounds a delivery's subject ([Args.Subject]).
+const MaxSubjectBytes = 255
+
+// ErrInvalidSubject is matched by the error of an insert whose subject
+// ([Args.Subject]) is too long, not printable text, or holds an '@': a
+// subject is an id that stays in the job after its delivery is erased, and
+// an email address is the very data to erase.
+var ErrInvalidSubject = errors.New("riverhook: invalid subject")
+
+// checkSubject returns an error matching ErrInvalidSubject for a subject
+// that is not an id. It never quotes the subject, which may be personal
+// data.
+func checkSubject(subject string) error {
+	switch {
+	case len(subject) > MaxSubjectBytes:
+		return fmt.Errorf("%w: want at most %d bytes, got %d", ErrInvalidSubject, MaxSubjectBytes, len(subject))
+	case !utf8.ValidString(subject) || strings.ContainsFunc(subject, func(r rune) bool { return !unicode.IsPrint(r) }):
+		return fmt.Errorf("%w: want printable UTF-8 text (an id), got control, invisible or invalid characters", ErrInvalidSubject)
+	case strings.Contains(subject, "@"):
+		return fmt.Errorf("%w: want an id such as the user's, got text with an '@', an email address: it would stay in the job once the delivery is erased", ErrInvalidSubject)
+	}
+	return nil
 }
 
 // InsertParams returns the jobs delivering p to each of connectionIDs, for
@@ -197,7 +236,9 @@ type InsertOptions struct {
 // first: River's insert of one delivery twice in one statement would fail
 // the transaction. deliveryID identifies the event; with a connection id it
 // makes each job unique (see [Args.InsertOpts]). p is validated and
-// encoded once; the error matches webhook.ErrInvalidPayload.
+// encoded once; the error matches webhook.ErrInvalidPayload. Each job's
+// subject is opts.Subject, or else p's user id; one that is not an id gives
+// an error matching [ErrInvalidSubject].
 func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, opts *InsertOptions) ([]river.InsertManyParams, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -206,7 +247,11 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot be encoded as JSON: %w", webhook.ErrInvalidPayload, err)
 	}
-	return InsertBytesParams(deliveryID, connectionIDs, p.Event, body, opts)
+	subject := p.User.ID
+	if opts != nil && opts.Subject != "" {
+		subject = opts.Subject
+	}
+	return insertBytesParams(deliveryID, connectionIDs, p.Event, body, subject, opts)
 }
 
 // InsertBytesParams is InsertParams for any event, with body its JSON
@@ -215,8 +260,17 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 // empty event, one with control characters, or a body that is not JSON
 // gives an error matching webhook.ErrInvalidPayload. A connection that does
 // not subscribe to event (webhook.Connection.Events) is skipped when its
-// job runs: the job is cancelled, its log saying why.
+// job runs: the job is cancelled, its log saying why. The subject is
+// opts.Subject alone: set it to the id of the user the body is about.
 func InsertBytesParams(deliveryID string, connectionIDs []string, event string, body []byte, opts *InsertOptions) ([]river.InsertManyParams, error) {
+	var subject string
+	if opts != nil {
+		subject = opts.Subject
+	}
+	return insertBytesParams(deliveryID, connectionIDs, event, body, subject, opts)
+}
+
+func insertBytesParams(deliveryID string, connectionIDs []string, event string, body []byte, subject string, opts *InsertOptions) ([]river.InsertManyParams, error) {
 	if deliveryID == "" {
 		return nil, errors.New("riverhook: the delivery id must not be empty")
 	}
@@ -225,6 +279,9 @@ func InsertBytesParams(deliveryID string, connectionIDs []string, event string, 
 	}
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: the body of %q is not JSON", webhook.ErrInvalidPayload, event)
+	}
+	if err := checkSubject(subject); err != nil {
+		return nil, err
 	}
 	if opts == nil {
 		opts = &InsertOptions{}
@@ -236,7 +293,7 @@ func InsertBytesParams(deliveryID string, connectionIDs []string, event string, 
 			continue
 		}
 		seen[id] = true
-		params = append(params, insertParams(Args{ConnectionID: id, DeliveryID: deliveryID, Event: event, Body: body}, opts))
+		params = append(params, insertParams(Args{ConnectionID: id, DeliveryID: deliveryID, Event: event, Body: body, Subject: subject}, opts))
 	}
 	return params, nil
 }
