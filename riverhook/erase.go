@@ -39,3 +39,27 @@ func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB,
 	}
 	return n, nil
 }
+
+// EraseResult says what an [EraseSubject] did.
+type EraseResult struct {
+	// Erased counts the jobs whose personal data the call erased.
+	Erased int `json:"erased"`
+}
+
+// EraseSubject erases the personal data of subject ([Args.Subject]) from
+// every ended delivery of it, resends included, and says what it did.
+// Its jobs are found by their args, on River's GIN index on args. db is as
+// for [EraseBodies].
+func EraseSubject[TTx any](ctx context.Context, client *river.Client[TTx], db DB, subject string) (*EraseResult, error) {
+	if subject == "" {
+		return nil, fmt.Errorf("%w: the subject to erase must not be empty", ErrInvalidSubject)
+	}
+	if err := checkSubject(subject); err != nil {
+		return nil, err
+	}
+	n, err := eraseSubject(ctx, db, client.Schema(), subject)
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: erasing a subject's deliveries: %w", err)
+	}
+	return &EraseResult{Erased: n}, nil
+}

@@ -212,6 +212,21 @@ func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (int
 	return n, err
 }
 
+// subjectWhere finds a subject's jobs by their args, served by River's GIN
+// index on args.
+const subjectWhere = `args @> jsonb_build_object('data_subject', @riverhook_subject::text)`
+
+// eraseSubject removes the body from the ended jobs of subject, and returns
+// how many it erased.
+func eraseSubject(ctx context.Context, db DB, schema, subject string) (int, error) {
+	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET args = (args - 'payload_base64') || '{"erased": true}'::jsonb
+		WHERE kind = @riverhook_kind AND state IN ('completed', 'discarded', 'cancelled') AND ` + subjectWhere + `
+		AND args ? 'payload_base64' RETURNING 1) SELECT count(*) FROM erased`
+	var n int
+	err := db.QueryRow(ctx, sql, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_subject": subject}).Scan(&n)
+	return n, err
+}
+
 // laterParams lists the newest job of the delivery of args later than job
 // jobID that is under way or delivered: one that sends the delivery
 // already, which a resend of jobID would send a second time
