@@ -34,6 +34,12 @@ type logEntry struct {
 	Response  string    `json:"response,omitempty"`
 }
 
+// logKept are the JSON names of logEntry's fields that an erasure keeps:
+// numbers, riverhook's words, times and durations. The others, Error and
+// Response, may quote the body: an erasure replaces them (erasedText).
+// TestLogKept holds it to logEntry's fields.
+var logKept = []string{"n", "run", "kind", "start", "status", "took", "timestamp", "retry_in"}
+
 const (
 	// maxEntryBytes bounds one entry of the log, as JSON, also as
 	// PostgreSQL prints it: jsonb adds a space after each ':' and ','.

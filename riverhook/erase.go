@@ -14,12 +14,15 @@ import (
 // was erased: there is nothing left to send.
 var ErrErased = errors.New("riverhook: the delivery's body was erased")
 
-// EraseBodies removes the body (the payload, with the user's email, name
-// and phone) from the jobs of the given deliveries that have ended,
-// delivered or not, and returns how many it erased. Their attempt logs stay:
-// a log entry holds no part of the body, only the receiver's answer. A
-// delivery still under way keeps its body, which its next attempt signs
-// and sends: erase it once it has ended, or cancel it first
+// EraseBodies erases the personal data of the given deliveries' jobs that
+// have ended, delivered or not, and returns how many held some: the body
+// (the payload, with the user's email, name and phone), and every text of
+// the job that may quote it, which a receiver that echoes the body fills
+// with it: each response excerpt and error text of the attempt log, the
+// error texts River keeps of each run, a resend's reason. Each becomes
+// "[erased]"; the log keeps its outcomes, statuses, times, durations and
+// runs. A delivery still under way keeps its body, which its next attempt
+// signs and sends: erase it once it has ended, or cancel it first
 // (client.JobCancel). An erased delivery cannot be resent ([ErrErased]).
 //
 // Call it for the deliveries of a user who asked to be forgotten (the
