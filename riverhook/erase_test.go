@@ -190,7 +190,8 @@ func TestEraseSubject_LeavesNoTrace(t *testing.T) {
 
 	res, err := riverhook.EraseSubject(ctx, client, b.pool, erasedUser.ID)
 	require.NoError(t, err)
-	t.Logf("%+v", res)
+	assert.Equal(t, &riverhook.EraseResult{Erased: 7, Cancelled: 2, UnderWay: 1}, res,
+		"the five ended, the resend, the waiting one cancelled, the running one being cancelled, still running")
 	assertNoTraces(t, dumpSchema(t, b.schema), erasedUser, "after EraseSubject")
 
 	releaseOnce()
@@ -203,6 +204,9 @@ func TestEraseSubject_LeavesNoTrace(t *testing.T) {
 	}
 	after := dumpSchema(t, b.schema)
 	assertNoTraces(t, after, erasedUser, "after the cancelled run's final write")
+	res, err = riverhook.EraseSubject(ctx, client, b.pool, erasedUser.ID)
+	require.NoError(t, err)
+	assert.Equal(t, &riverhook.EraseResult{}, res, "nothing left")
 	for _, s := range personalStrings(keptUser) {
 		assert.Contains(t, traces(after, s), "plain", "the other user's deliveries keep their data: %s", s)
 	}
@@ -222,6 +226,26 @@ func TestEraseSubject_LeavesNoTrace(t *testing.T) {
 		assert.NotZero(t, a.Timestamp)
 	}
 	assert.Equal(t, "riverhook: the policy gave up after attempt 2", d.Reason)
+	job, err = client.JobGet(ctx, jobs["waiting"])
+	require.NoError(t, err)
+	d, err = riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	assert.Equal(t, riverhook.StatusCancelled, d.Status)
+	assert.Equal(t, "riverhook: cancelled in River (client.JobCancel, River UI's Cancel, or EraseSubject)", d.Reason)
+
+	// An erased delivery run again (River UI's Retry) sends nothing: there
+	// is no body; its job is cancelled saying so.
+	sent := len(b.srv.Deliveries())
+	_, err = client.JobRetry(ctx, jobs["delivered"])
+	require.NoError(t, err)
+	ended = waitFinal(t, events, 1)
+	require.Contains(t, ended, jobs["delivered"])
+	d, err = riverhook.DeliveryOf(ended[jobs["delivered"]])
+	require.NoError(t, err)
+	assert.Equal(t, riverhook.StatusCancelled, d.Status)
+	assert.Equal(t, "riverhook: the delivery's body was erased", d.Reason)
+	assert.Len(t, b.srv.Deliveries(), sent, "nothing sent")
+	assertNoTraces(t, dumpSchema(t, b.schema), erasedUser, "after an erased delivery ran again")
 }
 
 // dumpSchema returns the data of schema's tables as pg_dump writes them.

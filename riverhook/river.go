@@ -76,7 +76,17 @@ func cancelAttemptedAt(job *rivertype.JobRow) time.Time {
 // is river.ErrJobCancelledRemotely; its timeout neither
 // (TestRiver/StopPutsTheJobBackUncounted).
 func stopping(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely)
+	return errors.Is(ctx.Err(), context.Canceled) && !cancelledRemotely(ctx)
+}
+
+// cancelledRemotely reports whether the run's ctx was cancelled by a cancel
+// of its job in River during the run (client.JobCancel, River UI's Cancel,
+// [EraseSubject]): River then cancels the context with
+// river.ErrJobCancelledRemotely as its cause, keeps that error's text as
+// the run's, and cancels the job (TestRiver/StopPutsTheJobBackUncounted,
+// TestEraseSubject_LeavesNoTrace).
+func cancelledRemotely(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely)
 }
 
 // schedulerInterval is River's JobSchedulerIntervalDefault: a job snoozed
@@ -90,9 +100,9 @@ const schedulerInterval = 5 * time.Second
 const maxListed = 10_000
 
 // DB runs riverhook's own queries on River's tables, those River's client
-// has no API for ([Count], [EraseBodies]): a *pgxpool.Pool, a *pgx.Conn,
-// or the pgx.Tx of the caller's transaction. It must be on the database of
-// the River client given with it.
+// has no API for ([Count], [EraseSubject], [EraseBodies]): a
+// *pgxpool.Pool, a *pgx.Conn, or the pgx.Tx of the caller's transaction.
+// It must be on the database of the River client given with it.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -101,8 +111,9 @@ type DB interface {
 
 // The queries below read and write these columns of River's river_job
 // (TestRiver/JobColumns): id, kind, state (river_job_state), args (jsonb),
-// errors (jsonb[]), created_at and finalized_at. Those given to River's
-// JobListParams.Where use River's named arguments, prefixed riverhook_.
+// errors (jsonb[]), metadata (jsonb), created_at and finalized_at. Those
+// given to River's JobListParams.Where use River's named arguments,
+// prefixed riverhook_.
 
 // jobTable is River's job table in schema ("" for the search path), quoted.
 func jobTable(schema string) string {
@@ -273,17 +284,36 @@ func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (int
 // index on args.
 const subjectWhere = `args @> jsonb_build_object('data_subject', @riverhook_subject::text)`
 
-// eraseSubject erases the ended jobs of subject, and returns how many held
-// something to erase (TestRiver/Erase).
-func eraseSubject(ctx context.Context, db DB, schema, subject string) (int, error) {
+// cancelling is a running job that a cancel in River has reached: its run
+// is being cancelled, and River cancels the job when it ends, whatever the
+// run returns but a success.
+const cancelling = `(state = 'running' AND metadata ? 'cancel_attempted_at')`
+
+// toCancel lists, oldest first, up to limit jobs of subject that have not
+// ended and that no cancel has reached (TestRiver/Erase).
+func toCancel(ctx context.Context, db DB, schema, subject string, limit int) ([]int64, error) {
+	sql := `SELECT id FROM ` + jobTable(schema) + ` WHERE kind = @riverhook_kind AND ` + subjectWhere + ` AND ` + underWay + `
+		AND NOT ` + cancelling + ` ORDER BY id LIMIT @riverhook_limit`
+	rows, err := db.Query(ctx, sql, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_subject": subject, "riverhook_limit": limit})
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// eraseSubject erases the jobs of subject that have ended or are being
+// cancelled, and returns how many held something to erase, and how many of
+// the subject's jobs have not ended (TestRiver/Erase).
+func eraseSubject(ctx context.Context, db DB, schema, subject string) (erased, left int, err error) {
 	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET ` + eraseSet + `
-		WHERE kind = @riverhook_kind AND ` + ended + ` AND ` + subjectWhere + `
-		AND ` + notErased + ` RETURNING 1) SELECT count(*) FROM erased`
+		WHERE kind = @riverhook_kind AND (` + ended + ` OR ` + cancelling + `) AND ` + subjectWhere + `
+		AND ` + notErased + ` RETURNING 1)
+		SELECT (SELECT count(*) FROM erased), (SELECT count(*) FROM ` + jobTable(schema) + `
+			WHERE kind = @riverhook_kind AND ` + subjectWhere + ` AND ` + underWay + `)`
 	args := eraseArgs()
 	args["riverhook_subject"] = subject
-	var n int
-	err := db.QueryRow(ctx, sql, args).Scan(&n)
-	return n, err
+	err = db.QueryRow(ctx, sql, args).Scan(&erased, &left)
+	return erased, left, err
 }
 
 // laterParams lists the newest job of the delivery of args later than job

@@ -259,6 +259,7 @@ func TestRiver(t *testing.T) {
 		ids := map[string]int64{}
 		for _, d := range []struct{ id, subject, state string }{
 			{"ended", "usr_1", "completed"}, {"under-way", "usr_1", "retryable"}, {"other", "usr_2", "discarded"}, {"no-log", "usr_1", "cancelled"},
+			{"cancelling", "usr_1", "running"}, {"running", "usr_1", "running"},
 		} {
 			res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: d.id, Event: "user.identified", Subject: d.subject,
 				Body: []byte(`{"email":"ada@example.org"}`), ResentFrom: 7, ResendReason: "ana: Ada asked"}, &river.InsertOpts{Metadata: []byte(`{"tenant": 42}`)})
@@ -268,9 +269,10 @@ func TestRiver(t *testing.T) {
 				_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'cancelled', finalized_at = now() WHERE id = $1`, res.Job.ID)
 			} else {
 				_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = $2::text::"`+client.Schema()+`".river_job_state,
-					finalized_at = CASE WHEN $2 = 'retryable' THEN NULL ELSE now() END, attempt = 6,
-					metadata = metadata || jsonb_build_object('output', $3::jsonb, 'snoozes', 1, 'cancel_attempted_at', '2026-11-24T18:07:00Z'),
-					errors = $4::jsonb[] WHERE id = $1`, res.Job.ID, d.state, string(out), errs)
+					finalized_at = CASE WHEN $2 IN ('retryable', 'running') THEN NULL ELSE now() END, attempt = 6,
+					metadata = metadata || jsonb_build_object('output', $3::jsonb, 'snoozes', 1)
+						|| CASE WHEN $5 THEN '{"cancel_attempted_at": "2026-11-24T18:07:00Z"}'::jsonb ELSE '{}' END,
+					errors = $4::jsonb[] WHERE id = $1`, res.Job.ID, d.state, string(out), errs, d.id != "running")
 			}
 			require.NoError(t, err)
 		}
@@ -285,12 +287,20 @@ func TestRiver(t *testing.T) {
 			before[d] = get(d)
 		}
 
-		n, err := eraseSubject(ctx, pool, client.Schema(), "usr_1")
+		listed, err := toCancel(ctx, pool, client.Schema(), "usr_1", 10)
 		require.NoError(t, err)
-		assert.Equal(t, 2, n, "the subject's ended deliveries")
-		for _, d := range []string{"under-way", "other"} {
+		assert.Equal(t, []int64{ids["under-way"], ids["running"]}, listed, "under way, and no cancel has reached them")
+		listed, err = toCancel(ctx, pool, client.Schema(), "usr_1", 1)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{ids["under-way"]}, listed, "oldest first, bounded")
+		n, left, err := eraseSubject(ctx, pool, client.Schema(), "usr_1")
+		require.NoError(t, err)
+		assert.Equal(t, 3, n, "the subject's ended deliveries, and the one being cancelled")
+		assert.Equal(t, 3, left, "under way: the one waiting, and the two running")
+		for _, d := range []string{"under-way", "other", "running"} {
 			assert.Equal(t, before[d], get(d), "%s is untouched", d)
 		}
+		assert.Equal(t, erasedText, get("cancelling").Errors[0].Error, "the one being cancelled is erased")
 
 		job := get("ended")
 		var fields map[string]any
@@ -333,7 +343,7 @@ func TestRiver(t *testing.T) {
 		assert.Equal(t, was.Status, is.Status)
 		assert.True(t, is.Erased)
 
-		n, err = eraseSubject(ctx, pool, client.Schema(), "usr_1")
+		n, _, err = eraseSubject(ctx, pool, client.Schema(), "usr_1")
 		require.NoError(t, err)
 		assert.Zero(t, n, "nothing more to erase")
 		n, err = erase(ctx, pool, client.Schema(), []string{"ended", "under-way", "other", "no-log"})
@@ -346,7 +356,7 @@ func TestRiver(t *testing.T) {
 		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET metadata = metadata || jsonb_build_object('output', $2::jsonb),
 			errors = array_append(errors, $3::jsonb) WHERE id = $1`, ids["ended"], string(out), errs[0])
 		require.NoError(t, err)
-		n, err = eraseSubject(ctx, pool, client.Schema(), "usr_1")
+		n, _, err = eraseSubject(ctx, pool, client.Schema(), "usr_1")
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
 		got, err = readLog(get("ended"))

@@ -27,7 +27,9 @@
 //   - [Resend] sends one delivery again, [Recover] a connection's given-up
 //     deliveries since a time (with a dry run); both insert new jobs,
 //     idempotently, with the caller's reason.
-//   - [EraseBodies] removes a user's personal data from ended jobs.
+//   - [EraseSubject] erases a user's personal data from every delivery
+//     about them, found by the subject each records ([Args.Subject]);
+//     [EraseBodies] from the ended deliveries of given ids.
 //   - Package console (riverhook/console) serves a connection's log to the
 //     service's customers, scoped to their own connections, with the Send
 //     Test ([Worker.SendTest]) and the endpoint's health
@@ -60,15 +62,34 @@
 //	config.DiscardedJobRetentionPeriod = 30 * 24 * time.Hour
 //
 // A job's args hold the delivery's body, with the user's email, name and
-// phone, as exact bytes (base64 in JSON): anyone who reads River's tables,
-// or opens River UI, reads them. They are not sealed: the Worker must sign
-// and send those exact bytes, and a key of the service's in the job
-// options would only move the question. Keep them out of sight instead by
-// ending their life early: [EraseBodies] removes the body of ended
-// deliveries (their log stays), for one user who asked to be forgotten or
-// for every delivery once it ends (an OnAttempt of the last attempt, or a
-// periodic job); and keep River UI, which shows args, to operators who may
-// read personal data. A customer-facing log never shows the body.
+// phone, as exact bytes (base64 in JSON); and a receiver that echoes the
+// body, answering 200, 500 or a 422 that quotes the email, puts them in the
+// job's attempt log too (its response excerpts and error texts, in the
+// job's metadata) and in River's errors column: anyone who reads River's
+// tables, their backups, River UI or the log's JSON reads them. The body is
+// not sealed: the Worker must sign and send those exact bytes, and a key of
+// the service's in the job options would only move the question. Keep it
+// out of sight instead by ending its life early:
+//
+//   - Each delivery records its subject, the user it is about ([Args.Subject]:
+//     the payload's user id, or [InsertOptions.Subject]; an id, never an
+//     email). When a user asks to be forgotten, [EraseSubject] erases them
+//     from every delivery about them, resends included: it cancels those
+//     under way, and replaces the body and every text that may quote it
+//     with "[erased]", keeping the log's outcomes, statuses, times,
+//     durations and runs. Call it again while [EraseResult].UnderWay says
+//     deliveries were still running.
+//   - [EraseBodies] does the same to the ended deliveries of given ids: for
+//     deliveries inserted without a subject, or for every delivery once it
+//     ends (an OnAttempt of the last attempt, or a periodic job).
+//
+// An erased delivery reads "erased" in [Delivery] and its JSON, and cannot
+// be resent. Keep River UI, which shows args and the log, to operators who
+// may read personal data; a customer-facing log never shows the body (the
+// console shows it only with its ShowPayload). What an erasure leaves is
+// yours: the subject id, what you put in a job's tags and River metadata,
+// your OnAttempt hook's and Logger's copies, and the old row versions
+// PostgreSQL keeps until vacuum, and in the backups taken before.
 //
 // No job row holds a URL's path or query, a header value or a secret.
 package riverhook
@@ -124,12 +145,16 @@ type Args struct {
 
 	// Subject is whom the delivery is about, the data subject: the
 	// payload's user id ([InsertParams]), or [InsertOptions.Subject];
-	// empty for a delivery inserted without one. Resends copy it. It is an
+	// empty for a delivery inserted without one. [EraseSubject] finds a
+	// subject's deliveries by it, resends included: they copy it. It is an
 	// id, never an email or a name: it stays in the job once the delivery
 	// is erased (see [MaxSubjectBytes]). Not part of the job's unique key.
 	Subject string `json:"data_subject,omitempty"`
 
-	// Erased reports that [EraseBodies] removed Body.
+	// Erased reports that the delivery's personal data was erased
+	// ([EraseSubject], [EraseBodies]): Body is gone, ResendReason and the
+	// texts of the attempt log read "[erased]". The Worker cancels an
+	// erased job that runs again (River UI's Retry): nothing is sent.
 	Erased bool `json:"erased,omitempty"`
 }
 

@@ -216,6 +216,10 @@ func (o *WorkerOptions) validate() error {
 // log. It blocks for the attempt, at most [Worker.Timeout]. See [Worker] for
 // what it returns.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	if job.Args.Erased {
+		// Run again after its erasure (River UI's Retry): nothing to send.
+		return river.JobCancel(ErrErased)
+	}
 	if wait, ok := w.acquire(job); !ok {
 		return river.JobSnooze(wait)
 	}
@@ -239,7 +243,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	conn, err := w.resolveConnection(ctx, job.Args.ConnectionID, job.ID)
 	if err != nil {
-		w.record(ctx, job, r.entries)
+		if !cancelledRemotely(ctx) {
+			w.record(ctx, job, r.entries)
+		}
 		if errors.Is(err, ErrConnectionGone) {
 			return river.JobCancel(err)
 		}
@@ -298,8 +304,14 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	w.observe(job.Args.ConnectionID, a.Duration)
 	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
 		// The client stopping (River puts the job back and does not count
-		// the run), the job cancelled from River, or its timeout.
-		w.record(ctx, job, r.entries)
+		// the run), the job cancelled in River, or its timeout. A run
+		// cancelled in River writes no log: the row holds what it loaded,
+		// unless an erasure (EraseSubject) rewrote it meanwhile, which the
+		// write would undo; DeliveryOf finds the interrupted runs it added
+		// from River's errors, as OnAttempt was told of them.
+		if !cancelledRemotely(ctx) {
+			w.record(ctx, job, r.entries)
+		}
 		if !stopping(ctx) {
 			w.storeRetry(job, pendingRetry{client: true})
 		}
