@@ -98,9 +98,9 @@ type EraseResult struct {
 // backups are its own to erase; PostgreSQL keeps a row's old versions in
 // its files until vacuumed.
 //
-// db runs the erasure, on the database of client, whose River client
-// cancels: a pool, or the caller's transaction (the cancels are committed
-// at once, on client's own pool). It blocks for one query, a cancel per
+// db runs the erasure, on the database of client: a pool, or the caller's
+// transaction. client cancels, on its own pool (not riverpgxv5.New(nil)):
+// the cancels are committed at once, whatever becomes of the transaction. It blocks for one query, a cancel per
 // delivery under way (at most 1,000), and the erasure's UPDATE.
 func EraseSubject[TTx any](ctx context.Context, client *river.Client[TTx], db DB, subject string) (*EraseResult, error) {
 	if subject == "" {

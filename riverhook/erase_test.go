@@ -246,6 +246,9 @@ func TestEraseSubject_LeavesNoTrace(t *testing.T) {
 	assert.Equal(t, "riverhook: the delivery's body was erased", d.Reason)
 	assert.Len(t, b.srv.Deliveries(), sent, "nothing sent")
 	assertNoTraces(t, dumpSchema(t, b.schema), erasedUser, "after an erased delivery ran again")
+	res, err = riverhook.EraseSubject(ctx, client, b.pool, erasedUser.ID)
+	require.NoError(t, err)
+	assert.Equal(t, &riverhook.EraseResult{}, res, "its cancel quotes nothing")
 }
 
 // dumpSchema returns the data of schema's tables as pg_dump writes them.

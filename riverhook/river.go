@@ -218,8 +218,9 @@ func outcomes(ctx context.Context, db DB, schema, connectionID string, since tim
 // the attempt log (but the words of an endpoint that was down, riverhook's
 // and the Sender's own, which Delivery.Reason quotes), every error text in
 // River's errors column (but the texts River writes itself for a rescued
-// run and a run cancelled remotely, which the log reads; a cancel keeps its
-// prefix), and a resend's reason. The args keep the ids, the event and the
+// run and a run cancelled remotely, which the log reads, and the cancel of
+// an erased job run again; a cancel keeps its prefix), and a resend's
+// reason. The args keep the ids, the event and the
 // subject; the log its numbers, outcome words, times and durations.
 const erasedText = "[erased]"
 
@@ -234,7 +235,7 @@ var (
 			FROM jsonb_array_elements(metadata->'output'->'attempts') WITH ORDINALITY AS a(e, i))))
 		ELSE metadata - 'output' END)`
 	erasedErrors = `(CASE WHEN errors IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_build_object('at', x->'at', 'attempt', x->'attempt', 'error',
-			CASE WHEN x->>'error' IN (@riverhook_rescued::text, @riverhook_remote::text) THEN x->'error'
+			CASE WHEN x->>'error' IN (@riverhook_rescued::text, @riverhook_remote::text, @riverhook_erased_cancel::text) THEN x->'error'
 			WHEN starts_with(x->>'error', @riverhook_cancel_prefix::text) THEN to_jsonb(@riverhook_cancel_prefix::text || @riverhook_erased::text)
 			ELSE to_jsonb(@riverhook_erased::text) END, 'trace', '')
 		FROM unnest(errors) WITH ORDINALITY AS u(x, i) ORDER BY i) END)`
@@ -261,7 +262,7 @@ func erasedEntry(e string) string {
 func eraseArgs() pgx.NamedArgs {
 	return pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_erased": erasedText, "riverhook_rescued": rescuedError,
 		"riverhook_remote": river.ErrJobCancelledRemotely.Error(), "riverhook_cancel_prefix": cancelPrefix,
-		"riverhook_down": string(webhook.KindDown)}
+		"riverhook_down": string(webhook.KindDown), "riverhook_erased_cancel": cancelPrefix + ErrErased.Error()}
 }
 
 // ended are the River states of a delivery that has ended.
