@@ -83,7 +83,9 @@ func stopping(ctx context.Context) bool {
 // of its job in River during the run (client.JobCancel, River UI's Cancel,
 // [EraseSubject]): River then cancels the context with
 // river.ErrJobCancelledRemotely as its cause, keeps that error's text as
-// the run's, and cancels the job (TestRiver/StopPutsTheJobBackUncounted,
+// the run's, and cancels the job; and it merges what the run recorded
+// into the row as it ends, whatever was written meanwhile
+// (TestRiver/StopPutsTheJobBackUncounted, TestRiver/RunEndAfterACancel,
 // TestEraseSubject_LeavesNoTrace).
 func cancelledRemotely(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely)

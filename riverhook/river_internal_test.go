@@ -79,6 +79,25 @@ func TestRiver(t *testing.T) {
 		assert.True(t, stopping(ctx))
 	})
 
+	// A run's end is written whatever happened to the row during the run:
+	// River merges the run's metadata updates (the attempt log, its
+	// output) into the row's and appends its error, so a run that ends
+	// after an erasure rewrites the log it recorded; a run cancelled in
+	// River keeps River's own text as its error, not the Worker's; a
+	// running job cancelled in River stays running, stamped, until its run
+	// ends, and River's rescuer cancels it, not runs it again, should its
+	// process die. The behaviour end to end: TestEraseSubject_LeavesNoTrace.
+	t.Run("RunEndAfterACancel", func(t *testing.T) {
+		executor := riverSource(t, "github.com/riverqueue/river", "internal/jobexecutor/job_executor.go")
+		assert.Contains(t, executor, "if res.Err != nil && errors.Is(context.Cause(ctx), rivertype.ErrJobCancelledRemotely) {\n\t\tres.Err = context.Cause(ctx)")
+		sql := riverSource(t, "github.com/riverqueue/river/riverdriver/riverpgxv5", "internal/dbsqlc/river_job.sql")
+		assert.Contains(t, sql, "THEN river_job.metadata || job_input.metadata_updates")
+		assert.Contains(t, sql, "THEN array_append(river_job.errors, job_input.errors)")
+		assert.Contains(t, sql, "state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END")
+		rescuer := riverSource(t, "github.com/riverqueue/river", "internal/maintenance/job_rescuer.go")
+		assert.Contains(t, rescuer, "if !metadata.CancelAttemptedAt.IsZero() {")
+	})
+
 	t.Run("DiscardsWhenMaxAttemptsIsWrittenDuringTheRun", func(t *testing.T) {
 		w := &pinWorker{work: func(_ context.Context, job *river.Job[Args]) error {
 			discardAfterThisRun(job)

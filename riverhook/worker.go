@@ -113,6 +113,11 @@ type WorkerOptions struct {
 //     is discarded, its log and [Delivery].Reason saying so;
 //   - the client stopping during the attempt: River puts the job back
 //     without counting the run;
+//   - the job cancelled in River during the attempt (client.JobCancel,
+//     River UI, [EraseSubject]): River cancels it; the run adds nothing to
+//     its log;
+//   - an erased job ([Args.Erased]) run again, by River UI's Retry: the job
+//     is cancelled with [ErrErased], and nothing is sent;
 //   - the process dying during the attempt: once River's rescuer finds the
 //     job (see [Worker.RescueStuckJobsAfter]), it runs again at once, and
 //     the log shows the cut attempt as interrupted; it costs no attempt.
