@@ -27,12 +27,13 @@ var ErrErased = errors.New("riverhook: the delivery's body was erased")
 // signs and sends: erase it once it has ended, or cancel it first
 // (client.JobCancel). An erased delivery cannot be resent ([ErrErased]).
 //
-// Call it for the deliveries of a user who asked to be forgotten (the
-// service knows which delivery ids carried that user), or for every
-// delivery once it has ended, to keep personal data out of River's tables
-// and River UI at all: see the package documentation, "Retention and
-// personal data". It is one UPDATE, run on db: River's client has no API
-// for it. db is on the database of client (any client will do, for its
+// For a user who asked to be forgotten, [EraseSubject] finds their
+// deliveries, resends and those under way included. Call EraseBodies for
+// deliveries inserted without a subject, or for every delivery once it has
+// ended, to keep personal data out of River's tables and River UI at all:
+// see the package documentation, "Retention and personal data". Calling it
+// again erases only what was written since. It is one UPDATE, run on db:
+// River's client has no API for it. db is on the database of client (any client will do, for its
 // schema): a pool, or the caller's transaction.
 func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB, deliveryIDs []string) (int, error) {
 	if len(deliveryIDs) == 0 {
@@ -40,7 +41,7 @@ func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB,
 	}
 	n, err := erase(ctx, db, client.Schema(), deliveryIDs)
 	if err != nil {
-		return 0, fmt.Errorf("riverhook: erasing the bodies of %d deliveries: %w", len(deliveryIDs), err)
+		return 0, fmt.Errorf("riverhook: erasing %d deliveries: %w", len(deliveryIDs), err)
 	}
 	return n, nil
 }
