@@ -34,6 +34,12 @@ type logEntry struct {
 	Response  string    `json:"response,omitempty"`
 }
 
+// logKept are the JSON names of logEntry's fields that an erasure keeps:
+// numbers, riverhook's words, times and durations. The others, Error and
+// Response, may quote the body: an erasure replaces them (erasedText).
+// TestLogKept holds it to logEntry's fields.
+var logKept = []string{"n", "run", "kind", "start", "status", "took", "timestamp", "retry_in"}
+
 const (
 	// maxEntryBytes bounds one entry of the log, as JSON, also as
 	// PostgreSQL prints it: jsonb adds a space after each ':' and ','.
@@ -234,7 +240,10 @@ type Delivery struct {
 	// for a job never resent.
 	ResentAs int64
 
-	// Erased reports that the delivery's body was erased ([EraseBodies]).
+	// Erased reports that the delivery's personal data was erased
+	// ([EraseSubject], [EraseBodies]): there is no body, and each response
+	// excerpt and error text of the log reads "[erased]" (but an endpoint
+	// down's), its outcomes, statuses, times and runs kept, as is Reason.
 	Erased bool
 }
 
@@ -300,7 +309,7 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 }
 
 // cancelReason says why job was cancelled. A cancel in River
-// (client.JobCancel, River UI) stamps the job's metadata with
+// (client.JobCancel, River UI, EraseSubject) stamps the job's metadata with
 // cancel_attempted_at and adds no error for a job that is not running, and
 // "job cancelled remotely" for one that is, which that run started before:
 // an error later than the stamp is a cancel of the run's own (riverhook's:
@@ -313,7 +322,7 @@ func cancelReason(job *rivertype.JobRow) string {
 	}
 	switch {
 	case !stamp.IsZero() && (last == nil || !last.At.After(stamp)):
-		return "riverhook: cancelled in River (client.JobCancel, or River UI's Cancel)"
+		return "riverhook: cancelled in River (client.JobCancel, River UI's Cancel, or EraseSubject)"
 	case last == nil:
 		return "riverhook: cancelled"
 	}

@@ -3,11 +3,15 @@ package riverhook
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/assert"
 
 	"github.com/signedhook/webhook"
 )
@@ -54,4 +58,16 @@ func BenchmarkAttemptLog(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestLogKept holds logKept to logEntry's fields: each is kept by an
+// erasure or one of the two texts it replaces, so that a field added later
+// is not erased, or kept, by mistake.
+func TestLogKept(t *testing.T) {
+	var names []string
+	typ := reflect.TypeFor[logEntry]()
+	for i := range typ.NumField() {
+		names = append(names, strings.Split(typ.Field(i).Tag.Get("json"), ",")[0])
+	}
+	assert.ElementsMatch(t, append(slices.Clone(logKept), "error", "response"), names)
 }

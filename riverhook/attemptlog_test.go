@@ -180,7 +180,7 @@ func TestDeliveryOf(t *testing.T) {
 			require.NoError(t, err)
 			assert.NotEmpty(t, d.Reason, "job %d: a cancelled delivery has a reason", id)
 			assert.NotContains(t, d.Reason, "retry in", "job %d: the reason is the cancel, not the last attempt", id)
-			assert.Equal(t, "riverhook: cancelled in River (client.JobCancel, or River UI's Cancel)", d.Reason, "job %d", id)
+			assert.Equal(t, "riverhook: cancelled in River (client.JobCancel, River UI's Cancel, or EraseSubject)", d.Reason, "job %d", id)
 		}
 	})
 }

@@ -69,7 +69,9 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 //
 // Times are RFC 3339 in UTC with milliseconds; next_at, reason, resent_from,
 // resend_reason, resent_as and erased are left out when empty. The attempts are those of
-// [Attempt.MarshalJSON]. Text is printable, as in the attempt log.
+// [Attempt.MarshalJSON]. Text is printable, as in the attempt log. An erased
+// delivery ([Delivery.Erased]) has "erased":true, and "[erased]" for its
+// resend_reason and its attempts' error and response texts.
 func (d *Delivery) MarshalJSON() ([]byte, error) {
 	type delivery struct {
 		JobID        int64         `json:"job_id"`

@@ -6,28 +6,34 @@ import (
 	"fmt"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // This file holds erasure: a user's personal data out of the job rows.
 
 // ErrErased is returned by [Resend] and [Recover] for a delivery whose body
-// was erased: there is nothing left to send.
+// was erased: there is nothing left to send. An erased job run again (River
+// UI's Retry) is cancelled with it.
 var ErrErased = errors.New("riverhook: the delivery's body was erased")
 
-// EraseBodies removes the body (the payload, with the user's email, name
-// and phone) from the jobs of the given deliveries that have ended,
-// delivered or not, and returns how many it erased. Their attempt logs stay:
-// a log entry holds no part of the body, only the receiver's answer. A
-// delivery still under way keeps its body, which its next attempt signs
-// and sends: erase it once it has ended, or cancel it first
+// EraseBodies erases the personal data of the given deliveries' jobs that
+// have ended, delivered or not, and returns how many held some: the body
+// (the payload, with the user's email, name and phone), and every text of
+// the job that may quote it, which a receiver that echoes the body fills
+// with it: each response excerpt and error text of the attempt log, the
+// error texts River keeps of each run, a resend's reason. Each becomes
+// "[erased]"; the log keeps its outcomes, statuses, times, durations and
+// runs. A delivery still under way keeps its body, which its next attempt
+// signs and sends: erase it once it has ended, or cancel it first
 // (client.JobCancel). An erased delivery cannot be resent ([ErrErased]).
 //
-// Call it for the deliveries of a user who asked to be forgotten (the
-// service knows which delivery ids carried that user), or for every
-// delivery once it has ended, to keep personal data out of River's tables
-// and River UI at all: see the package documentation, "Retention and
-// personal data". It is one UPDATE, run on db: River's client has no API
-// for it. db is on the database of client (any client will do, for its
+// For a user who asked to be forgotten, [EraseSubject] finds their
+// deliveries, resends and those under way included. Call EraseBodies for
+// deliveries inserted without a subject, or for every delivery once it has
+// ended, to keep personal data out of River's tables and River UI at all:
+// see the package documentation, "Retention and personal data". Calling it
+// again erases only what was written since. It is one UPDATE, run on db:
+// River's client has no API for it. db is on the database of client (any client will do, for its
 // schema): a pool, or the caller's transaction.
 func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB, deliveryIDs []string) (int, error) {
 	if len(deliveryIDs) == 0 {
@@ -35,7 +41,95 @@ func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB,
 	}
 	n, err := erase(ctx, db, client.Schema(), deliveryIDs)
 	if err != nil {
-		return 0, fmt.Errorf("riverhook: erasing the bodies of %d deliveries: %w", len(deliveryIDs), err)
+		return 0, fmt.Errorf("riverhook: erasing %d deliveries: %w", len(deliveryIDs), err)
 	}
 	return n, nil
+}
+
+// maxCancelled bounds the deliveries one [EraseSubject] cancels.
+const maxCancelled = 1000
+
+// EraseResult says what an [EraseSubject] did, and what is left to it.
+type EraseResult struct {
+	// Erased counts the jobs whose personal data the call erased: ended
+	// ones, those it cancelled, and running ones being cancelled. Zero when
+	// every job of the subject was erased before.
+	Erased int `json:"erased"`
+
+	// Cancelled counts the deliveries under way the call cancelled: they
+	// send nothing more. A running one's attempt is cancelled in its
+	// process, and its job ends in a moment.
+	Cancelled int `json:"cancelled"`
+
+	// UnderWay counts the subject's deliveries that have not ended after
+	// the call: the running ones it cancelled, which end within the
+	// Worker's Timeout (an attempt answered just before its cancel arrived
+	// may record the answer), any inserted during the call, and those
+	// beyond the 1,000 one call cancels. Call EraseSubject again until it
+	// is zero.
+	UnderWay int `json:"under_way"`
+}
+
+// EraseSubject erases the personal data of subject, a user who asked to be
+// forgotten, from every delivery about them ([Args.Subject]), resends
+// included, and says what it did and what is left. It finds their jobs by
+// their args (args @> '{"data_subject": ...}'), served by River's GIN
+// index on args, and:
+//   - cancels those under way (client.JobCancel): nothing more is sent
+//     about them; a running attempt is cancelled in its process, which
+//     writes nothing to the job as it ends (its log loaded before the
+//     erasure would bring the quotes back);
+//   - erases those that have ended, and those being cancelled, as
+//     [EraseBodies] does: the body, and every text that may quote it (the
+//     attempt log's response excerpts and error texts, River's error texts
+//     of each run, a resend's reason) becomes "[erased]"; the log keeps
+//     its outcomes, statuses, times, durations and runs, and
+//     [Delivery].Erased is true.
+//
+// What is left is in [EraseResult].UnderWay: call it again until that is
+// zero, a few seconds later (the running deliveries end within
+// [Worker.Timeout]). Calling it again is safe and cheap: it erases only
+// what holds something to erase, such as what a run wrote after the last
+// call. The subject stays in each job: an id, never an email (see
+// [MaxSubjectBytes]).
+//
+// Deliveries inserted without a subject are not found: erase them with
+// [EraseBodies] by their ids. What a caller put in a job's tags or River
+// metadata (InsertOptions.InsertOpts), its OnAttempt hook, its logs and its
+// backups are its own to erase; PostgreSQL keeps a row's old versions in
+// its files until vacuumed.
+//
+// db runs the erasure, on the database of client: a pool, or the caller's
+// transaction. client cancels, on its own pool (not riverpgxv5.New(nil)):
+// the cancels are committed at once, whatever becomes of the transaction. It blocks for one query, a cancel per
+// delivery under way (at most 1,000), and the erasure's UPDATE.
+func EraseSubject[TTx any](ctx context.Context, client *river.Client[TTx], db DB, subject string) (*EraseResult, error) {
+	if subject == "" {
+		return nil, fmt.Errorf("%w: the subject to erase must not be empty", ErrInvalidSubject)
+	}
+	if err := checkSubject(subject); err != nil {
+		return nil, err
+	}
+	ids, err := toCancel(ctx, db, client.Schema(), subject, maxCancelled)
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: erasing a subject's deliveries: %w", err)
+	}
+	res := &EraseResult{}
+	for _, id := range ids {
+		job, err := client.JobCancel(ctx, id)
+		switch {
+		case errors.Is(err, river.ErrNotFound):
+			continue // deleted meanwhile
+		case err != nil:
+			return nil, fmt.Errorf("riverhook: erasing a subject's deliveries: cancelling job %d: %w", id, err)
+		}
+		if job.State == rivertype.JobStateCancelled || job.State == rivertype.JobStateRunning {
+			res.Cancelled++
+		}
+	}
+	res.Erased, res.UnderWay, err = eraseSubject(ctx, db, client.Schema(), subject)
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: erasing a subject's deliveries: %w", err)
+	}
+	return res, nil
 }

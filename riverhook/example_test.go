@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +26,7 @@ import (
 
 // databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
 // skips them, saying so, where there is none and CI is not set.
-const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseBodies|ExampleNewConnectionPlaces)$"
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseSubject|ExampleEraseBodies|ExampleNewConnectionPlaces)$"
 
 // exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
 // one Example, and a func that drops the schema and closes the pool. A
@@ -454,8 +456,63 @@ func ExampleResend() {
 	// the receiver got it 2 times
 }
 
-// A user asked to be forgotten: the bodies of their ended deliveries (their
-// email, name and phone) leave River's rows; the attempt logs stay.
+// A user asked to be forgotten: every delivery about them, found by the
+// subject each records (their user id, by default), leaves their email,
+// name and phone nowhere in River's rows, neither in the body nor in what a
+// receiver echoed of it; a delivery still under way is cancelled. The
+// attempt logs keep their outcomes and statuses.
+func ExampleEraseSubject() {
+	ctx := context.Background()
+	receiver := webhooktest.NewServer("whsec_example", &webhooktest.ServerOptions{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(w, r.Body) // a receiver that echoes the body back
+		}),
+	})
+	defer receiver.Close()
+	pool, client, worker, ended, done := exampleClient(ctx, receiver)
+	defer done()
+	<-ended // evt_42, about the user usr_test_0000, delivered
+	p := webhook.SamplePayload(time.Now())
+	params, err := riverhook.InsertParams("evt_43", []string{"crm"}, p, worker.InsertOptions(&river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := client.InsertMany(ctx, params); err != nil {
+		log.Fatal(err)
+	}
+	page, err := riverhook.List(ctx, client, "crm", &riverhook.ListParams{Statuses: []riverhook.Status{riverhook.StatusDelivered}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("the log quotes the email:", strings.Contains(string(page.Deliveries[0].Attempts[0].ResponseBody), p.User.Email))
+
+	res, err := riverhook.EraseSubject(ctx, client, pool, p.User.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("erased %d, cancelled %d, under way %d\n", res.Erased, res.Cancelled, res.UnderWay)
+	page, err = riverhook.List(ctx, client, "crm", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, d := range page.Deliveries {
+		fmt.Println(d.DeliveryID, d.Status, "erased:", d.Erased)
+		for _, a := range d.Attempts {
+			fmt.Println("  attempt", a.N, a.Outcome(), a.StatusCode, string(a.ResponseBody))
+		}
+	}
+	// Output:
+	// the log quotes the email: true
+	// erased 2, cancelled 1, under way 0
+	// evt_43 cancelled erased: true
+	// evt_42 delivered erased: true
+	//   attempt 1 delivered 200 [erased]
+}
+
+// Erasing deliveries by id, for those inserted without a subject
+// (InsertBytesTx without InsertOptions.Subject), or for every delivery once
+// it ends: the body of an ended delivery and the texts of its log leave
+// River's rows; the log's outcomes stay.
 func ExampleEraseBodies() {
 	ctx := context.Background()
 	receiver := webhooktest.NewServer("whsec_example", nil)

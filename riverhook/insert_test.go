@@ -1,6 +1,7 @@
 package riverhook_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -215,6 +216,86 @@ func TestInsert(t *testing.T) {
 		list, err := client.JobList(ctx, river.NewJobListParams().States(rivertype.JobStateAvailable))
 		require.NoError(t, err)
 		assert.Len(t, list.Jobs, 2)
+	})
+
+	// Each job records whom it is about, an id erasure finds it by: the
+	// payload's user id unless the caller says otherwise, and for a body of
+	// the caller's own only what the caller says. It is not part of the
+	// job's unique key.
+	t.Run("RecordsTheSubject", func(t *testing.T) {
+		t.Parallel()
+		subjectOf := func(t *testing.T, p river.InsertManyParams) string {
+			t.Helper()
+			encoded, err := json.Marshal(p.Args)
+			require.NoError(t, err)
+			var fields map[string]any
+			require.NoError(t, json.Unmarshal(encoded, &fields))
+			s, _ := fields["data_subject"].(string)
+			return s
+		}
+		p := payload("d1")
+		params, err := riverhook.InsertParams("d1", []string{"crm", "erp"}, p, nil)
+		require.NoError(t, err)
+		for _, param := range params {
+			assert.Equal(t, "usr_d1", subjectOf(t, param), "the payload's user id")
+		}
+		params, err = riverhook.InsertParams("d1", []string{"crm"}, p, &riverhook.InsertOptions{Subject: "acct-7"})
+		require.NoError(t, err)
+		assert.Equal(t, "acct-7", subjectOf(t, params[0]), "the caller's, which wins")
+		params, err = riverhook.InsertBytesParams("d2", []string{"crm"}, "deal.closed", []byte(`{"deal":1}`), nil)
+		require.NoError(t, err)
+		assert.Empty(t, subjectOf(t, params[0]), "no subject but the caller's")
+		encoded, err := json.Marshal(params[0].Args)
+		require.NoError(t, err)
+		assert.NotContains(t, string(encoded), "data_subject", "left out when empty")
+		params, err = riverhook.InsertBytesParams("d2", []string{"crm"}, "deal.closed", []byte(`{"deal":1}`), &riverhook.InsertOptions{Subject: "usr_9"})
+		require.NoError(t, err)
+		assert.Equal(t, "usr_9", subjectOf(t, params[0]))
+
+		client, _ := setup(t)
+		ctx := context.Background()
+		params, err = riverhook.InsertParams("d1", []string{"crm"}, p, nil)
+		require.NoError(t, err)
+		first, err := client.InsertMany(ctx, params)
+		require.NoError(t, err)
+		params, err = riverhook.InsertParams("d1", []string{"crm"}, p, &riverhook.InsertOptions{Subject: "acct-7"})
+		require.NoError(t, err)
+		again, err := client.InsertMany(ctx, params)
+		require.NoError(t, err)
+		assert.True(t, again[0].UniqueSkippedAsDuplicate, "unique by delivery and connection, whatever the subject")
+		assert.Equal(t, first[0].Job.ID, again[0].Job.ID)
+	})
+
+	// A subject stays in the job once its delivery is erased: an id, never
+	// text that is itself personal data or that a log shows wrongly. The
+	// error never quotes it.
+	t.Run("RefusesASubjectThatIsNotAnID", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name    string
+			user    string // the payload's user id
+			subject string // InsertOptions.Subject
+		}{
+			{"an email as the subject", "usr_1", "ada@example.org"},
+			{"an email as the user id", "usr_ada@example.org", ""},
+			{"too long", "usr_1", strings.Repeat("x", riverhook.MaxSubjectBytes+1)},
+			{"a control character", "usr_1", "usr_1\n"},
+			{"an invisible character", "usr_1\u200b", ""},
+			{"invalid UTF-8", "usr_1", "usr_\xff"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := payload("d1")
+				p.User.ID = tc.user
+				_, err := riverhook.InsertParams("d1", []string{"crm"}, p, &riverhook.InsertOptions{Subject: tc.subject})
+				require.ErrorIs(t, err, riverhook.ErrInvalidSubject)
+				assert.NotContains(t, err.Error(), "ada", "the error never quotes the subject")
+				_, err = riverhook.InsertBytesParams("d1", []string{"crm"}, "deal.closed", []byte(`{}`), &riverhook.InsertOptions{Subject: cmp.Or(tc.subject, tc.user)})
+				assert.ErrorIs(t, err, riverhook.ErrInvalidSubject)
+			})
+		}
+		params, err := riverhook.InsertParams("d1", []string{"crm"}, payload("d1"), &riverhook.InsertOptions{Subject: strings.Repeat("x", riverhook.MaxSubjectBytes)})
+		require.NoError(t, err, "at most MaxSubjectBytes")
+		assert.Len(t, params, 1)
 	})
 
 	t.Run("TagsValidForRiverAndFilterable", func(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/signedhook/webhook"
 )
 
 // This file holds what riverhook relies on of River (v0.51) beyond its
@@ -74,7 +76,19 @@ func cancelAttemptedAt(job *rivertype.JobRow) time.Time {
 // is river.ErrJobCancelledRemotely; its timeout neither
 // (TestRiver/StopPutsTheJobBackUncounted).
 func stopping(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely)
+	return errors.Is(ctx.Err(), context.Canceled) && !cancelledRemotely(ctx)
+}
+
+// cancelledRemotely reports whether the run's ctx was cancelled by a cancel
+// of its job in River during the run (client.JobCancel, River UI's Cancel,
+// [EraseSubject]): River then cancels the context with
+// river.ErrJobCancelledRemotely as its cause, keeps that error's text as
+// the run's, and cancels the job; and it merges what the run recorded
+// into the row as it ends, whatever was written meanwhile
+// (TestRiver/StopPutsTheJobBackUncounted, TestRiver/RunEndAfterACancel,
+// TestEraseSubject_LeavesNoTrace).
+func cancelledRemotely(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely)
 }
 
 // schedulerInterval is River's JobSchedulerIntervalDefault: a job snoozed
@@ -95,10 +109,11 @@ func uniqueStates() []rivertype.JobState { return rivertype.JobStates() }
 const maxListed = 10_000
 
 // DB runs riverhook's own queries on River's tables, those River's client
-// has no API for ([Count], [EraseBodies]), and begins the transaction in
-// which [Resend] and [Recover] decide: a *pgxpool.Pool, a *pgx.Conn, or the
-// pgx.Tx of the caller's transaction (whose Begin is a savepoint). It must
-// be on the database of the River client given with it.
+// has no API for ([Count], [EraseSubject], [EraseBodies]), and begins the
+// transaction in which [Resend] and [Recover] decide: a *pgxpool.Pool, a
+// *pgx.Conn, or the pgx.Tx of the caller's transaction (whose Begin is a
+// savepoint). It must be on the database of the River client given with
+// it.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -108,8 +123,9 @@ type DB interface {
 
 // The queries below read and write these columns of River's river_job
 // (TestRiver/JobColumns): id, kind, state (river_job_state), args (jsonb),
-// errors (jsonb[]), created_at and finalized_at. Those given to River's
-// JobListParams.Where use River's named arguments, prefixed riverhook_.
+// errors (jsonb[]), metadata (jsonb), created_at and finalized_at. Those
+// given to River's JobListParams.Where use River's named arguments,
+// prefixed riverhook_.
 
 // jobTable is River's job table in schema ("" for the search path), quoted.
 func jobTable(schema string) string {
@@ -178,7 +194,7 @@ func (p *ListParams) where(connectionID string) (string, river.NamedArgs, error)
 // count returns how many of connectionID's jobs created at or after since
 // are in each of [Statuses], each count stopping at bound on its own: a
 // status reads at most bound rows, however many the others have
-// (TestRiver/CountAndErase, TestCount_BoundsEachStatusApart).
+// (TestRiver/Count, TestCount_BoundsEachStatusApart).
 func count(ctx context.Context, db DB, schema, connectionID string, since time.Time, bound int) ([]int, error) {
 	jobs := `SELECT 1 FROM ` + jobTable(schema) + ` WHERE kind = @riverhook_kind AND ` + connectionWhere +
 		` AND created_at >= @riverhook_since AND `
@@ -209,16 +225,108 @@ func outcomes(ctx context.Context, db DB, schema, connectionID string, since tim
 		"riverhook_since": since.UTC(), "riverhook_step": step.Seconds()})
 }
 
-// erase removes the body from the ended jobs of deliveryIDs, and returns
-// how many it erased (TestRiver/CountAndErase).
+// erasedText takes the place, in an erased job, of each text that may
+// quote the body or name its user: every response excerpt and error text of
+// the attempt log (but the words of an endpoint that was down, riverhook's
+// and the Sender's own, which Delivery.Reason quotes), every error text in
+// River's errors column (but the texts River writes itself for a rescued
+// run and a run cancelled remotely, which the log reads, and the cancel of
+// an erased job run again; a cancel keeps its prefix), and a resend's
+// reason. The args keep the ids, the event and the
+// subject; the log its numbers, outcome words, times and durations.
+const erasedText = "[erased]"
+
+// The erasure of a job, as SQL over its own row: an UPDATE's SET computes it
+// on the row it locks, so that a run's end written meanwhile is erased too
+// (TestRiver/Erase). Each entry of the log keeps logKept's fields alone.
+var (
+	erasedArgs = `((args - 'payload_base64') || jsonb_build_object('erased', true) || CASE WHEN args ? 'resend_reason'
+		THEN jsonb_build_object('resend_reason', @riverhook_erased::text) ELSE '{}'::jsonb END)`
+	erasedMetadata = `(CASE WHEN jsonb_typeof(metadata->'output'->'attempts') = 'array'
+		THEN jsonb_set(metadata, '{output}', jsonb_build_object('attempts', (SELECT coalesce(jsonb_agg(` + erasedEntry("e") + ` ORDER BY i), '[]'::jsonb)
+			FROM jsonb_array_elements(metadata->'output'->'attempts') WITH ORDINALITY AS a(e, i))))
+		ELSE metadata - 'output' END)`
+	erasedErrors = `(CASE WHEN errors IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_build_object('at', x->'at', 'attempt', x->'attempt', 'error',
+			CASE WHEN x->>'error' IN (@riverhook_rescued::text, @riverhook_remote::text, @riverhook_erased_cancel::text) THEN x->'error'
+			WHEN starts_with(x->>'error', @riverhook_cancel_prefix::text) THEN to_jsonb(@riverhook_cancel_prefix::text || @riverhook_erased::text)
+			ELSE to_jsonb(@riverhook_erased::text) END, 'trace', '')
+		FROM unnest(errors) WITH ORDINALITY AS u(x, i) ORDER BY i) END)`
+	// eraseSet erases a job; notErased finds one that holds more.
+	eraseSet  = `args = ` + erasedArgs + `, metadata = ` + erasedMetadata + `, errors = ` + erasedErrors
+	notErased = `(args, metadata, errors) IS DISTINCT FROM (` + erasedArgs + `, ` + erasedMetadata + `, ` + erasedErrors + `)`
+)
+
+// erasedEntry is the erasure of the attempt log entry e (a jsonb
+// expression): logKept's fields, and the marker for an error or a response.
+func erasedEntry(e string) string {
+	var b strings.Builder
+	b.WriteString("jsonb_strip_nulls(jsonb_build_object(")
+	for _, k := range logKept {
+		fmt.Fprintf(&b, "'%s', %s->'%s', ", k, e, k)
+	}
+	fmt.Fprintf(&b, `'error', CASE WHEN NOT %[1]s ? 'error' THEN NULL WHEN %[1]s->>'kind' = @riverhook_down::text THEN %[1]s->'error'
+		ELSE to_jsonb(@riverhook_erased::text) END, `, e)
+	fmt.Fprintf(&b, `'response', CASE WHEN %s ? 'response' THEN to_jsonb(@riverhook_erased::text) END))`, e)
+	return b.String()
+}
+
+// eraseArgs are the named arguments of the erasure's SQL.
+func eraseArgs() pgx.NamedArgs {
+	return pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_erased": erasedText, "riverhook_rescued": rescuedError,
+		"riverhook_remote": river.ErrJobCancelledRemotely.Error(), "riverhook_cancel_prefix": cancelPrefix,
+		"riverhook_down": string(webhook.KindDown), "riverhook_erased_cancel": cancelPrefix + ErrErased.Error()}
+}
+
+// ended are the River states of a delivery that has ended.
+const ended = `state IN ('completed', 'discarded', 'cancelled')`
+
+// erase erases the ended jobs of deliveryIDs, and returns how many held
+// something to erase (TestRiver/Erase).
 func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (int, error) {
-	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET args = (args - 'payload_base64') || '{"erased": true}'::jsonb
-		WHERE kind = $1 AND state IN ('completed', 'discarded', 'cancelled')
-		AND args->>'delivery_id' = ANY($2::text[])
-		AND args ? 'payload_base64' RETURNING 1) SELECT count(*) FROM erased`
+	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET ` + eraseSet + `
+		WHERE kind = @riverhook_kind AND ` + ended + ` AND args->>'delivery_id' = ANY(@riverhook_deliveries::text[])
+		AND ` + notErased + ` RETURNING 1) SELECT count(*) FROM erased`
+	args := eraseArgs()
+	args["riverhook_deliveries"] = deliveryIDs
 	var n int
-	err := db.QueryRow(ctx, sql, Kind, deliveryIDs).Scan(&n)
+	err := db.QueryRow(ctx, sql, args).Scan(&n)
 	return n, err
+}
+
+// subjectWhere finds a subject's jobs by their args, served by River's GIN
+// index on args.
+const subjectWhere = `args @> jsonb_build_object('data_subject', @riverhook_subject::text)`
+
+// cancelling is a running job that a cancel in River has reached: its run
+// is being cancelled, and River cancels the job when it ends, whatever the
+// run returns but a success.
+const cancelling = `(state = 'running' AND metadata ? 'cancel_attempted_at')`
+
+// toCancel lists, oldest first, up to limit jobs of subject that have not
+// ended and that no cancel has reached (TestRiver/Erase).
+func toCancel(ctx context.Context, db DB, schema, subject string, limit int) ([]int64, error) {
+	sql := `SELECT id FROM ` + jobTable(schema) + ` WHERE kind = @riverhook_kind AND ` + subjectWhere + ` AND ` + underWay + `
+		AND NOT ` + cancelling + ` ORDER BY id LIMIT @riverhook_limit`
+	rows, err := db.Query(ctx, sql, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_subject": subject, "riverhook_limit": limit})
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// eraseSubject erases the jobs of subject that have ended or are being
+// cancelled, and returns how many held something to erase, and how many of
+// the subject's jobs have not ended (TestRiver/Erase).
+func eraseSubject(ctx context.Context, db DB, schema, subject string) (erased, left int, err error) {
+	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET ` + eraseSet + `
+		WHERE kind = @riverhook_kind AND (` + ended + ` OR ` + cancelling + `) AND ` + subjectWhere + `
+		AND ` + notErased + ` RETURNING 1)
+		SELECT (SELECT count(*) FROM erased), (SELECT count(*) FROM ` + jobTable(schema) + `
+			WHERE kind = @riverhook_kind AND ` + subjectWhere + ` AND ` + underWay + `)`
+	args := eraseArgs()
+	args["riverhook_subject"] = subject
+	err = db.QueryRow(ctx, sql, args).Scan(&erased, &left)
+	return erased, left, err
 }
 
 // laterParams lists the newest job of the delivery of args later than job

@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook/internal/testdb"
 )
 
@@ -76,6 +78,25 @@ func TestRiver(t *testing.T) {
 		ctx, cancel = context.WithCancelCause(context.Background())
 		cancel(errors.New("stopping"))
 		assert.True(t, stopping(ctx))
+	})
+
+	// A run's end is written whatever happened to the row during the run:
+	// River merges the run's metadata updates (the attempt log, its
+	// output) into the row's and appends its error, so a run that ends
+	// after an erasure rewrites the log it recorded; a run cancelled in
+	// River keeps River's own text as its error, not the Worker's; a
+	// running job cancelled in River stays running, stamped, until its run
+	// ends, and River's rescuer cancels it, not runs it again, should its
+	// process die. The behaviour end to end: TestEraseSubject_LeavesNoTrace.
+	t.Run("RunEndAfterACancel", func(t *testing.T) {
+		executor := riverSource(t, "github.com/riverqueue/river", "internal/jobexecutor/job_executor.go")
+		assert.Contains(t, executor, "if res.Err != nil && errors.Is(context.Cause(ctx), rivertype.ErrJobCancelledRemotely) {\n\t\tres.Err = context.Cause(ctx)")
+		sql := riverSource(t, "github.com/riverqueue/river/riverdriver/riverpgxv5", "internal/dbsqlc/river_job.sql")
+		assert.Contains(t, sql, "THEN river_job.metadata || job_input.metadata_updates")
+		assert.Contains(t, sql, "THEN array_append(river_job.errors, job_input.errors)")
+		assert.Contains(t, sql, "state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END")
+		rescuer := riverSource(t, "github.com/riverqueue/river", "internal/maintenance/job_rescuer.go")
+		assert.Contains(t, rescuer, "if !metadata.CancelAttemptedAt.IsZero() {")
 	})
 
 	t.Run("DiscardsWhenMaxAttemptsIsWrittenDuringTheRun", func(t *testing.T) {
@@ -133,7 +154,7 @@ func TestRiver(t *testing.T) {
 			types[c[0]] = c[1]
 		}
 		for column, udt := range map[string]string{"id": "int8", "kind": "text", "state": "river_job_state", "args": "jsonb",
-			"errors": "_jsonb", "created_at": "timestamptz", "finalized_at": "timestamptz"} {
+			"errors": "_jsonb", "metadata": "jsonb", "created_at": "timestamptz", "finalized_at": "timestamptz"} {
 			assert.Equal(t, udt, types[column], "river_job.%s, which riverhook's queries read", column)
 		}
 	})
@@ -195,7 +216,7 @@ func TestRiver(t *testing.T) {
 		assert.Equal(t, res.Job.ID, got.Jobs[0].ID)
 	})
 
-	t.Run("CountAndErase", func(t *testing.T) {
+	t.Run("Count", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()
 		var ids []int64
@@ -296,6 +317,147 @@ func TestRiver(t *testing.T) {
 			assert.Equal(t, want, job.State, d)
 			assert.True(t, job.ScheduledAt.Equal(before[d]), "%s keeps its time, which River's fetch waits for", d)
 		}
+	})
+
+	// The erasure rewrites a job's args, the attempt log in its metadata and
+	// River's errors column, as River writes them, keeping all but the texts;
+	// a job that ends later, or whose run writes after it, is erased by the
+	// next call; nothing else is touched.
+	t.Run("Erase", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		start := time.Date(2026, 11, 24, 18, 3, 7, 215000000, time.UTC)
+		entries := []logEntry{
+			{N: 1, Run: 1, Kind: "status", Start: start, Status: 500, Took: "3.2ms", Timestamp: 1795543387215, RetryIn: "1s",
+				Error: "webhook: receiver answered 500 ada@example.org", Response: `{"email":"ada@example.org"}`},
+			{N: 2, Run: 3, Kind: "redirect", Start: start.Add(time.Minute), Status: 307, Took: "2ms", Timestamp: 1795543447215, RetryIn: "2s",
+				Error: "webhook: receiver answered 307 Ada Lovelace moved; redirects are not followed", Response: "Ada"},
+			{N: 3, Run: 4, Kind: "down", Start: start.Add(2 * time.Minute), Took: "0s", RetryIn: "5s",
+				Error: "webhook: endpoint down: https://crm.example failed 3 times since 2026-11-24T18:03:07Z, last: timeout"},
+			{N: 3, Run: 5, Kind: "delivered", Start: start.Add(3 * time.Minute), Status: 200, Took: "1ms", Timestamp: 1795543567215,
+				Response: "stored ada@example.org"},
+		}
+		out, err := json.Marshal(attemptLog{Attempts: entries})
+		require.NoError(t, err)
+		runErrors := []rivertype.AttemptError{
+			{At: start, Attempt: 1, Error: "riverhook: attempt 1: 500 Internal Server Error; retry in 1s"},
+			{At: start.Add(time.Minute), Attempt: 3, Error: "riverhook: attempt 2: redirect: receiver answered 307 Ada Lovelace moved", Trace: "goroutine 7: ada@example.org"},
+			{At: start.Add(2 * time.Minute), Attempt: 4, Error: river.ErrJobCancelledRemotely.Error()},
+			{At: start.Add(3 * time.Minute), Attempt: 5, Error: cancelPrefix + "riverhook: connection \"crm\" is gone: ada@example.org"},
+			{At: start.Add(4 * time.Minute), Attempt: 6, Error: rescuedError},
+		}
+		var errs []string
+		for _, e := range runErrors {
+			b, err := json.Marshal(e)
+			require.NoError(t, err)
+			errs = append(errs, string(b))
+		}
+		ids := map[string]int64{}
+		for _, d := range []struct{ id, subject, state string }{
+			{"ended", "usr_1", "completed"}, {"under-way", "usr_1", "retryable"}, {"other", "usr_2", "discarded"}, {"no-log", "usr_1", "cancelled"},
+			{"cancelling", "usr_1", "running"}, {"running", "usr_1", "running"},
+		} {
+			res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: d.id, Event: "user.identified", Subject: d.subject,
+				Body: []byte(`{"email":"ada@example.org"}`), ResentFrom: 7, ResendReason: "ana: Ada asked"}, &river.InsertOpts{Metadata: []byte(`{"tenant": 42}`)})
+			require.NoError(t, err)
+			ids[d.id] = res.Job.ID
+			if d.id == "no-log" {
+				_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'cancelled', finalized_at = now() WHERE id = $1`, res.Job.ID)
+			} else {
+				_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = $2::text::"`+client.Schema()+`".river_job_state,
+					finalized_at = CASE WHEN $2 IN ('retryable', 'running') THEN NULL ELSE now() END, attempt = 6,
+					metadata = metadata || jsonb_build_object('output', $3::jsonb, 'snoozes', 1)
+						|| CASE WHEN $5 THEN '{"cancel_attempted_at": "2026-11-24T18:07:00Z"}'::jsonb ELSE '{}' END,
+					errors = $4::jsonb[] WHERE id = $1`, res.Job.ID, d.state, string(out), errs, d.id != "running")
+			}
+			require.NoError(t, err)
+		}
+		get := func(d string) *rivertype.JobRow {
+			t.Helper()
+			job, err := client.JobGet(ctx, ids[d])
+			require.NoError(t, err)
+			return job
+		}
+		before := map[string]*rivertype.JobRow{}
+		for d := range ids {
+			before[d] = get(d)
+		}
+
+		listed, err := toCancel(ctx, pool, client.Schema(), "usr_1", 10)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{ids["under-way"], ids["running"]}, listed, "under way, and no cancel has reached them")
+		listed, err = toCancel(ctx, pool, client.Schema(), "usr_1", 1)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{ids["under-way"]}, listed, "oldest first, bounded")
+		n, left, err := eraseSubject(ctx, pool, client.Schema(), "usr_1")
+		require.NoError(t, err)
+		assert.Equal(t, 3, n, "the subject's ended deliveries, and the one being cancelled")
+		assert.Equal(t, 3, left, "under way: the one waiting, and the two running")
+		for _, d := range []string{"under-way", "other", "running"} {
+			assert.Equal(t, before[d], get(d), "%s is untouched", d)
+		}
+		assert.Equal(t, erasedText, get("cancelling").Errors[0].Error, "the one being cancelled is erased")
+
+		job := get("ended")
+		var fields map[string]any
+		require.NoError(t, json.Unmarshal(job.EncodedArgs, &fields))
+		assert.Equal(t, map[string]any{"connection_id": "crm", "delivery_id": "ended", "event": "user.identified", "data_subject": "usr_1",
+			"resent_from": 7.0, "resend_reason": erasedText, "erased": true}, fields, "the ids, the event and the subject stay")
+		var meta map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(job.Metadata, &meta))
+		assert.JSONEq(t, `42`, string(meta["tenant"]), "the rest of the metadata stays")
+		assert.JSONEq(t, `1`, string(meta["snoozes"]))
+		assert.JSONEq(t, `"2026-11-24T18:07:00Z"`, string(meta["cancel_attempted_at"]))
+		got, err := readLog(job)
+		require.NoError(t, err)
+		want := slices.Clone(entries)
+		for i := range want {
+			if want[i].Error != "" && want[i].Kind != "down" {
+				want[i].Error = erasedText
+			}
+			if want[i].Response != "" {
+				want[i].Response = erasedText
+			}
+		}
+		assert.Equal(t, want, got, "the log keeps all but its texts, and the words of an endpoint that was down")
+		wantErrors := slices.Clone(runErrors)
+		wantErrors[0].Error, wantErrors[1].Error, wantErrors[1].Trace = erasedText, erasedText, ""
+		wantErrors[3].Error = cancelPrefix + erasedText
+		assert.Equal(t, wantErrors, job.Errors, "River's texts for a rescue and a remote cancel stay, and a cancel's prefix")
+
+		was, err := DeliveryOf(before["ended"])
+		require.NoError(t, err)
+		is, err := DeliveryOf(job)
+		require.NoError(t, err)
+		require.Len(t, is.Attempts, len(was.Attempts))
+		for i, a := range is.Attempts {
+			w := was.Attempts[i]
+			assert.Equal(t, []any{w.N, w.Run, w.Kind, w.Start, w.StatusCode, w.Duration, w.Timestamp, w.Retry, w.RetryIn},
+				[]any{a.N, a.Run, a.Kind, a.Start, a.StatusCode, a.Duration, a.Timestamp, a.Retry, a.RetryIn}, "attempt %d", i)
+		}
+		assert.Equal(t, webhook.KindInterrupted, is.Attempts[len(is.Attempts)-1].Kind, "the rescued run is still told")
+		assert.Equal(t, was.Status, is.Status)
+		assert.True(t, is.Erased)
+
+		n, _, err = eraseSubject(ctx, pool, client.Schema(), "usr_1")
+		require.NoError(t, err)
+		assert.Zero(t, n, "nothing more to erase")
+		n, err = erase(ctx, pool, client.Schema(), []string{"ended", "under-way", "other", "no-log"})
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, "by delivery: the other subject's ended one")
+
+		// A run that ends after the erasure writes its log and its error as
+		// River does (metadata merged, errors appended): the next call erases
+		// them.
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET metadata = metadata || jsonb_build_object('output', $2::jsonb),
+			errors = array_append(errors, $3::jsonb) WHERE id = $1`, ids["ended"], string(out), errs[0])
+		require.NoError(t, err)
+		n, _, err = eraseSubject(ctx, pool, client.Schema(), "usr_1")
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		got, err = readLog(get("ended"))
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
 	})
 
 	t.Run("Outcomes", func(t *testing.T) {

@@ -31,7 +31,9 @@
 //     resending its newest job, once, decided under a lock of the
 //     delivery's, so that double clicks, a Resend racing a Recover, and a
 //     resend River has deleted since send nothing more.
-//   - [EraseBodies] removes a user's personal data from ended jobs.
+//   - [EraseSubject] erases a user's personal data from every delivery
+//     about them, found by the subject each records ([Args.Subject]);
+//     [EraseBodies] from the ended deliveries of given ids.
 //   - Package console (riverhook/console) serves a connection's log to the
 //     service's customers, scoped to their own connections, with the Send
 //     Test ([Worker.SendTest]) and the endpoint's health
@@ -71,15 +73,34 @@
 //	config.DiscardedJobRetentionPeriod = 30 * 24 * time.Hour
 //
 // A job's args hold the delivery's body, with the user's email, name and
-// phone, as exact bytes (base64 in JSON): anyone who reads River's tables,
-// or opens River UI, reads them. They are not sealed: the Worker must sign
-// and send those exact bytes, and a key of the service's in the job
-// options would only move the question. Keep them out of sight instead by
-// ending their life early: [EraseBodies] removes the body of ended
-// deliveries (their log stays), for one user who asked to be forgotten or
-// for every delivery once it ends (an OnAttempt of the last attempt, or a
-// periodic job); and keep River UI, which shows args, to operators who may
-// read personal data. A customer-facing log never shows the body.
+// phone, as exact bytes (base64 in JSON); and a receiver that echoes the
+// body, answering 200, 500 or a 422 that quotes the email, puts them in the
+// job's attempt log too (its response excerpts and error texts, in the
+// job's metadata) and in River's errors column: anyone who reads River's
+// tables, their backups, River UI or the log's JSON reads them. The body is
+// not sealed: the Worker must sign and send those exact bytes, and a key of
+// the service's in the job options would only move the question. Keep it
+// out of sight instead by ending its life early:
+//
+//   - Each delivery records its subject, the user it is about ([Args.Subject]:
+//     the payload's user id, or [InsertOptions.Subject]; an id, never an
+//     email). When a user asks to be forgotten, [EraseSubject] erases them
+//     from every delivery about them, resends included: it cancels those
+//     under way, and replaces the body and every text that may quote it
+//     with "[erased]", keeping the log's outcomes, statuses, times,
+//     durations and runs. Call it again while [EraseResult].UnderWay says
+//     deliveries were still running.
+//   - [EraseBodies] does the same to the ended deliveries of given ids: for
+//     deliveries inserted without a subject, or for every delivery once it
+//     ends (an OnAttempt of the last attempt, or a periodic job).
+//
+// An erased delivery reads "erased" in [Delivery] and its JSON, and cannot
+// be resent. Keep River UI, which shows args and the log, to operators who
+// may read personal data; a customer-facing log never shows the body (the
+// console shows it only with its ShowPayload). What an erasure leaves is
+// yours: the subject id, what you put in a job's tags and River metadata,
+// your OnAttempt hook's and Logger's copies, and the old row versions
+// PostgreSQL keeps until vacuum, and in the backups taken before.
 //
 // No job row holds a URL's path or query, a header value or a secret.
 package riverhook
@@ -94,6 +115,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -115,10 +137,10 @@ const MaxInterruptedRuns = 5
 // Args is one delivery to one connection, as stored in the job. The body is
 // kept as exact bytes (base64 in the job's JSON, "payload_base64"):
 // PostgreSQL's jsonb would reorder a JSON object and break every
-// signature. The body's JSON name is the last of the four both in River
-// UI, which sorts keys by name, and in PostgreSQL, which sorts them by
-// length: the connection, the delivery and the event read first. River's
-// unique key hashes the ids under these JSON names.
+// signature. The body's JSON name is the last of a delivery's fields both
+// in River UI, which sorts keys by name, and in PostgreSQL, which sorts
+// them by length: the connection, the delivery, the event and the subject
+// read first. River's unique key hashes the ids under these JSON names.
 type Args struct {
 	ConnectionID string `json:"connection_id" river:"unique"`
 	DeliveryID   string `json:"delivery_id" river:"unique"`
@@ -132,7 +154,18 @@ type Args struct {
 	ResentFrom   int64  `json:"resent_from,omitempty" river:"unique"`
 	ResendReason string `json:"resend_reason,omitempty"`
 
-	// Erased reports that [EraseBodies] removed Body.
+	// Subject is whom the delivery is about, the data subject: the
+	// payload's user id ([InsertParams]), or [InsertOptions.Subject];
+	// empty for a delivery inserted without one. [EraseSubject] finds a
+	// subject's deliveries by it, resends included: they copy it. It is an
+	// id, never an email or a name: it stays in the job once the delivery
+	// is erased (see [MaxSubjectBytes]). Not part of the job's unique key.
+	Subject string `json:"data_subject,omitempty"`
+
+	// Erased reports that the delivery's personal data was erased
+	// ([EraseSubject], [EraseBodies]): Body is gone, ResendReason and the
+	// texts of the attempt log read "[erased]". The Worker cancels an
+	// erased job that runs again (River UI's Retry): nothing is sent.
 	Erased bool `json:"erased,omitempty"`
 }
 
@@ -201,6 +234,37 @@ type InsertOptions struct {
 	// UniqueOpts replace [Args.InsertOpts]' when set. MaxAttempts is the
 	// policy's, and is ignored. InsertParams does not modify it.
 	InsertOpts *river.InsertOpts
+
+	// Subject, if not empty, is whom the deliveries are about
+	// ([Args.Subject]): an id of the service's, such as its user id, at
+	// most [MaxSubjectBytes] of printable text without '@'. Empty means
+	// the payload's user id for [InsertParams], and no subject for
+	// [InsertBytesParams].
+	Subject string
+}
+
+// MaxSubjectBytes bounds a delivery's subject ([Args.Subject]).
+const MaxSubjectBytes = 255
+
+// ErrInvalidSubject is matched by the error of an insert whose subject
+// ([Args.Subject]) is too long, not printable text, or holds an '@': a
+// subject is an id that stays in the job after its delivery is erased, and
+// an email address is the very data to erase.
+var ErrInvalidSubject = errors.New("riverhook: invalid subject")
+
+// checkSubject returns an error matching ErrInvalidSubject for a subject
+// that is not an id. It never quotes the subject, which may be personal
+// data.
+func checkSubject(subject string) error {
+	switch {
+	case len(subject) > MaxSubjectBytes:
+		return fmt.Errorf("%w: want at most %d bytes, got %d", ErrInvalidSubject, MaxSubjectBytes, len(subject))
+	case !utf8.ValidString(subject) || strings.ContainsFunc(subject, func(r rune) bool { return !unicode.IsPrint(r) }):
+		return fmt.Errorf("%w: want printable UTF-8 text (an id), got control, invisible or invalid characters", ErrInvalidSubject)
+	case strings.Contains(subject, "@"):
+		return fmt.Errorf("%w: want an id such as the user's, got text with an '@', an email address: it would stay in the job once the delivery is erased", ErrInvalidSubject)
+	}
+	return nil
 }
 
 // InsertParams returns the jobs delivering p to each of connectionIDs, for
@@ -211,7 +275,9 @@ type InsertOptions struct {
 // first: River's insert of one delivery twice in one statement would fail
 // the transaction. deliveryID identifies the event; with a connection id it
 // makes each job unique (see [Args.InsertOpts]). p is validated and
-// encoded once; the error matches webhook.ErrInvalidPayload.
+// encoded once; the error matches webhook.ErrInvalidPayload. Each job's
+// subject is opts.Subject, or else p's user id; one that is not an id gives
+// an error matching [ErrInvalidSubject].
 func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, opts *InsertOptions) ([]river.InsertManyParams, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -220,7 +286,11 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot be encoded as JSON: %w", webhook.ErrInvalidPayload, err)
 	}
-	return InsertBytesParams(deliveryID, connectionIDs, p.Event, body, opts)
+	subject := p.User.ID
+	if opts != nil && opts.Subject != "" {
+		subject = opts.Subject
+	}
+	return insertBytesParams(deliveryID, connectionIDs, p.Event, body, subject, opts)
 }
 
 // InsertBytesParams is InsertParams for any event, with body its JSON
@@ -229,8 +299,17 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 // empty event, one with control characters, or a body that is not JSON
 // gives an error matching webhook.ErrInvalidPayload. A connection that does
 // not subscribe to event (webhook.Connection.Events) is skipped when its
-// job runs: the job is cancelled, its log saying why.
+// job runs: the job is cancelled, its log saying why. The subject is
+// opts.Subject alone: set it to the id of the user the body is about.
 func InsertBytesParams(deliveryID string, connectionIDs []string, event string, body []byte, opts *InsertOptions) ([]river.InsertManyParams, error) {
+	var subject string
+	if opts != nil {
+		subject = opts.Subject
+	}
+	return insertBytesParams(deliveryID, connectionIDs, event, body, subject, opts)
+}
+
+func insertBytesParams(deliveryID string, connectionIDs []string, event string, body []byte, subject string, opts *InsertOptions) ([]river.InsertManyParams, error) {
 	if deliveryID == "" {
 		return nil, errors.New("riverhook: the delivery id must not be empty")
 	}
@@ -239,6 +318,9 @@ func InsertBytesParams(deliveryID string, connectionIDs []string, event string, 
 	}
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: the body of %q is not JSON", webhook.ErrInvalidPayload, event)
+	}
+	if err := checkSubject(subject); err != nil {
+		return nil, err
 	}
 	if opts == nil {
 		opts = &InsertOptions{}
@@ -250,7 +332,7 @@ func InsertBytesParams(deliveryID string, connectionIDs []string, event string, 
 			continue
 		}
 		seen[id] = true
-		params = append(params, insertParams(Args{ConnectionID: id, DeliveryID: deliveryID, Event: event, Body: body}, opts))
+		params = append(params, insertParams(Args{ConnectionID: id, DeliveryID: deliveryID, Event: event, Body: body, Subject: subject}, opts))
 	}
 	return params, nil
 }

@@ -127,6 +127,11 @@ type WorkerOptions struct {
 //     is discarded, its log and [Delivery].Reason saying so;
 //   - the client stopping during the attempt: River puts the job back
 //     without counting the run;
+//   - the job cancelled in River during the attempt (client.JobCancel,
+//     River UI, [EraseSubject]): River cancels it; the run adds nothing to
+//     its log;
+//   - an erased job ([Args.Erased]) run again, by River UI's Retry: the job
+//     is cancelled with [ErrErased], and nothing is sent;
 //   - the process dying during the attempt: once River's rescuer finds the
 //     job (see [Worker.RescueStuckJobsAfter]), it runs again at once, and
 //     the log shows the cut attempt as interrupted; it costs no attempt.
@@ -235,6 +240,10 @@ func (o *WorkerOptions) validate() error {
 // log. It blocks for the attempt, at most [Worker.Timeout]. See [Worker] for
 // what it returns.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	if job.Args.Erased {
+		// Run again after its erasure (River UI's Retry): nothing to send.
+		return river.JobCancel(ErrErased)
+	}
 	w.due(ctx)
 	every := w.rateEvery(job.Args.ConnectionID)
 	if wait, ok := w.acquire(ctx, job, every); !ok {
@@ -264,7 +273,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	conn, err := w.resolveConnection(ctx, job.Args.ConnectionID, job.ID)
 	if err != nil {
-		w.record(ctx, job, r.entries)
+		if !cancelledRemotely(ctx) {
+			w.record(ctx, job, r.entries)
+		}
 		if errors.Is(err, ErrConnectionGone) {
 			return river.JobCancel(err)
 		}
@@ -329,8 +340,14 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	}
 	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
 		// The client stopping (River puts the job back and does not count
-		// the run), the job cancelled from River, or its timeout.
-		w.record(ctx, job, r.entries)
+		// the run), the job cancelled in River, or its timeout. A run
+		// cancelled in River writes no log: the row holds what it loaded,
+		// unless an erasure (EraseSubject) rewrote it meanwhile, which the
+		// write would undo; DeliveryOf finds the interrupted runs it added
+		// from River's errors, as OnAttempt was told of them.
+		if !cancelledRemotely(ctx) {
+			w.record(ctx, job, r.entries)
+		}
 		if !stopping(ctx) {
 			w.storeRetry(job, pendingRetry{client: true})
 		}

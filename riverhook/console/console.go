@@ -359,7 +359,7 @@ func (c *console) tooSoon(w http.ResponseWriter, r *http.Request, req request, w
 
 // busy answers a Send Test that would pass the connection's bound of
 // attempts in flight (riverhook.ErrBusy): 503, to try again shortly.
-func (c *console[TTx]) busy(w http.ResponseWriter, r *http.Request, req request) {
+func (c *console) busy(w http.ResponseWriter, r *http.Request, req request) {
 	w.Header().Set("Retry-After", "5")
 	const msg = "The endpoint has as many deliveries in flight as its limit allows; a test would pass it. Try again in a few seconds."
 	if req.api {

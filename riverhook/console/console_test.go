@@ -56,6 +56,7 @@ type deliveryJSON struct {
 		Response string `json:"response"`
 	} `json:"attempts"`
 	Payload json.RawMessage `json:"payload"`
+	Erased  bool            `json:"erased"`
 }
 
 func ids(l listJSON) []string {
@@ -367,6 +368,44 @@ func TestConsole_PagesListDeliveriesAndTheirAttempts(t *testing.T) {
 	got := f.do(t, "GET", "/static/console.css", "")
 	assert.Equal(t, http.StatusOK, got.Code)
 	assert.Contains(t, got.Header().Get("Content-Type"), "text/css")
+}
+
+// A delivery whose user asked to be forgotten shows as erased, its
+// attempts' outcomes, statuses and times kept, the receiver's texts gone,
+// and no Resend: there is nothing to send.
+func TestConsole_ShowsAnErasedDelivery(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, ShowPayload: true}, false)
+	res, err := riverhook.EraseSubject(context.Background(), f.client, f.pool, "usr_hostile")
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Erased)
+	path := "/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["hostile"], 10)
+
+	got := f.do(t, "GET", "/api"+path, "")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	d := decode[deliveryJSON](t, got.Body.String())
+	assert.True(t, d.Erased)
+	assert.Equal(t, "given_up", d.Status)
+	assert.Nil(t, d.Payload, "no payload left to show")
+	require.Len(t, d.Attempts, 2)
+	for _, a := range d.Attempts {
+		assert.Equal(t, 500, a.Status)
+		assert.Equal(t, "[erased]", a.Response)
+	}
+	assert.NotContains(t, got.Body.String(), "pwned")
+
+	got = f.do(t, "GET", path, "")
+	require.Equal(t, http.StatusOK, got.Code)
+	page := got.Body.String()
+	assert.Contains(t, page, `<dt>Personal data</dt><dd id="erased">erased`)
+	assert.Contains(t, page, "500 Internal Server Error", "the answers' statuses stay")
+	assert.Contains(t, page, `<div class="excerpt">[erased]</div>`)
+	assert.NotContains(t, page, "pwned")
+	assert.NotContains(t, page, `id="resend"`, "nothing to resend")
+	assert.NotContains(t, page, personal, "no payload")
+	list := f.do(t, "GET", "/connections/crm", "")
+	require.Equal(t, http.StatusOK, list.Code)
+	assert.Contains(t, list.Body.String(), "data-job=\""+strconv.FormatInt(f.jobs["hostile"], 10))
 }
 
 func TestConsole_FormsRedirectBackUnderTheMount(t *testing.T) {

@@ -11,6 +11,7 @@
 //	durable recover    -db postgres://localhost/app -connection crm -since 24h -reason "endpoint fixed" -dry-run
 //	durable resend     -db postgres://localhost/app -job 42 -reason "ana: the customer asked"
 //	durable health     -db postgres://localhost/app -connections conns.json
+//	durable erase      -db postgres://localhost/app -subject usr_dlv_1
 //	durable erase      -db postgres://localhost/app -delivery dlv_1,dlv_2
 //
 // conns.json is a JSON array of connections, the example's resolver:
@@ -29,15 +30,16 @@
 // dashboard's API serves them. recover and resend send given-up deliveries
 // again; health prints each connection's endpoint marks, which work's
 // endpoint health writes to riverhook's table riverhook_endpoint_mark,
-// beside River's (migrate creates both); erase removes the bodies of ended
-// deliveries. work keeps the log 30 days (-retention); with -console ADDR
-// it serves the customers' delivery log (riverhook/console) at
-// http://ADDR/console/, its scope a demo's: every connection, without
-// sign-in. serve is the API tier of a fleet: the console alone, working no
-// delivery, with the endpoint marks and the places in flight the work
-// processes share (start two work processes and one serve: 8 in flight to
-// a connection hold for all three, Send Tests included, and the console
-// shows what any worker found). -ca adds a root certificate to the library's guarded
+// beside River's (migrate creates both); erase erases a user's personal
+// data from every delivery about them (-subject, their user id: those under
+// way are cancelled), or from ended deliveries by id (-delivery). work
+// keeps the log 30 days (-retention); with -console ADDR it serves the
+// customers' delivery log (riverhook/console) at http://ADDR/console/, its
+// scope a demo's: every connection, without sign-in. serve is the API tier
+// of a fleet: the console alone, working no delivery, with the endpoint
+// marks and the places in flight the work processes share (start two work
+// processes and one serve: 8 in flight to a connection hold for all three,
+// Send Tests included, and the console shows what any worker found). -ca adds a root certificate to the library's guarded
 // transport; -allow-private lifts the guard for local receivers. Kill a
 // worker in the middle of an attempt (kill -9) and start another: once
 // River's rescuer has found the job (a minute after the attempt started,
@@ -85,7 +87,7 @@ const usage = `usage:
   durable recover    -db URL -connection ID -since D -reason TEXT [-dry-run]
   durable resend     -db URL -job ID -reason TEXT
   durable health     -db URL -connections FILE
-  durable erase      -db URL -delivery ID,ID...
+  durable erase      -db URL (-subject USER_ID | -delivery ID,ID...)
 Every command takes -schema; "durable COMMAND -h" prints its flags.`
 
 // errUsage is a command line that is not one: its message is printed

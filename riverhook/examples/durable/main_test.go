@@ -279,7 +279,9 @@ func TestDurable_EnqueueAndWork(t *testing.T) {
 	assert.Contains(t, f.durable(t, "resend", "-job", job, "-reason", "a double click"), "resent already")
 	assert.Equal(t, "0 given up since 24h0m0s and not resent: would resend 0, 0 resent meanwhile, more: false\n",
 		f.durable(t, "recover", "-connection", "crm", "-reason", "x", "-dry-run"))
-	assert.Equal(t, "erased the bodies of 1 job(s)\n", f.durable(t, "erase", "-delivery", "nope,"+deliveryIDOf(t, f, page.Deliveries[1].JobID)))
+	assert.Equal(t, "erased 1 job(s)\n", f.durable(t, "erase", "-delivery", "nope,"+deliveryIDOf(t, f, page.Deliveries[1].JobID)))
+	assert.Equal(t, "erased 1 job(s), cancelled 0, 0 under way\n",
+		f.durable(t, "erase", "-subject", webhook.UserID(deliveryIDOf(t, f, page.Deliveries[2].JobID))))
 }
 
 // deliveryIDOf returns the delivery id of job id.

@@ -24,10 +24,10 @@ import (
 
 // opFlags are the flags of the operating commands.
 type opFlags struct {
-	json, dryRun                 *bool
-	status, after, reason, dlvrs *string
-	since                        *time.Duration
-	job                          *int64
+	json, dryRun                          *bool
+	status, after, reason, dlvrs, subject *string
+	since                                 *time.Duration
+	job                                   *int64
 }
 
 func (o *opFlags) deliveries(fs *flag.FlagSet) {
@@ -45,7 +45,8 @@ func (o *opFlags) define(name string, fs *flag.FlagSet) bool {
 	case "resend":
 		o.job = fs.Int64("job", 0, "the job of the delivery to send again")
 	case "erase":
-		o.dlvrs = fs.String("delivery", "", "ids of the deliveries whose bodies to erase, comma-separated")
+		o.dlvrs = fs.String("delivery", "", "ids of the ended deliveries to erase, comma-separated")
+		o.subject = fs.String("subject", "", "the user id whose deliveries to erase, every one (those under way are cancelled)")
 	case "health":
 	default:
 		return false
@@ -91,12 +92,27 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 		fmt.Fprintf(out, "job %d resent as job %d\n", *o.job, job.ID)
 		return nil
 	case "erase":
+		if (*o.subject == "") == (*o.dlvrs == "") {
+			return errUsage{msg: "one of -subject and -delivery is required"}
+		}
+		if *o.subject != "" {
+			res, err := riverhook.EraseSubject(ctx, client, pool, *o.subject)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "erased %d job(s), cancelled %d, %d under way", res.Erased, res.Cancelled, res.UnderWay)
+			if res.UnderWay > 0 {
+				fmt.Fprint(out, ": run erase again once they end (within the attempt timeout and 10 s)")
+			}
+			fmt.Fprintln(out)
+			return nil
+		}
 		ids := strings.FieldsFunc(*o.dlvrs, func(r rune) bool { return r == ',' })
 		n, err := riverhook.EraseBodies(ctx, client, pool, ids)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "erased the bodies of %d job(s)\n", n)
+		fmt.Fprintf(out, "erased %d job(s)\n", n)
 		return nil
 	}
 	conns, err := readConnections(connsFile)
