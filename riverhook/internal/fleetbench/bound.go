@@ -216,7 +216,7 @@ func (b *bench) outage(ctx context.Context) (result, error) {
 		sanity: sanity{Want: want, Arrived: c.Distinct, Requests: c.Requests, BadSig: c.BadSig, Jobs: t.Jobs, Completed: t.Completed,
 			Runs: t.Runs, Counted: int(final.Runs)},
 	}
-	r.Summary = fmt.Sprintf("Outage, K=%d: %d waiting cost %.1f job runs/s over the last %v of %.0f s refused (target <= 50: %s), %.1f runs each over the whole %.0f s; back, answering in %v, the first arrived after %.1f s (its next probe), then %.1f deliveries/s, %.3fx of the %.0f/s that %d at %v take (target >= 0.8x: %s; %.3fx counted from its return); peak %d in flight; %.2f runs per delivery while draining, %.2f in all",
+	r.Summary = fmt.Sprintf("Outage, K=%d: %d waiting cost %.1f job runs/s over the last %v of %.0f s refused (target <= 50: %s), %.1f runs each over the whole %.0f s; back, answering in %v, the first arrived after %.1f s, then %.1f deliveries/s, %.3fx of the %.0f/s that %d at %v take (target >= 0.8x: %s; %.3fx counted from its return); peak %d in flight; %.2f runs per delivery while draining, %.2f in all",
 		k, cfg.Backlog, waiting, cfg.Window, down.Seconds(), verdict(waiting <= 50), downRuns, down.Seconds(), cfg.DrainLatency, firstAfter.Seconds(), drain, drain/takes, takes, cfg.Bound, cfg.DrainLatency,
 		verdict(drain/takes >= 0.8), fromBack/takes, c.Peak, float64(s3.Runs-s2.Runs)/float64(want), float64(t.Runs)/float64(want))
 	return r, nil
