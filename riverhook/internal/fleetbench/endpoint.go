@@ -78,11 +78,6 @@ func newEndpoint(secret string) (*endpoint, error) {
 	return e, nil
 }
 
-// url returns the endpoint's URL for a connection id.
-func (e *endpoint) url(connectionID string) string {
-	return "https://" + e.addr + "/hooks/" + connectionID
-}
-
 // answer makes the endpoint accept connections, on the port it had.
 func (e *endpoint) answer() error {
 	e.srvMu.Lock()

@@ -230,7 +230,7 @@ func (s sanity) check() error {
 		errs = append(errs, fmt.Errorf("%d of %d jobs completed", s.Completed, s.Jobs))
 	}
 	if s.Runs != s.Counted {
-		errs = append(errs, fmt.Errorf("River's rows count %d runs (attempt + snoozes), the worker processes made %d", s.Runs, s.Counted))
+		errs = append(errs, fmt.Errorf("the worker processes made %d runs, River's rows count %d (attempt + snoozes)", s.Counted, s.Runs))
 	}
 	return joinErrs(errs...)
 }
