@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" { // a worker process of a test's run
+		os.Exit(childMain())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// TestRun_EveryScenarioDeliversEachOnce runs every scenario at a tiny size,
+// with worker processes of its own (this test binary run again), and checks
+// what holds whatever the code's speed: a line per scenario, every delivery
+// arrived exactly once and signed, every job completed. It asserts nothing
+// of the figures: they are the program's output, not the test's.
+func TestRun_EveryScenarioDeliversEachOnce(t *testing.T) {
+	cfg, err := parseFlags([]string{
+		"-db", testdb.URL(t),
+		"-n", "8", "-latency", "50ms", "-k", "2",
+		"-backlog", "10", "-down", "600ms", "-window", "300ms", "-snooze", "100ms", "-probe", "100ms", "-drain-limit", "1m",
+		"-cpu-n", "20", "-cpu-conns", "4",
+		"-rate", "100", "-for", "200ms",
+	}, io.Discard)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var out, progress bytes.Buffer
+	results, err := run(ctx, cfg, &out, &progress)
+	t.Logf("output:\n%s\nprogress:\n%s", &out, &progress)
+	require.NoError(t, err)
+
+	want := []string{"bound-2", "outage-2", "cpu/impl=nop-2", "cpu/impl=inprocess-1", "cpu/impl=riverhook-2", "cpu/impl=riverhook-fleet-2",
+		"latency/options=fleet/workers=100ms/api=100ms-2", "latency/options=fleet/workers=10ms/api=100ms-2",
+		"latency/options=fleet/workers=10ms/api=10ms-2", "latency/options=none/workers=10ms/api=10ms-2"}
+	var got []string
+	for _, r := range results {
+		got = append(got, r.Name)
+		assert.NoError(t, r.check(), r.Name)
+		assert.Contains(t, out.String(), "BenchmarkFleet/"+r.Name+"\t", "its benchmark line")
+	}
+	assert.Equal(t, want, got)
+	assert.Contains(t, out.String(), "Fleet summary")
+	assert.NotContains(t, out.String(), "\n# ", "no run failed its sanity check")
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Setenv("TEST_DATABASE_URL", "postgres://example")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"defaults", nil, ""},
+		{"an unknown scenario", []string{"-run", "bound,speed"}, `unknown scenario "speed"`},
+		{"no processes", []string{"-k", "1,0"}, `"0" is not a number of processes`},
+		{"a zero size", []string{"-backlog", "0"}, "-backlog is 0"},
+		{"a negative duration", []string{"-window", "-1s"}, "-window is -1s"},
+		{"a window longer than the outage", []string{"-down", "5s", "-window", "6s"}, "-window 6s is longer than -down 5s"},
+		{"an argument", []string{"bound"}, "unexpected arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseFlags(tc.args, io.Discard)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, scenarios, cfg.Run)
+			assert.Equal(t, []int{1, 2, 4}, cfg.Ks)
+			assert.Equal(t, "postgres://example", cfg.DB)
+		})
+	}
+}
+
+func TestResult_LineIsABenchmarkLine(t *testing.T) {
+	r := result{Name: "bound-2", N: 1000, Metrics: []metric{{15.234567, "deliveries/s"}, {8, "peak-in-flight"}, {0.95123, "x-bound/latency"}}}
+	assert.Equal(t, "BenchmarkFleet/bound-2\t1000\t15.23 deliveries/s\t8 peak-in-flight\t0.9512 x-bound/latency", r.line())
+	assert.False(t, strings.ContainsAny(r.line(), "\n"))
+}
