@@ -26,6 +26,8 @@ type pacer struct {
 	rateNext  time.Time           // the connection's next start at its rate, without Places
 	woke      time.Time           // when its waiting deliveries were last woken (Places.Wake)
 	wokeAgain time.Time           // the last wake, of the backlog or of its stragglers
+	handed    time.Duration       // the spacing of the last fleet slot handed (Places.Slot)
+	respaced  time.Time           // when its waiting jobs were last moved to a shorter spacing
 	took      time.Duration       // a moving average of its attempts' durations; 0 before the first
 	slots     map[int64]time.Time // job id -> its slot, until it has a place in flight
 	used      time.Time           // when a job last asked for a slot
@@ -122,14 +124,49 @@ const DefaultMaxWait = 72 * time.Hour
 // connection's time between starts (RateLimit), or zero.
 func (w *Worker) acquire(ctx context.Context, job *river.Job[Args], every time.Duration) (time.Duration, bool) {
 	id := job.Args.ConnectionID
-	w.mu.Lock()
-	if w.maxPerCon <= 0 || w.inFlight[id] < w.maxPerCon {
-		w.inFlight[id]++
-		w.mu.Unlock()
+	take := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.maxPerCon <= 0 || w.inFlight[id] < w.maxPerCon {
+			w.inFlight[id]++
+			return true
+		}
+		return false
+	}
+	if take() || w.holdOn(ctx, job, every, take) {
 		return 0, true
 	}
-	w.mu.Unlock()
 	return w.waitSlot(ctx, job, every), false
+}
+
+// holdOn retries take, for a job back at its slot (its scheduled time later
+// than its insert), for up to two slots' spacing: a place that frees a
+// moment after the slot, as the endpoint's answers vary, then goes to this
+// job instead of costing it a run and a slot at the front. A job that
+// comes for the first time does not wait: it takes a slot. It holds one of
+// River's workers while it retries, every tenth of the spacing (at least
+// 5 ms, with Places a statement each).
+func (w *Worker) holdOn(ctx context.Context, job *river.Job[Args], every time.Duration, take func() bool) bool {
+	if !job.ScheduledAt.After(job.CreatedAt) {
+		return false
+	}
+	w.mu.Lock()
+	spacing := w.spacing(w.pacer(job.Args.ConnectionID), every)
+	w.mu.Unlock()
+	step := max(spacing/10, 5*time.Millisecond)
+	timer := time.NewTimer(step)
+	defer timer.Stop()
+	for deadline := time.Now().Add(min(2*spacing, time.Second)); time.Now().Before(deadline); timer.Reset(step) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+		}
+		if take() {
+			return true
+		}
+	}
+	return false
 }
 
 // forgetSlot drops job's slot: it passed every bound and makes its
@@ -164,6 +201,7 @@ func (w *Worker) waitSlot(ctx context.Context, job *river.Job[Args], every time.
 		p.frontNext = slot
 		return slot.Sub(now)
 	}
+	p.handed = spacing
 	w.mu.Unlock()
 	wait, err := w.places.Slot(ctx, id, spacing)
 	if err != nil {
@@ -218,9 +256,9 @@ func (w *Worker) due(ctx context.Context) {
 }
 
 // spacing is the time between the slots of p's connection: its attempt
-// time over its bound, a little under (so that a freed place seldom waits
-// for the next slot's job), or its time between starts when longer. Under
-// w.mu.
+// time over its bound (a place frees that often), or its time between
+// starts when longer. A job a little early for its place holds on for it
+// (Worker.holdOn). Under w.mu.
 func (w *Worker) spacing(p *pacer, every time.Duration) time.Duration {
 	if w.maxPerCon <= 0 {
 		return every
@@ -229,7 +267,7 @@ func (w *Worker) spacing(p *pacer, every time.Duration) time.Duration {
 	if took == 0 {
 		took = w.snooze
 	}
-	return max(took*7/8/time.Duration(w.maxPerCon), every)
+	return max(took/time.Duration(w.maxPerCon), every)
 }
 
 // rateEvery returns the time between starts of connection id's deliveries
@@ -282,14 +320,20 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time
 		return 0, nil, true
 	}
 	id := job.Args.ConnectionID
-	place, ok, err := w.places.Take(ctx, id, w.maxPerCon, job.ID, w.Timeout(job))
+	var place int
+	var err error
+	take := func() bool {
+		var ok bool
+		place, ok, err = w.places.Take(ctx, id, w.maxPerCon, job.ID, w.Timeout(job))
+		return ok || err != nil
+	}
+	if !take() && !w.holdOn(ctx, job, every, take) {
+		return w.waitSlot(ctx, job, every), nil, false
+	}
 	if err != nil {
 		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot take a place in flight; the delivery waits",
 			slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
 		return w.snooze, nil, false
-	}
-	if !ok {
-		return w.waitSlot(ctx, job, every), nil, false
 	}
 	return 0, func() {
 		if err := w.places.Give(context.WithoutCancel(ctx), id, place, job.ID); err != nil {
@@ -303,6 +347,39 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time
 // for it may go.
 func answered(a webhook.Attempt) bool {
 	return a.OK() || a.Kind == webhook.KindStatus || a.Kind == webhook.KindRedirect
+}
+
+// respace moves, with Places, the jobs waiting for connection id's slots
+// to a shorter spacing once its attempts show it takes deliveries faster
+// than the slots handed assumed (by a quarter or more): a burst slotted
+// before any attempt had ended was spaced by SnoozeFor over the bound, and
+// would wake at that pace, under what the endpoint takes. At most once per
+// rewakeFor.
+func (w *Worker) respace(ctx context.Context, id string, every time.Duration) {
+	if w.places == nil {
+		return
+	}
+	w.mu.Lock()
+	p, now := w.pacers[id], w.now()
+	if p == nil || p.handed == 0 {
+		w.mu.Unlock()
+		return
+	}
+	spacing := w.spacing(p, every)
+	if spacing*4 > p.handed*3 || now.Sub(p.respaced) < rewakeFor {
+		w.mu.Unlock()
+		return
+	}
+	p.handed, p.respaced = spacing, now
+	w.mu.Unlock()
+	n, err := w.places.Wake(context.WithoutCancel(ctx), id, spacing)
+	if err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot move the deliveries waiting for the connection to its pace; they wake at their slots",
+			slog.String("connection_id", id), slog.String("error", err.Error()))
+		return
+	}
+	w.logger.LogAttrs(ctx, slog.LevelDebug, "riverhook: the connection takes deliveries faster than its slots assumed; its waiting deliveries moved to its pace",
+		slog.String("connection_id", id), slog.Int("deliveries", n), slog.Duration("every", spacing))
 }
 
 // How long after a backlog's wake an answer wakes its stragglers, and at

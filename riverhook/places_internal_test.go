@@ -3,6 +3,7 @@ package riverhook
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -64,7 +65,7 @@ func TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront(t *testing.T) {
 		require.Nil(t, give)
 		return wait
 	}
-	const spacing = time.Second * 7 / 8 / 8
+	const spacing = time.Second / 8
 	for i := range int64(5) {
 		assert.Equal(t, time.Duration(i+1)*spacing, try(i+1, now), "the fleet's next slot")
 	}
@@ -143,4 +144,92 @@ func TestWorker_SendTestTakesAPlaceInFlight(t *testing.T) {
 	fleet.mu.Lock()
 	defer fleet.mu.Unlock()
 	assert.Empty(t, fleet.inFlight, "the process's place given back")
+}
+
+// TestWorker_AJobBackAtItsSlotHoldsOnForAPlace: a job back at its slot
+// that finds the bound full waits in its run, up to two slots' spacing,
+// for a place that frees a moment later, instead of costing a run and a
+// slot at the front; a job that comes for the first time takes a slot at
+// once; one whose place does not free in time takes a slot at the front.
+func TestWorker_AJobBackAtItsSlotHoldsOnForAPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sender, err := webhook.NewSender(nil)
+		require.NoError(t, err)
+		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 1, SnoozeFor: time.Second}) // slots a second apart
+		require.NoError(t, err)
+		ctx := context.Background()
+		created := time.Now()
+		job := func(id int64, back bool) *river.Job[Args] {
+			row := &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created}
+			if back {
+				row.ScheduledAt = created.Add(time.Second)
+			}
+			return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
+		}
+		_, ok := w.acquire(ctx, job(1, false), 0)
+		require.True(t, ok, "the place")
+
+		wait, ok := w.acquire(ctx, job(2, false), 0)
+		assert.False(t, ok, "a first run does not hold on")
+		assert.Equal(t, time.Second, wait)
+
+		go func() {
+			time.Sleep(300 * time.Millisecond) // job 1's attempt ends
+			w.release("crm")
+		}()
+		start := time.Now()
+		_, ok = w.acquire(ctx, job(3, true), 0)
+		assert.True(t, ok, "back at its slot: it holds on for the place")
+		assert.LessOrEqual(t, time.Since(start), 400*time.Millisecond, "within a step (a tenth of the spacing) of the release")
+
+		start = time.Now()
+		wait, ok = w.acquire(ctx, job(4, true), 0)
+		assert.False(t, ok, "no place freed within two slots' spacing (at most a second)")
+		assert.Equal(t, time.Second, time.Since(start))
+		assert.Equal(t, time.Second, wait, "a slot at the front")
+	})
+}
+
+// wakeCounter is a fleet whose places are all held, counting its Wakes.
+type wakeCounter struct {
+	chainPlaces
+	wakes []time.Duration
+}
+
+func (c *wakeCounter) Wake(_ context.Context, _ string, every time.Duration) (int, error) {
+	c.wakes = append(c.wakes, every)
+	return 0, nil
+}
+
+// TestWorker_SlotsHandedTooSlowAreRespacedOnceTheEndpointIsKnown: a burst
+// slotted before any attempt ended is spaced by SnoozeFor over the bound;
+// once attempts show the endpoint faster by a quarter or more, its waiting
+// jobs are moved to its pace (Places.Wake), at most once per rewakeFor.
+func TestWorker_SlotsHandedTooSlowAreRespacedOnceTheEndpointIsKnown(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	places := &wakeCounter{}
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 8, Places: places, SnoozeFor: time.Second})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { return now }
+	ctx := context.Background()
+	for id := int64(1); id <= 3; id++ {
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, CreatedAt: now, ScheduledAt: now}, Args: Args{ConnectionID: "crm"}}
+		assert.Equal(t, time.Duration(id)*time.Second/8, w.waitSlot(ctx, job, 0), "slot %d, before any attempt ended", id)
+	}
+	w.observe("crm", 900*time.Millisecond)
+	w.respace(ctx, "crm", 0)
+	assert.Empty(t, places.wakes, "within a quarter of the slots handed: left")
+	w.observe("crm", 100*time.Millisecond) // the average falls to 800 ms... and on
+	for range 20 {
+		w.observe("crm", 100*time.Millisecond)
+	}
+	w.respace(ctx, "crm", 0)
+	require.Len(t, places.wakes, 1, "a quarter faster or more: moved to its pace")
+	assert.Less(t, places.wakes[0], 75*time.Millisecond)
+	w.respace(ctx, "crm", 0)
+	assert.Len(t, places.wakes, 1, "once per rewakeFor")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/riverqueue/river"
 
@@ -15,9 +16,10 @@ import (
 // retry policy.
 
 // Register sets up config, a River client's configuration, for the
-// deliveries of w: it adds w to config.Workers (made when nil) and sets
+// deliveries of w: it adds w to config.Workers (made when nil), sets
 // config.RescueStuckJobsAfter to [Worker.RescueStuckJobsAfter] when it is
-// zero. It refuses a RescueStuckJobsAfter shorter than that, which would
+// zero, and config.FetchPollInterval to [DefaultFetchPollInterval] when it
+// is zero. It refuses a RescueStuckJobsAfter shorter than that, which would
 // have River's rescuer run a delivery again while its attempt may still be
 // under way, and a Workers that has a worker of [Kind] already.
 //
@@ -42,8 +44,21 @@ func Register(config *river.Config, w *Worker) error {
 	if config.RescueStuckJobsAfter == 0 {
 		config.RescueStuckJobsAfter = least
 	}
+	if config.FetchPollInterval == 0 {
+		config.FetchPollInterval = DefaultFetchPollInterval
+	}
 	return nil
 }
+
+// DefaultFetchPollInterval is the River FetchPollInterval [Register] sets
+// when the configuration has none: how late, at most, a delivery whose wait ended
+// runs. A job snoozed for its connection's slot (over the bound, early for
+// its rate, waiting for its endpoint) becomes available at its time without
+// the notification an insert sends, so River's producer takes it at its
+// next poll: at River's default of a second, a slow endpoint's places stay
+// idle for half a second on average after each attempt, halving what it
+// receives. A poll is one indexed query per queue of a client.
+const DefaultFetchPollInterval = 50 * time.Millisecond
 
 // InsertOptions returns the [InsertOptions] of the deliveries w works: the
 // retry policy of its Sender, so that the jobs' MaxAttempts and the

@@ -29,13 +29,15 @@ func TestRegister(t *testing.T) {
 		require.NotNil(t, config.Workers)
 		assert.Equal(t, w.RescueStuckJobsAfter(0), config.RescueStuckJobsAfter)
 		assert.Equal(t, time.Minute, config.RescueStuckJobsAfter, "the default Sender's, not River's hour")
+		assert.Equal(t, riverhook.DefaultFetchPollInterval, config.FetchPollInterval, "a snoozed delivery runs within 50 ms of its slot, not a second")
 		assert.Error(t, riverhook.Register(&config, w), "a second worker of the kind")
 	})
 	t.Run("KeepsALongerRescue", func(t *testing.T) {
 		t.Parallel()
-		config := river.Config{RescueStuckJobsAfter: time.Hour}
+		config := river.Config{RescueStuckJobsAfter: time.Hour, FetchPollInterval: time.Second}
 		require.NoError(t, riverhook.Register(&config, newWorker(t, sender, resolve, nil)))
 		assert.Equal(t, time.Hour, config.RescueStuckJobsAfter)
+		assert.Equal(t, time.Second, config.FetchPollInterval, "the caller's")
 	})
 	t.Run("RefusesARescueThatWouldSendTwice", func(t *testing.T) {
 		t.Parallel()

@@ -337,6 +337,7 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	w.observe(job.Args.ConnectionID, a.Duration)
 	if answered(a) {
 		w.wakeBacklog(ctx, job.Args.ConnectionID, r.every)
+		w.respace(ctx, job.Args.ConnectionID, r.every)
 	}
 	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
 		// The client stopping (River puts the job back and does not count
