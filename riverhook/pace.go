@@ -207,8 +207,12 @@ func (w *Worker) due(ctx context.Context) {
 	// woken was still running then, and its snooze to a down slot landed
 	// after the wake: a second one, a second later, brings it along.
 	for _, id := range again {
+		every, err := w.rateEvery(ctx, id)
+		if err != nil {
+			continue
+		}
 		w.mu.Lock()
-		spacing := w.spacing(w.pacer(id), w.rateEvery(id))
+		spacing := w.spacing(w.pacer(id), every)
 		w.mu.Unlock()
 		if _, err := w.places.Wake(ctx, id, spacing); err != nil {
 			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
@@ -233,12 +237,21 @@ func (w *Worker) spacing(p *pacer, every time.Duration) time.Duration {
 }
 
 // rateEvery returns the time between starts of connection id's deliveries
-// (WorkerOptions.RateLimit), or zero for no rate.
-func (w *Worker) rateEvery(id string) time.Duration {
+// (WorkerOptions.RateLimit), or zero for no rate; or an error when
+// RateLimit panicked, its value logged. RateLimit is the caller's code:
+// never call it under w.mu.
+func (w *Worker) rateEvery(ctx context.Context, id string) (every time.Duration, err error) {
 	if w.rateLimit == nil {
-		return 0
+		return 0, nil
 	}
-	return paceEvery(w.rateLimit(id))
+	defer func() {
+		if v := recover(); v != nil {
+			w.logger.LogAttrs(ctx, slog.LevelError, "riverhook: WorkerOptions.RateLimit panicked; the delivery waits",
+				slog.String("connection_id", id), slog.Any("panic", v))
+			every, err = 0, fmt.Errorf("riverhook: WorkerOptions.RateLimit panicked for connection %q", id)
+		}
+	}()
+	return paceEvery(w.rateLimit(id)), nil
 }
 
 // pace takes job's connection's next start when it has a rate

@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
 )
 
 // fullPlaces is a fleet whose places are all held by other processes.
@@ -94,7 +96,9 @@ func TestWorker_RateLimitSpacesTheStartsOfAConnection(t *testing.T) {
 	w.now = func() time.Time { return now }
 	try := func(conn string, id int64) (time.Duration, bool) {
 		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: conn}}
-		wait, ok := w.pace(context.Background(), job, w.rateEvery(conn))
+		every, err := w.rateEvery(context.Background(), conn)
+		require.NoError(t, err)
+		wait, ok := w.pace(context.Background(), job, every)
 		if ok {
 			w.forgetSlot(job)
 		}
@@ -143,4 +147,50 @@ func TestWorker_SendTestTakesAPlaceInFlight(t *testing.T) {
 	fleet.mu.Lock()
 	defer fleet.mu.Unlock()
 	assert.Empty(t, fleet.inFlight, "the process's place given back")
+}
+
+// TestWorker_APanickingRateLimitCostsNoAttempt: RateLimit is the caller's
+// code, called from River's worker goroutines: a panic in it is logged and
+// the delivery waits for SnoozeFor, costing no attempt (River would count a
+// panicking run as a failed one, and run it again at once), and the Worker
+// goes on working, the re-wake of a woken backlog included.
+func TestWorker_APanickingRateLimitCostsNoAttempt(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	var panicking atomic.Bool
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 1, Places: fullPlaces{}, SnoozeFor: 3 * time.Second, Logger: testdb.Quiet(),
+			RateLimit: func(string) float64 {
+				if panicking.Load() {
+					panic("the settings cache is not loaded")
+				}
+				return 10
+			}})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { return now }
+	// The endpoint was down: the process handed out down slots, then an
+	// answer woke the backlog.
+	w.mu.Lock()
+	w.pacer("crm").downNext = now.Add(time.Minute)
+	w.mu.Unlock()
+	w.wakeBacklog(context.Background(), "crm", 100*time.Millisecond)
+	require.Contains(t, w.woken, "crm", "the backlog woken, to be woken again a second later")
+
+	panicking.Store(true)
+	now = now.Add(time.Second) // the re-wake is due in the next run
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, CreatedAt: now, ScheduledAt: now}, Args: Args{ConnectionID: "crm"}}
+	var worked error
+	panicked := func() (v any) {
+		defer func() { v = recover() }()
+		worked = w.Work(context.Background(), job)
+		return nil
+	}()
+	assert.Nil(t, panicked, "Work let RateLimit's panic through")
+	if assert.True(t, w.mu.TryLock(), "the Worker's lock is still held: every later run would wait for it forever") {
+		w.mu.Unlock()
+	}
+	var snooze *rivertype.JobSnoozeError
+	require.ErrorAs(t, worked, &snooze)
+	assert.Equal(t, 3*time.Second, snooze.Duration, "the delivery waits for SnoozeFor")
 }

@@ -75,7 +75,8 @@ type WorkerOptions struct {
 	// attempt. With Places the rate holds across every process of the
 	// deployment; without, in each. It is called once per run, from
 	// River's worker goroutines: answer from memory (a cache of your
-	// connections' settings), not from a query per call.
+	// connections' settings), not from a query per call. A panic in it is
+	// logged, and the delivery waits for SnoozeFor, costing no attempt.
 	RateLimit func(connectionID string) float64
 
 	// MaxWait is how long a delivery may wait for an endpoint that is down
@@ -96,8 +97,8 @@ type WorkerOptions struct {
 	OnAttempt func(ctx context.Context, job *river.Job[Args], a webhook.Attempt) error
 
 	// Logger receives the errors of OnAttempt and of recording the attempt
-	// log, and the Resolver's errors and panics, as they are (see
-	// [Resolver]). Nil means no logging.
+	// log, the Resolver's errors and panics, as they are (see [Resolver]),
+	// and RateLimit's panics. Nil means no logging.
 	Logger *slog.Logger
 }
 
@@ -245,7 +246,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobCancel(ErrErased)
 	}
 	w.due(ctx)
-	every := w.rateEvery(job.Args.ConnectionID)
+	every, err := w.rateEvery(ctx, job.Args.ConnectionID)
+	if err != nil {
+		return river.JobSnooze(w.snooze)
+	}
 	if wait, ok := w.acquire(ctx, job, every); !ok {
 		return river.JobSnooze(wait)
 	}
