@@ -38,7 +38,9 @@ type Places interface {
 
 	// Wake makes connectionID's deliveries that are waiting (snoozed for
 	// its endpoint or its bound) run from now on, one each every, but
-	// never later than each was due; it returns how many it moved.
+	// never later than each was due; it returns how many it moved. A
+	// delivery that has not run yet, scheduled for later by its insert
+	// (InsertOpts.ScheduledAt), keeps its time.
 	Wake(ctx context.Context, connectionID string, every time.Duration) (int, error)
 
 	// Slot hands a job waiting for connectionID (over its bound, or early

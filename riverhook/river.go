@@ -123,7 +123,8 @@ type DB interface {
 
 // The queries below read and write these columns of River's river_job
 // (TestRiver/JobColumns): id, kind, state (river_job_state), args (jsonb),
-// errors (jsonb[]), metadata (jsonb), created_at and finalized_at. Those
+// errors (jsonb[]), metadata (jsonb), created_at, scheduled_at,
+// attempted_at and finalized_at. Those
 // given to River's JobListParams.Where use River's named arguments,
 // prefixed riverhook_.
 
@@ -409,8 +410,11 @@ const maxWoken = 50_000
 // wake moves connectionID's snoozed jobs forward to run from now, every
 // apart in the order they were due, never later than due, and returns how
 // many it moved. A snoozed job is scheduled, or available with a
-// scheduled_at to come, which River's fetch leaves until then
-// (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval); a moved one is
+// scheduled_at to come, which River's fetch leaves until then, and has run:
+// River's fetch wrote its attempted_at, which the snooze keeps
+// (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval). A job that never
+// ran waits for the time its inserter chose (InsertOpts.ScheduledAt), which
+// a wake never cuts short. A moved one is
 // made available at its new time, as River does a short snooze, so that it
 // runs on time rather than up to River's scheduler interval late. A job
 // waiting for its policy's retry (retryable) keeps its time
@@ -420,7 +424,7 @@ func wake(ctx context.Context, db DB, schema, connectionID string, every time.Du
 	sql := `WITH waiting AS (
 			SELECT id, scheduled_at, row_number() OVER (ORDER BY scheduled_at, id) - 1 AS k FROM (
 				SELECT id, scheduled_at FROM ` + table + ` WHERE kind = $1 AND args @> jsonb_build_object('connection_id', $2::text)
-				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp()))
+				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp())) AND attempted_at IS NOT NULL
 				ORDER BY scheduled_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS w),
 		woken AS (
 			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = clock_timestamp() + waiting.k * $3 * interval '1 microsecond'

@@ -131,6 +131,7 @@ func TestRiver(t *testing.T) {
 			res, err := pinRun(t, w, nil)
 			require.NoError(t, err)
 			assert.Equal(t, want, res.Job.State, "a snooze of %v", snooze)
+			assert.NotNil(t, res.Job.AttemptedAt, "a snoozed job keeps the time of its run, by which Wake tells it from a job scheduled at its insert")
 		}
 	})
 
@@ -154,7 +155,8 @@ func TestRiver(t *testing.T) {
 			types[c[0]] = c[1]
 		}
 		for column, udt := range map[string]string{"id": "int8", "kind": "text", "state": "river_job_state", "args": "jsonb",
-			"errors": "_jsonb", "metadata": "jsonb", "created_at": "timestamptz", "finalized_at": "timestamptz"} {
+			"errors": "_jsonb", "metadata": "jsonb", "created_at": "timestamptz", "scheduled_at": "timestamptz",
+			"attempted_at": "timestamptz", "finalized_at": "timestamptz"} {
 			assert.Equal(t, udt, types[column], "river_job.%s, which riverhook's queries read", column)
 		}
 	})
@@ -260,11 +262,21 @@ func TestRiver(t *testing.T) {
 			require.NoError(t, err)
 			ids[d] = res.Job.ID
 		}
-		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET
+		// Each has run (River's fetch wrote attempted_at, which its snooze
+		// keeps).
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(),
 			state = (CASE args->>'delivery_id' WHEN 'd1' THEN 'scheduled' WHEN 'd3' THEN 'retryable' WHEN 'd5' THEN 'scheduled' ELSE 'available' END)::"`+client.Schema()+`".river_job_state,
 			scheduled_at = now() + (CASE args->>'delivery_id' WHEN 'd1' THEN interval '1 hour' WHEN 'd2' THEN interval '500 milliseconds'
 				WHEN 'd3' THEN interval '1 hour' WHEN 'd4' THEN interval '1 minute' WHEN 'd0' THEN interval '100 milliseconds' ELSE interval '1 hour' END)`)
 		require.NoError(t, err)
+		// d6 of crm was inserted to be sent in an hour
+		// (InsertOptions.InsertOpts.ScheduledAt), and never ran: its time is
+		// its inserter's, not a wait of riverhook's.
+		later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+		res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "d6", Event: "user.identified", Body: []byte("{}")},
+			&river.InsertOpts{ScheduledAt: later})
+		require.NoError(t, err)
+		ids["d6"] = res.Job.ID
 		before := time.Now()
 		n, err := wake(ctx, pool, client.Schema(), "crm", time.Second)
 		require.NoError(t, err)
@@ -285,6 +297,9 @@ func TestRiver(t *testing.T) {
 		assert.WithinDuration(t, before.Add(3*time.Second), d1.ScheduledAt, 500*time.Millisecond, "the fourth: 3 s from now")
 		assert.Equal(t, rivertype.JobStateRetryable, get("d3").State)
 		assert.Equal(t, rivertype.JobStateScheduled, get("d5").State, "another connection's")
+		d6 := get("d6")
+		assert.Equal(t, rivertype.JobStateScheduled, d6.State, "a delivery its inserter scheduled for later is no wait to cut short")
+		assert.True(t, d6.ScheduledAt.Equal(later), "d6 is sent at its time, %v, not %v", later, d6.ScheduledAt)
 	})
 
 	t.Run("Due", func(t *testing.T) {
