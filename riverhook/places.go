@@ -225,13 +225,22 @@ func (p *ConnectionPlaces) Due(ctx context.Context, ahead time.Duration) (int, e
 	return n, nil
 }
 
+// maxPaceEvery is the slowest pace: a rate under one delivery a year
+// (WorkerOptions.RateLimit) is one a year.
+const maxPaceEvery = 365 * 24 * time.Hour
+
 // paceEvery is the time between two starts at perSecond: zero for no
-// rate (zero, negative, NaN or infinite).
+// rate (zero, negative, NaN or infinite), at least a microsecond, at most
+// maxPaceEvery.
 func paceEvery(perSecond float64) time.Duration {
 	if !(perSecond > 0) || math.IsInf(perSecond, 1) {
 		return 0
 	}
-	return max(time.Duration(float64(time.Second)/perSecond), time.Microsecond)
+	every := float64(time.Second) / perSecond // past int64 for a rate under one in 292 years
+	if every >= float64(maxPaceEvery) {
+		return maxPaceEvery
+	}
+	return max(time.Duration(every), time.Microsecond)
 }
 
 var _ Places = (*ConnectionPlaces)(nil)

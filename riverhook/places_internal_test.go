@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,4 +194,28 @@ func TestWorker_APanickingRateLimitCostsNoAttempt(t *testing.T) {
 	var snooze *rivertype.JobSnoozeError
 	require.ErrorAs(t, worked, &snooze)
 	assert.Equal(t, 3*time.Second, snooze.Duration, "the delivery waits for SnoozeFor")
+}
+
+// TestPaceEvery: a rate is the time between two starts; no rate is zero;
+// a rate too small for a time.Duration is the slowest pace there is, never
+// a wrapped number taken for a million starts a second.
+func TestPaceEvery(t *testing.T) {
+	for _, tc := range []struct {
+		perSecond float64
+		want      time.Duration
+	}{
+		{10, 100 * time.Millisecond},
+		{1, time.Second},
+		{1e9, time.Microsecond}, // the finest pace
+		{0, 0},
+		{-1, 0},
+		{math.NaN(), 0},
+		{math.Inf(1), 0},
+		{math.Inf(-1), 0},
+		{1.0 / (24 * 3600), 24 * time.Hour},
+		{1e-10, maxPaceEvery},
+		{math.SmallestNonzeroFloat64, maxPaceEvery},
+	} {
+		assert.Equal(t, tc.want, paceEvery(tc.perSecond), "%g a second", tc.perSecond)
+	}
 }

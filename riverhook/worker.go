@@ -69,7 +69,8 @@ type WorkerOptions struct {
 
 	// RateLimit, if not nil, returns the most deliveries a second that may
 	// begin to the connection with the given id: a customer's throttle.
-	// Zero, a negative number or NaN means no limit. Deliveries begin
+	// Zero, a negative number or NaN means no limit; a rate under one a
+	// year is one a year. Deliveries begin
 	// evenly spaced (1/rate apart, no burst); a job that comes early is
 	// snoozed to a slot, as over MaxInFlightPerConnection, costing no
 	// attempt. With Places the rate holds across every process of the
