@@ -124,7 +124,8 @@ type DB interface {
 // The queries below read and write these columns of River's river_job
 // (TestRiver/JobColumns): id, kind, state (river_job_state), args (jsonb),
 // errors (jsonb[]), metadata (jsonb), created_at, scheduled_at,
-// attempted_at and finalized_at. Those
+// attempted_at, finalized_at, unique_key (bytea) and unique_states
+// (bit(8), read by River's function river_job_state_in_bitmask). Those
 // given to River's JobListParams.Where use River's named arguments,
 // prefixed riverhook_.
 
@@ -444,13 +445,16 @@ const maxDue = 10_000
 // fetch waits for (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval):
 // each then runs on time, rather than at River's scheduler's next pass,
 // up to its interval late and many at once. The move is the one River's
-// scheduler makes, between two of the job's unique states
-// (TestRiver/Due).
+// scheduler makes, between two of the job's unique states (TestRiver/Due):
+// a job whose unique key its state does not hold (the caller's UniqueOpts
+// leave out retryable) is left to River's scheduler, which discards it if
+// a copy holds the key meanwhile (TestRiver/DueLeavesAUniqueConflictToRiver).
 func due(ctx context.Context, db DB, schema string, ahead time.Duration) (int, error) {
 	table := jobTable(schema)
 	sql := `WITH due AS (
 			SELECT id FROM ` + table + ` WHERE state IN ('scheduled', 'retryable') AND kind = $1
 			AND scheduled_at <= clock_timestamp() + $2 * interval '1 microsecond'
+			AND (unique_key IS NULL OR unique_states IS NULL OR ` + qualifier(schema) + `river_job_state_in_bitmask(unique_states, state))
 			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
 		moved AS (UPDATE ` + table + ` AS j SET state = 'available' FROM due WHERE j.id = due.id RETURNING 1)
 		SELECT count(*) FROM moved`

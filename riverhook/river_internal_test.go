@@ -156,7 +156,7 @@ func TestRiver(t *testing.T) {
 		}
 		for column, udt := range map[string]string{"id": "int8", "kind": "text", "state": "river_job_state", "args": "jsonb",
 			"errors": "_jsonb", "metadata": "jsonb", "created_at": "timestamptz", "scheduled_at": "timestamptz",
-			"attempted_at": "timestamptz", "finalized_at": "timestamptz"} {
+			"attempted_at": "timestamptz", "finalized_at": "timestamptz", "unique_key": "bytea", "unique_states": "bit"} {
 			assert.Equal(t, udt, types[column], "river_job.%s, which riverhook's queries read", column)
 		}
 	})
@@ -331,6 +331,38 @@ func TestRiver(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want, job.State, d)
 			assert.True(t, job.ScheduledAt.Equal(before[d]), "%s keeps its time, which River's fetch waits for", d)
+		}
+	})
+
+	// A job whose own unique states leave out retryable (the caller's
+	// InsertOpts.UniqueOpts) may wait for its retry beside a copy of its
+	// delivery inserted since: River's scheduler discards it when its time
+	// comes. Due leaves it to River, and moves the others.
+	t.Run("DueLeavesAUniqueConflictToRiver", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		unique := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{rivertype.JobStateAvailable,
+			rivertype.JobStatePending, rivertype.JobStateRunning, rivertype.JobStateScheduled}}}
+		args := Args{ConnectionID: "crm", DeliveryID: "d1", Event: "user.identified", Body: []byte("{}")}
+		first, err := client.Insert(ctx, args, unique)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'retryable', attempted_at = now(),
+			scheduled_at = now() + interval '500 milliseconds' WHERE id = $1`, first.Job.ID)
+		require.NoError(t, err)
+		copied, err := client.Insert(ctx, args, unique)
+		require.NoError(t, err)
+		require.False(t, copied.UniqueSkippedAsDuplicate, "the retryable job holds no key")
+		other, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "d2", Event: "user.identified", Body: []byte("{}")},
+			&river.InsertOpts{ScheduledAt: time.Now().Add(500 * time.Millisecond)})
+		require.NoError(t, err)
+
+		n, err := due(ctx, pool, client.Schema(), 2*time.Second)
+		require.NoError(t, err, "one conflict fails the move of every delivery due")
+		assert.Equal(t, 1, n)
+		for id, want := range map[int64]rivertype.JobState{first.Job.ID: rivertype.JobStateRetryable, other.Job.ID: rivertype.JobStateAvailable} {
+			job, err := client.JobGet(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, want, job.State, "job %d", id)
 		}
 	})
 
