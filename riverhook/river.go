@@ -449,16 +449,26 @@ const maxDue = 10_000
 // a job whose unique key its state does not hold (the caller's UniqueOpts
 // leave out retryable) is left to River's scheduler, which discards it if
 // a copy holds the key meanwhile (TestRiver/DueLeavesAUniqueConflictToRiver).
+// It runs once a second in every process, so its cost must follow the
+// jobs due, not the backlog snoozed for later: its time is the
+// statement's (stable, where clock_timestamp() is volatile), which River's
+// index on (state, queue, priority, scheduled_at) can bound, so that the
+// backlog's rows are skipped in the index, never read from the table
+// (TestDue_ReadsTheDeliveriesDueNotTheBacklog).
 func due(ctx context.Context, db DB, schema string, ahead time.Duration) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, dueSQL(schema), Kind, ahead.Microseconds(), maxDue).Scan(&n)
+	return n, err
+}
+
+// dueSQL is due's statement on schema's job table.
+func dueSQL(schema string) string {
 	table := jobTable(schema)
-	sql := `WITH due AS (
+	return `WITH due AS (
 			SELECT id FROM ` + table + ` WHERE state IN ('scheduled', 'retryable') AND kind = $1
-			AND scheduled_at <= clock_timestamp() + $2 * interval '1 microsecond'
+			AND scheduled_at <= statement_timestamp() + $2 * interval '1 microsecond'
 			AND (unique_key IS NULL OR unique_states IS NULL OR ` + qualifier(schema) + `river_job_state_in_bitmask(unique_states, state))
 			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
 		moved AS (UPDATE ` + table + ` AS j SET state = 'available' FROM due WHERE j.id = due.id RETURNING 1)
 		SELECT count(*) FROM moved`
-	var n int
-	err := db.QueryRow(ctx, sql, Kind, ahead.Microseconds(), maxDue).Scan(&n)
-	return n, err
 }

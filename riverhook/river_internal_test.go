@@ -777,3 +777,45 @@ func TestCount_BoundsEachStatusApart(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{bound, 0, 0, 1, 0}, n, "delivered, retrying, waiting, given up, cancelled")
 }
+
+// TestDue_ReadsTheDeliveriesDueNotTheBacklog: Due runs once a second in
+// every process, so its cost follows the deliveries due, not the backlog
+// snoozed for later: River's index on (state, queue, priority,
+// scheduled_at) bounds the time in the index, and no row of the backlog
+// is read from the table.
+func TestDue_ReadsTheDeliveriesDueNotTheBacklog(t *testing.T) {
+	client, pool := pinClient(t)
+	ctx := context.Background()
+	table := jobTable(client.Schema())
+	// 20,000 deliveries snoozed over the next hours, 5 due within 2 s.
+	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state, scheduled_at, attempted_at)
+		SELECT jsonb_build_object('connection_id', 'c' || g % 50, 'delivery_id', 'd' || g), $1, 10, 'default', 'scheduled',
+			now() + CASE WHEN g <= 5 THEN interval '1 second' ELSE g * interval '1 second' END, now()
+		FROM generate_series(1, 20000) AS g`, Kind)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE `+table)
+	require.NoError(t, err)
+	var plan []struct{ Plan map[string]any }
+	require.NoError(t, pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+dueSQL(client.Schema()),
+		Kind, (2*time.Second).Microseconds(), maxDue).Scan(&plan))
+	require.Len(t, plan, 1)
+	read := 0
+	var walk func(node map[string]any)
+	walk = func(node map[string]any) {
+		for _, k := range []string{"Rows Removed by Filter", "Rows Removed by Index Recheck"} {
+			if n, ok := node[k].(float64); ok {
+				read += int(n)
+			}
+		}
+		if plans, ok := node["Plans"].([]any); ok {
+			for _, p := range plans {
+				walk(p.(map[string]any))
+			}
+		}
+	}
+	walk(plan[0].Plan)
+	assert.Less(t, read, 100, "rows of the backlog read and dropped: Due reads what is not due")
+	var moved int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE state = 'available'`).Scan(&moved))
+	assert.Equal(t, 5, moved)
+}
