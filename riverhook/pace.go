@@ -312,6 +312,21 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time
 	}, true
 }
 
+// sent reports whether attempt a went to its endpoint, or tried to: its
+// duration is the endpoint's, which spaces the connection's slots. An
+// attempt refused before it was sent (an event the connection does not
+// subscribe to, an invalid connection, an address the guard refuses) took
+// no time of the endpoint's, and one cut by its context did not end: many
+// of them would bring the average near zero, and the waiting jobs' slots
+// with it, so that they ran again at once.
+func sent(a webhook.Attempt) bool {
+	switch a.Kind {
+	case webhook.KindInvalid, webhook.KindSkipped, webhook.KindBlocked, webhook.KindCanceled, webhook.KindDown:
+		return false
+	}
+	return true
+}
+
 // answered reports whether a's endpoint answered: its deliveries waiting
 // for it may go.
 func answered(a webhook.Attempt) bool {

@@ -219,3 +219,34 @@ func TestPaceEvery(t *testing.T) {
 		assert.Equal(t, tc.want, paceEvery(tc.perSecond), "%g a second", tc.perSecond)
 	}
 }
+
+// TestWorker_AttemptsNeverSentDoNotSpaceTheSlots: the slots of a
+// connection's waiting jobs are spaced by its attempts' time, and an
+// attempt never sent (an event the connection does not subscribe to, an
+// invalid connection) took none: however many there were, a job over the
+// bound waits for a slot, and never runs again at once.
+func TestWorker_AttemptsNeverSentDoNotSpaceTheSlots(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	resolve := func(context.Context, string) (webhook.Connection, error) {
+		return webhook.Connection{Name: "crm", URL: "https://example.invalid/hooks", Secret: "whsec_x", Events: []string{"user.created"}}, nil
+	}
+	w, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	w.observe("crm", 400*time.Millisecond) // an attempt sent, answered in 400 ms
+	for id := range int64(200) {
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id + 1, Attempt: 1, MaxAttempts: 5},
+			Args: Args{ConnectionID: "crm", DeliveryID: "d", Event: "user.deleted", Body: []byte("{}")}}
+		require.ErrorIs(t, w.Work(ctx, job), webhook.ErrNotSubscribed)
+	}
+	for id := int64(1000); id < 1002; id++ { // the bound, taken
+		_, ok := w.acquire(ctx, &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: "crm"}}, 0)
+		require.True(t, ok)
+	}
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 2000, Attempt: 1, MaxAttempts: 5},
+		Args: Args{ConnectionID: "crm", DeliveryID: "e", Event: "user.created", Body: []byte("{}")}}
+	var snooze *rivertype.JobSnoozeError
+	require.ErrorAs(t, w.Work(ctx, job), &snooze)
+	assert.Equal(t, 400*time.Millisecond*7/8/2, snooze.Duration, "the first slot: the one attempt sent over the bound")
+}

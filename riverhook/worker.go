@@ -339,7 +339,9 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	if a.Kind == webhook.KindDown {
 		return w.waitForEndpoint(ctx, r, a)
 	}
-	w.observe(job.Args.ConnectionID, a.Duration)
+	if sent(a) {
+		w.observe(job.Args.ConnectionID, a.Duration)
+	}
 	if answered(a) {
 		w.wakeBacklog(ctx, job.Args.ConnectionID, r.every)
 	}
