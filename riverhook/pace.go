@@ -305,7 +305,9 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time
 		return w.waitSlot(ctx, job, every), nil, false
 	}
 	return 0, func() {
-		if err := w.places.Give(context.WithoutCancel(ctx), id, place, job.ID); err != nil {
+		ctx, cancel := detached(ctx)
+		defer cancel()
+		if err := w.places.Give(ctx, id, place, job.ID); err != nil {
 			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a place in flight; it is free when its hold ends",
 				slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
 		}
@@ -325,6 +327,18 @@ func sent(a webhook.Attempt) bool {
 		return false
 	}
 	return true
+}
+
+// storeTimeout bounds what a run writes to Places past its context's end
+// (see detached).
+const storeTimeout = 10 * time.Second
+
+// detached returns the context of a write to Places that must outlive
+// ctx, the run's (a place given back, a backlog's wake): not cut by its
+// end, but bounded by storeTimeout, so that a store that hangs never holds
+// the run's goroutine for ever, which River cannot end.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 }
 
 // answered reports whether a's endpoint answered: its deliveries waiting
@@ -374,7 +388,9 @@ func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration
 	}
 	p.wokeAgain = now
 	w.mu.Unlock()
-	n, err := w.places.Wake(context.WithoutCancel(ctx), id, spacing)
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	n, err := w.places.Wake(wctx, id, spacing)
 	if err != nil {
 		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
 			slog.String("connection_id", id), slog.String("error", err.Error()))

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -249,4 +250,52 @@ func TestWorker_AttemptsNeverSentDoNotSpaceTheSlots(t *testing.T) {
 	var snooze *rivertype.JobSnoozeError
 	require.ErrorAs(t, w.Work(ctx, job), &snooze)
 	assert.Equal(t, 400*time.Millisecond*7/8/2, snooze.Duration, "the first slot: the one attempt sent over the bound")
+}
+
+// hungPlaces is a fleet whose store hangs: each call returns only when its
+// context ends.
+type hungPlaces struct{ fullPlaces }
+
+func (hungPlaces) Take(context.Context, string, int, int64, time.Duration) (int, bool, error) {
+	return 0, true, nil
+}
+
+func (hungPlaces) Give(ctx context.Context, _ string, _ int, _ int64) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (hungPlaces) Wake(ctx context.Context, _ string, _ time.Duration) (int, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestWorker_AHungStoreHoldsARunAtMostStoreTimeout: what a run writes to
+// Places after its context may have ended (the place given back, the wake
+// of a backlog) is not cut by that end, but a store that hangs holds the
+// run's goroutine storeTimeout at most, never for ever: River cannot end a
+// run that does not return.
+func TestWorker_AHungStoreHoldsARunAtMostStoreTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sender, err := webhook.NewSender(nil)
+		require.NoError(t, err)
+		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 1, Places: hungPlaces{}, Logger: testdb.Quiet()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the run's end: River's timeout, or the client stopping
+		start := time.Now()
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: Args{ConnectionID: "crm"}}
+		_, give, ok := w.takePlace(ctx, job, 0)
+		require.True(t, ok)
+		give()
+		assert.Equal(t, storeTimeout, time.Since(start), "the place given back")
+
+		w.mu.Lock()
+		w.pacer("crm").downNext = w.now().Add(time.Minute)
+		w.mu.Unlock()
+		start = time.Now()
+		w.wakeBacklog(ctx, "crm", 100*time.Millisecond)
+		assert.Equal(t, storeTimeout, time.Since(start), "the backlog's wake")
+	})
 }
