@@ -31,6 +31,7 @@ type fleet struct {
 	last     time.Time // when the last read began, on health's clock
 	reading  bool
 	first    chan struct{}             // closed once the first read has ended, done or not
+	firstBy  time.Time                 // when the first read's bound ends (OnChangeTimeout), on the system clock
 	urlMarks map[string]EndpointHealth // the other processes' URL marks down, by URLKey
 	applied  map[string]time.Time      // the down marks applied, by origin or URLKey: their Changed
 }
@@ -48,20 +49,30 @@ func newFleet(marks HealthMarks, every time.Duration, onChange *func(context.Con
 			next(ctx, c)
 		}
 	}
-	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]time.Time{}, first: make(chan struct{})}
+	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]time.Time{},
+		first: make(chan struct{}), firstBy: time.Now().Add(OnChangeTimeout)}
 }
 
 // seeded waits, with HealthOptions.Marks, until the Sender's first read of
-// the marks has ended (it began at NewSender, and ends within
-// OnChangeTimeout), or ctx is done: a process starting up holds back from
-// its first attempt an endpoint another process marked down. Afterwards it
-// costs a receive from a closed channel.
+// the marks has ended, OnChangeTimeout after NewSender at most (a store
+// that ignores its context does not hold the attempts longer), or ctx is
+// done: a process starting up holds back from its first attempt an
+// endpoint another process marked down. Afterwards it costs a receive
+// from a closed channel.
 func (h *health) seeded(ctx context.Context) {
 	if h.fleet == nil {
 		return
 	}
 	select {
 	case <-h.fleet.first:
+		return
+	default:
+	}
+	t := time.NewTimer(time.Until(h.fleet.firstBy))
+	defer t.Stop()
+	select {
+	case <-h.fleet.first:
+	case <-t.C:
 	case <-ctx.Done():
 	}
 }

@@ -310,3 +310,47 @@ func TestHealth_ANewProcessStartsFromTheMarksBeforeItsFirstAttempt(t *testing.T)
 		assert.Zero(t, ep.requests.Load())
 	})
 }
+
+// deafMarks is a store of marks whose reads ignore their context and wait
+// for release: a store hung on a lock, or written without a deadline.
+type deafMarks struct {
+	*memoryMarks
+	release chan struct{}
+}
+
+func (m *deafMarks) Since(ctx context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
+	<-m.release
+	return m.memoryMarks.Since(context.WithoutCancel(ctx), after)
+}
+
+// TestHealth_TheFirstAttemptWaitsForTheMarksAtMostOnChangeTimeout: a
+// Sender's first attempts wait for its first read of the marks at most
+// OnChangeTimeout, whatever the store does: a store that hangs, ignoring
+// its context, delays a Send with a context that never ends by that much,
+// and the attempt goes out with what the Sender knows.
+func TestHealth_TheFirstAttemptWaitsForTheMarksAtMostOnChangeTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &deafMarks{memoryMarks: &memoryMarks{}, release: make(chan struct{})}
+		defer close(marks.release)
+		ep := &flakyEndpoint{status: http.StatusOK}
+		s := fleetSender(t, ep, marks)
+		start := time.Now()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.Send(context.Background(), fakeConn, samplePayload())
+			errc <- err
+		}()
+		time.Sleep(webhook.OnChangeTimeout) // the fake clock: the bound of the first read has passed
+		synctest.Wait()
+		select {
+		case err := <-errc:
+			require.NoError(t, err)
+			assert.Equal(t, webhook.OnChangeTimeout, time.Since(start), "the Send waited for the read that long, no more")
+			assert.Equal(t, int32(1), ep.requests.Load())
+		default:
+			t.Errorf("the Send still waits for a read of the marks that never ends, %v after it began", time.Since(start))
+			marks.release <- struct{}{} // let the read and the Send end
+			<-errc
+		}
+	})
+}

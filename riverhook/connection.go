@@ -77,7 +77,9 @@ func (w *Worker) testPlace(ctx context.Context, id string) (func(), error) {
 	}
 	return func() {
 		defer w.release(id)
-		if err := w.places.Give(context.WithoutCancel(ctx), id, place, holder); err != nil {
+		ctx, cancel := detached(ctx)
+		defer cancel()
+		if err := w.places.Give(ctx, id, place, holder); err != nil {
 			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a Send Test's place in flight; it is free when its hold ends",
 				slog.String("connection_id", id), slog.String("error", err.Error()))
 		}

@@ -204,6 +204,36 @@ func TestConnectionPlaces_Slot(t *testing.T) {
 	assert.LessOrEqual(t, wait, time.Second, "each connection has its own")
 }
 
+// TestConnectionPlaces_PaceOutlivesItsRow: a connection's pace row lost
+// while the process runs (a failover to a replica that had not received
+// it, rows pruned by hand) is made again by the next start or slot, rather
+// than failing them all until the process restarts.
+func TestConnectionPlaces_PaceOutlivesItsRow(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	_, err := places.Pace(ctx, "crm", 1)
+	require.NoError(t, err)
+	_, err = places.Slot(ctx, "crm", time.Second)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `DELETE FROM "`+schema+`".riverhook_pace`)
+	require.NoError(t, err)
+	wait, err := places.Pace(ctx, "crm", 1)
+	require.NoError(t, err)
+	assert.Zero(t, wait, "the first start of the row made again")
+	wait, err = places.Pace(ctx, "crm", 1)
+	require.NoError(t, err)
+	assert.Greater(t, wait, time.Duration(0), "the rate holds from it")
+	_, err = pool.Exec(ctx, `DELETE FROM "`+schema+`".riverhook_pace`)
+	require.NoError(t, err)
+	wait, err = places.Slot(ctx, "crm", time.Second)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, wait, time.Second, "the first slot of the row made again")
+	assert.Greater(t, wait, time.Duration(0))
+}
+
 // placesChild is the worker process of TestFleet_BoundsHoldAcrossProcesses:
 // a River client delivering with a Worker whose bound is held by the
 // places in PostgreSQL, until the test ends it; or, as "holder", a process

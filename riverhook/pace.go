@@ -245,8 +245,12 @@ func (w *Worker) due(ctx context.Context) {
 	// woken was still running then, and its snooze to a down slot landed
 	// after the wake: a second one, a second later, brings it along.
 	for _, id := range again {
+		every, err := w.rateEvery(ctx, id)
+		if err != nil {
+			continue
+		}
 		w.mu.Lock()
-		spacing := w.spacing(w.pacer(id), w.rateEvery(id))
+		spacing := w.spacing(w.pacer(id), every)
 		w.mu.Unlock()
 		if _, err := w.places.Wake(ctx, id, spacing); err != nil {
 			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
@@ -271,12 +275,21 @@ func (w *Worker) spacing(p *pacer, every time.Duration) time.Duration {
 }
 
 // rateEvery returns the time between starts of connection id's deliveries
-// (WorkerOptions.RateLimit), or zero for no rate.
-func (w *Worker) rateEvery(id string) time.Duration {
+// (WorkerOptions.RateLimit), or zero for no rate; or an error when
+// RateLimit panicked, its value logged. RateLimit is the caller's code:
+// never call it under w.mu.
+func (w *Worker) rateEvery(ctx context.Context, id string) (every time.Duration, err error) {
 	if w.rateLimit == nil {
-		return 0
+		return 0, nil
 	}
-	return paceEvery(w.rateLimit(id))
+	defer func() {
+		if v := recover(); v != nil {
+			w.logger.LogAttrs(ctx, slog.LevelError, "riverhook: WorkerOptions.RateLimit panicked; the delivery waits",
+				slog.String("connection_id", id), slog.Any("panic", v))
+			every, err = 0, fmt.Errorf("riverhook: WorkerOptions.RateLimit panicked for connection %q", id)
+		}
+	}()
+	return paceEvery(w.rateLimit(id)), nil
 }
 
 // pace takes job's connection's next start when it has a rate
@@ -336,11 +349,40 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time
 		return w.snooze, nil, false
 	}
 	return 0, func() {
-		if err := w.places.Give(context.WithoutCancel(ctx), id, place, job.ID); err != nil {
+		ctx, cancel := detached(ctx)
+		defer cancel()
+		if err := w.places.Give(ctx, id, place, job.ID); err != nil {
 			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a place in flight; it is free when its hold ends",
 				slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
 		}
 	}, true
+}
+
+// sent reports whether attempt a went to its endpoint, or tried to: its
+// duration is the endpoint's, which spaces the connection's slots. An
+// attempt refused before it was sent (an event the connection does not
+// subscribe to, an invalid connection, an address the guard refuses) took
+// no time of the endpoint's, and one cut by its context did not end: many
+// of them would bring the average near zero, and the waiting jobs' slots
+// with it, so that they ran again at once.
+func sent(a webhook.Attempt) bool {
+	switch a.Kind {
+	case webhook.KindInvalid, webhook.KindSkipped, webhook.KindBlocked, webhook.KindCanceled, webhook.KindDown:
+		return false
+	}
+	return true
+}
+
+// storeTimeout bounds what a run writes to Places past its context's end
+// (see detached).
+const storeTimeout = 10 * time.Second
+
+// detached returns the context of a write to Places that must outlive
+// ctx, the run's (a place given back, a backlog's wake): not cut by its
+// end, but bounded by storeTimeout, so that a store that hangs never holds
+// the run's goroutine for ever, which River cannot end.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 }
 
 // answered reports whether a's endpoint answered: its deliveries waiting
@@ -423,7 +465,9 @@ func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration
 	}
 	p.wokeAgain = now
 	w.mu.Unlock()
-	n, err := w.places.Wake(context.WithoutCancel(ctx), id, spacing)
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	n, err := w.places.Wake(wctx, id, spacing)
 	if err != nil {
 		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
 			slog.String("connection_id", id), slog.String("error", err.Error()))

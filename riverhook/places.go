@@ -38,7 +38,9 @@ type Places interface {
 
 	// Wake makes connectionID's deliveries that are waiting (snoozed for
 	// its endpoint or its bound) run from now on, one each every, but
-	// never later than each was due; it returns how many it moved.
+	// never later than each was due; it returns how many it moved. A
+	// delivery that has not run yet, scheduled for later by its insert
+	// (InsertOpts.ScheduledAt), keeps its time.
 	Wake(ctx context.Context, connectionID string, every time.Duration) (int, error)
 
 	// Slot hands a job waiting for connectionID (over its bound, or early
@@ -66,11 +68,12 @@ type Places interface {
 // Each attempt costs two statements: an UPDATE that takes the first free
 // place (FOR UPDATE SKIP LOCKED, so that processes taking at once do not
 // wait on each other) and one that gives it back; a connection's rows are
-// made once per process. A connection with a rate limit costs one UPDATE
-// more per delivery (and one SELECT when it must wait), on its one row: its
+// made once per process. A connection with a rate limit costs one
+// statement more per delivery (and one SELECT when it must wait), on its
+// one row, which that statement makes when it is missing (an upsert): its
 // deliveries begin at most perSecond a second across the fleet, spaced
-// evenly (no burst). A job that must wait costs one UPDATE for its slot, on
-// the same row. Wake is one UPDATE of River's jobs, once per outage; Due
+// evenly (no burst). A job that must wait costs one upsert for its slot,
+// on the same row. Wake is one UPDATE of River's jobs, once per outage; Due
 // one per process a second while it works deliveries. It is safe for
 // concurrent use.
 type ConnectionPlaces struct {
@@ -79,15 +82,14 @@ type ConnectionPlaces struct {
 	table   string
 	pace    string
 	mu      sync.Mutex
-	ensured map[string]int  // connection id -> the places its rows exist for
-	paced   map[string]bool // connection id -> its pace's row exists
+	ensured map[string]int // connection id -> the places its rows exist for
 }
 
 // NewConnectionPlaces returns the places in schema ("" for the search
 // path) through db, a pool.
 func NewConnectionPlaces(db DB, schema string) *ConnectionPlaces {
 	return &ConnectionPlaces{db: db, schema: schema, table: qualifier(schema) + "riverhook_place",
-		pace: qualifier(schema) + "riverhook_pace", ensured: map[string]int{}, paced: map[string]bool{}}
+		pace: qualifier(schema) + "riverhook_pace", ensured: map[string]int{}}
 }
 
 // Take takes the first free place of connectionID's bound for jobID, held
@@ -146,14 +148,13 @@ func (p *ConnectionPlaces) Pace(ctx context.Context, connectionID string, perSec
 	if every <= 0 {
 		return 0, nil
 	}
-	if err := p.ensurePace(ctx, connectionID); err != nil {
-		return 0, err
-	}
 	// The start is now's when the connection's next start has come: the
 	// one after is then every later, so that starts are every apart
-	// however many processes take them.
-	tag, err := p.db.Exec(ctx, `UPDATE `+p.pace+` SET next = greatest(next, clock_timestamp()) + $2 * interval '1 microsecond'
-		WHERE connection_id = $1 AND next <= clock_timestamp()`, connectionID, every.Microseconds())
+	// however many processes take them. The row is made by the first
+	// start, and made again should it be lost (a failover, a prune).
+	tag, err := p.db.Exec(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, next) VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond')
+		ON CONFLICT (connection_id) DO UPDATE SET next = greatest(p.next, clock_timestamp()) + $2 * interval '1 microsecond'
+		WHERE p.next <= clock_timestamp()`, connectionID, every.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: pacing connection %q: %w", connectionID, err)
 	}
@@ -166,23 +167,6 @@ func (p *ConnectionPlaces) Pace(ctx context.Context, connectionID string, perSec
 		return 0, fmt.Errorf("riverhook: pacing connection %q: %w", connectionID, err)
 	}
 	return time.Duration(wait) * time.Microsecond, nil
-}
-
-// ensurePace makes connectionID's pace row, once per process.
-func (p *ConnectionPlaces) ensurePace(ctx context.Context, connectionID string) error {
-	p.mu.Lock()
-	done := p.paced[connectionID]
-	p.mu.Unlock()
-	if done {
-		return nil
-	}
-	if _, err := p.db.Exec(ctx, `INSERT INTO `+p.pace+` (connection_id) VALUES ($1) ON CONFLICT DO NOTHING`, connectionID); err != nil {
-		return fmt.Errorf("riverhook: making the pace of connection %q: %w", connectionID, err)
-	}
-	p.mu.Lock()
-	p.paced[connectionID] = true
-	p.mu.Unlock()
-	return nil
 }
 
 // Wake moves connectionID's waiting deliveries forward, every apart, and
@@ -201,12 +185,10 @@ func (p *ConnectionPlaces) Wake(ctx context.Context, connectionID string, every 
 
 // Slot hands the connection's next waiting slot.
 func (p *ConnectionPlaces) Slot(ctx context.Context, connectionID string, spacing time.Duration) (time.Duration, error) {
-	if err := p.ensurePace(ctx, connectionID); err != nil {
-		return 0, err
-	}
 	var wait int64
-	err := p.db.QueryRow(ctx, `UPDATE `+p.pace+` SET slot = greatest(slot, clock_timestamp()) + $2 * interval '1 microsecond'
-		WHERE connection_id = $1 RETURNING greatest(extract(epoch FROM slot - clock_timestamp()) * 1e6, 0)::bigint`,
+	err := p.db.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, slot) VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond')
+		ON CONFLICT (connection_id) DO UPDATE SET slot = greatest(p.slot, clock_timestamp()) + $2 * interval '1 microsecond'
+		RETURNING greatest(extract(epoch FROM p.slot - clock_timestamp()) * 1e6, 0)::bigint`,
 		connectionID, max(spacing, 0).Microseconds()).Scan(&wait)
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: a slot for connection %q: %w", connectionID, err)
@@ -223,13 +205,22 @@ func (p *ConnectionPlaces) Due(ctx context.Context, ahead time.Duration) (int, e
 	return n, nil
 }
 
+// maxPaceEvery is the slowest pace: a rate under one delivery a year
+// (WorkerOptions.RateLimit) is one a year.
+const maxPaceEvery = 365 * 24 * time.Hour
+
 // paceEvery is the time between two starts at perSecond: zero for no
-// rate (zero, negative, NaN or infinite).
+// rate (zero, negative, NaN or infinite), at least a microsecond, at most
+// maxPaceEvery.
 func paceEvery(perSecond float64) time.Duration {
 	if !(perSecond > 0) || math.IsInf(perSecond, 1) {
 		return 0
 	}
-	return max(time.Duration(float64(time.Second)/perSecond), time.Microsecond)
+	every := float64(time.Second) / perSecond // past int64 for a rate under one in 292 years
+	if every >= float64(maxPaceEvery) {
+		return maxPaceEvery
+	}
+	return max(time.Duration(every), time.Microsecond)
 }
 
 var _ Places = (*ConnectionPlaces)(nil)

@@ -2,6 +2,8 @@ package riverhook
 
 import (
 	"context"
+	"math"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
 )
 
 // fullPlaces is a fleet whose places are all held by other processes.
@@ -95,7 +98,9 @@ func TestWorker_RateLimitSpacesTheStartsOfAConnection(t *testing.T) {
 	w.now = func() time.Time { return now }
 	try := func(conn string, id int64) (time.Duration, bool) {
 		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: conn}}
-		wait, ok := w.pace(context.Background(), job, w.rateEvery(conn))
+		every, err := w.rateEvery(context.Background(), conn)
+		require.NoError(t, err)
+		wait, ok := w.pace(context.Background(), job, every)
 		if ok {
 			w.forgetSlot(job)
 		}
@@ -232,4 +237,153 @@ func TestWorker_SlotsHandedTooSlowAreRespacedOnceTheEndpointIsKnown(t *testing.T
 	assert.Less(t, places.wakes[0], 75*time.Millisecond)
 	w.respace(ctx, "crm", 0)
 	assert.Len(t, places.wakes, 1, "once per rewakeFor")
+}
+
+// TestWorker_APanickingRateLimitCostsNoAttempt: RateLimit is the caller's
+// code, called from River's worker goroutines: a panic in it is logged and
+// the delivery waits for SnoozeFor, costing no attempt (River would count a
+// panicking run as a failed one, and run it again at once), and the Worker
+// goes on working, the re-wake of a woken backlog included.
+func TestWorker_APanickingRateLimitCostsNoAttempt(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	var panicking atomic.Bool
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 1, Places: fullPlaces{}, SnoozeFor: 3 * time.Second, Logger: testdb.Quiet(),
+			RateLimit: func(string) float64 {
+				if panicking.Load() {
+					panic("the settings cache is not loaded")
+				}
+				return 10
+			}})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { return now }
+	// The endpoint was down: the process handed out down slots, then an
+	// answer woke the backlog.
+	w.mu.Lock()
+	w.pacer("crm").downNext = now.Add(time.Minute)
+	w.mu.Unlock()
+	w.wakeBacklog(context.Background(), "crm", 100*time.Millisecond)
+	require.Contains(t, w.woken, "crm", "the backlog woken, to be woken again a second later")
+
+	panicking.Store(true)
+	now = now.Add(time.Second) // the re-wake is due in the next run
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, CreatedAt: now, ScheduledAt: now}, Args: Args{ConnectionID: "crm"}}
+	var worked error
+	panicked := func() (v any) {
+		defer func() { v = recover() }()
+		worked = w.Work(context.Background(), job)
+		return nil
+	}()
+	assert.Nil(t, panicked, "Work let RateLimit's panic through")
+	if assert.True(t, w.mu.TryLock(), "the Worker's lock is still held: every later run would wait for it forever") {
+		w.mu.Unlock()
+	}
+	var snooze *rivertype.JobSnoozeError
+	require.ErrorAs(t, worked, &snooze)
+	assert.Equal(t, 3*time.Second, snooze.Duration, "the delivery waits for SnoozeFor")
+}
+
+// TestPaceEvery: a rate is the time between two starts; no rate is zero;
+// a rate too small for a time.Duration is the slowest pace there is, never
+// a wrapped number taken for a million starts a second.
+func TestPaceEvery(t *testing.T) {
+	for _, tc := range []struct {
+		perSecond float64
+		want      time.Duration
+	}{
+		{10, 100 * time.Millisecond},
+		{1, time.Second},
+		{1e9, time.Microsecond}, // the finest pace
+		{0, 0},
+		{-1, 0},
+		{math.NaN(), 0},
+		{math.Inf(1), 0},
+		{math.Inf(-1), 0},
+		{1.0 / (24 * 3600), 24 * time.Hour},
+		{1e-10, maxPaceEvery},
+		{math.SmallestNonzeroFloat64, maxPaceEvery},
+	} {
+		assert.Equal(t, tc.want, paceEvery(tc.perSecond), "%g a second", tc.perSecond)
+	}
+}
+
+// TestWorker_AttemptsNeverSentDoNotSpaceTheSlots: the slots of a
+// connection's waiting jobs are spaced by its attempts' time, and an
+// attempt never sent (an event the connection does not subscribe to, an
+// invalid connection) took none: however many there were, a job over the
+// bound waits for a slot, and never runs again at once.
+func TestWorker_AttemptsNeverSentDoNotSpaceTheSlots(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	resolve := func(context.Context, string) (webhook.Connection, error) {
+		return webhook.Connection{Name: "crm", URL: "https://example.invalid/hooks", Secret: "whsec_x", Events: []string{"user.created"}}, nil
+	}
+	w, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	w.observe("crm", 400*time.Millisecond) // an attempt sent, answered in 400 ms
+	for id := range int64(200) {
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id + 1, Attempt: 1, MaxAttempts: 5},
+			Args: Args{ConnectionID: "crm", DeliveryID: "d", Event: "user.deleted", Body: []byte("{}")}}
+		require.ErrorIs(t, w.Work(ctx, job), webhook.ErrNotSubscribed)
+	}
+	for id := int64(1000); id < 1002; id++ { // the bound, taken
+		_, ok := w.acquire(ctx, &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: "crm"}}, 0)
+		require.True(t, ok)
+	}
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 2000, Attempt: 1, MaxAttempts: 5},
+		Args: Args{ConnectionID: "crm", DeliveryID: "e", Event: "user.created", Body: []byte("{}")}}
+	var snooze *rivertype.JobSnoozeError
+	require.ErrorAs(t, w.Work(ctx, job), &snooze)
+	assert.Equal(t, 400*time.Millisecond/2, snooze.Duration, "the first slot: the one attempt sent over the bound")
+}
+
+// hungPlaces is a fleet whose store hangs: each call returns only when its
+// context ends.
+type hungPlaces struct{ fullPlaces }
+
+func (hungPlaces) Take(context.Context, string, int, int64, time.Duration) (int, bool, error) {
+	return 0, true, nil
+}
+
+func (hungPlaces) Give(ctx context.Context, _ string, _ int, _ int64) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (hungPlaces) Wake(ctx context.Context, _ string, _ time.Duration) (int, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestWorker_AHungStoreHoldsARunAtMostStoreTimeout: what a run writes to
+// Places after its context may have ended (the place given back, the wake
+// of a backlog) is not cut by that end, but a store that hangs holds the
+// run's goroutine storeTimeout at most, never for ever: River cannot end a
+// run that does not return.
+func TestWorker_AHungStoreHoldsARunAtMostStoreTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sender, err := webhook.NewSender(nil)
+		require.NoError(t, err)
+		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 1, Places: hungPlaces{}, Logger: testdb.Quiet()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the run's end: River's timeout, or the client stopping
+		start := time.Now()
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: Args{ConnectionID: "crm"}}
+		_, give, ok := w.takePlace(ctx, job, 0)
+		require.True(t, ok)
+		give()
+		assert.Equal(t, storeTimeout, time.Since(start), "the place given back")
+
+		w.mu.Lock()
+		w.pacer("crm").downNext = w.now().Add(time.Minute)
+		w.mu.Unlock()
+		start = time.Now()
+		w.wakeBacklog(ctx, "crm", 100*time.Millisecond)
+		assert.Equal(t, storeTimeout, time.Since(start), "the backlog's wake")
+	})
 }

@@ -123,7 +123,9 @@ type DB interface {
 
 // The queries below read and write these columns of River's river_job
 // (TestRiver/JobColumns): id, kind, state (river_job_state), args (jsonb),
-// errors (jsonb[]), metadata (jsonb), created_at and finalized_at. Those
+// errors (jsonb[]), metadata (jsonb), created_at, scheduled_at,
+// attempted_at, finalized_at, unique_key (bytea) and unique_states
+// (bit(8), read by River's function river_job_state_in_bitmask). Those
 // given to River's JobListParams.Where use River's named arguments,
 // prefixed riverhook_.
 
@@ -409,8 +411,11 @@ const maxWoken = 50_000
 // wake moves connectionID's snoozed jobs forward to run from now, every
 // apart in the order they were due, never later than due, and returns how
 // many it moved. A snoozed job is scheduled, or available with a
-// scheduled_at to come, which River's fetch leaves until then
-// (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval); a moved one is
+// scheduled_at to come, which River's fetch leaves until then, and has run:
+// River's fetch wrote its attempted_at, which the snooze keeps
+// (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval). A job that never
+// ran waits for the time its inserter chose (InsertOpts.ScheduledAt), which
+// a wake never cuts short. A moved one is
 // made available at its new time, as River does a short snooze, so that it
 // runs on time rather than up to River's scheduler interval late. A job
 // waiting for its policy's retry (retryable) keeps its time
@@ -420,7 +425,7 @@ func wake(ctx context.Context, db DB, schema, connectionID string, every time.Du
 	sql := `WITH waiting AS (
 			SELECT id, scheduled_at, row_number() OVER (ORDER BY scheduled_at, id) - 1 AS k FROM (
 				SELECT id, scheduled_at FROM ` + table + ` WHERE kind = $1 AND args @> jsonb_build_object('connection_id', $2::text)
-				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp()))
+				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp())) AND attempted_at IS NOT NULL
 				ORDER BY scheduled_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS w),
 		woken AS (
 			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = clock_timestamp() + waiting.k * $3 * interval '1 microsecond'
@@ -440,17 +445,30 @@ const maxDue = 10_000
 // fetch waits for (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval):
 // each then runs on time, rather than at River's scheduler's next pass,
 // up to its interval late and many at once. The move is the one River's
-// scheduler makes, between two of the job's unique states
-// (TestRiver/Due).
+// scheduler makes, between two of the job's unique states (TestRiver/Due):
+// a job whose unique key its state does not hold (the caller's UniqueOpts
+// leave out retryable) is left to River's scheduler, which discards it if
+// a copy holds the key meanwhile (TestRiver/DueLeavesAUniqueConflictToRiver).
+// It runs once a second in every process, so its cost must follow the
+// jobs due, not the backlog snoozed for later: its time is the
+// statement's (stable, where clock_timestamp() is volatile), which River's
+// index on (state, queue, priority, scheduled_at) can bound, so that the
+// backlog's rows are skipped in the index, never read from the table
+// (TestDue_ReadsTheDeliveriesDueNotTheBacklog).
 func due(ctx context.Context, db DB, schema string, ahead time.Duration) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, dueSQL(schema), Kind, ahead.Microseconds(), maxDue).Scan(&n)
+	return n, err
+}
+
+// dueSQL is due's statement on schema's job table.
+func dueSQL(schema string) string {
 	table := jobTable(schema)
-	sql := `WITH due AS (
+	return `WITH due AS (
 			SELECT id FROM ` + table + ` WHERE state IN ('scheduled', 'retryable') AND kind = $1
-			AND scheduled_at <= clock_timestamp() + $2 * interval '1 microsecond'
+			AND scheduled_at <= statement_timestamp() + $2 * interval '1 microsecond'
+			AND (unique_key IS NULL OR unique_states IS NULL OR ` + qualifier(schema) + `river_job_state_in_bitmask(unique_states, state))
 			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
 		moved AS (UPDATE ` + table + ` AS j SET state = 'available' FROM due WHERE j.id = due.id RETURNING 1)
 		SELECT count(*) FROM moved`
-	var n int
-	err := db.QueryRow(ctx, sql, Kind, ahead.Microseconds(), maxDue).Scan(&n)
-	return n, err
 }

@@ -131,6 +131,7 @@ func TestRiver(t *testing.T) {
 			res, err := pinRun(t, w, nil)
 			require.NoError(t, err)
 			assert.Equal(t, want, res.Job.State, "a snooze of %v", snooze)
+			assert.NotNil(t, res.Job.AttemptedAt, "a snoozed job keeps the time of its run, by which Wake tells it from a job scheduled at its insert")
 		}
 	})
 
@@ -154,7 +155,8 @@ func TestRiver(t *testing.T) {
 			types[c[0]] = c[1]
 		}
 		for column, udt := range map[string]string{"id": "int8", "kind": "text", "state": "river_job_state", "args": "jsonb",
-			"errors": "_jsonb", "metadata": "jsonb", "created_at": "timestamptz", "finalized_at": "timestamptz"} {
+			"errors": "_jsonb", "metadata": "jsonb", "created_at": "timestamptz", "scheduled_at": "timestamptz",
+			"attempted_at": "timestamptz", "finalized_at": "timestamptz", "unique_key": "bytea", "unique_states": "bit"} {
 			assert.Equal(t, udt, types[column], "river_job.%s, which riverhook's queries read", column)
 		}
 	})
@@ -260,11 +262,21 @@ func TestRiver(t *testing.T) {
 			require.NoError(t, err)
 			ids[d] = res.Job.ID
 		}
-		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET
+		// Each has run (River's fetch wrote attempted_at, which its snooze
+		// keeps).
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(),
 			state = (CASE args->>'delivery_id' WHEN 'd1' THEN 'scheduled' WHEN 'd3' THEN 'retryable' WHEN 'd5' THEN 'scheduled' ELSE 'available' END)::"`+client.Schema()+`".river_job_state,
 			scheduled_at = now() + (CASE args->>'delivery_id' WHEN 'd1' THEN interval '1 hour' WHEN 'd2' THEN interval '500 milliseconds'
 				WHEN 'd3' THEN interval '1 hour' WHEN 'd4' THEN interval '1 minute' WHEN 'd0' THEN interval '100 milliseconds' ELSE interval '1 hour' END)`)
 		require.NoError(t, err)
+		// d6 of crm was inserted to be sent in an hour
+		// (InsertOptions.InsertOpts.ScheduledAt), and never ran: its time is
+		// its inserter's, not a wait of riverhook's.
+		later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+		res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "d6", Event: "user.identified", Body: []byte("{}")},
+			&river.InsertOpts{ScheduledAt: later})
+		require.NoError(t, err)
+		ids["d6"] = res.Job.ID
 		before := time.Now()
 		n, err := wake(ctx, pool, client.Schema(), "crm", time.Second)
 		require.NoError(t, err)
@@ -285,6 +297,9 @@ func TestRiver(t *testing.T) {
 		assert.WithinDuration(t, before.Add(3*time.Second), d1.ScheduledAt, 500*time.Millisecond, "the fourth: 3 s from now")
 		assert.Equal(t, rivertype.JobStateRetryable, get("d3").State)
 		assert.Equal(t, rivertype.JobStateScheduled, get("d5").State, "another connection's")
+		d6 := get("d6")
+		assert.Equal(t, rivertype.JobStateScheduled, d6.State, "a delivery its inserter scheduled for later is no wait to cut short")
+		assert.True(t, d6.ScheduledAt.Equal(later), "d6 is sent at its time, %v, not %v", later, d6.ScheduledAt)
 	})
 
 	t.Run("Due", func(t *testing.T) {
@@ -316,6 +331,38 @@ func TestRiver(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want, job.State, d)
 			assert.True(t, job.ScheduledAt.Equal(before[d]), "%s keeps its time, which River's fetch waits for", d)
+		}
+	})
+
+	// A job whose own unique states leave out retryable (the caller's
+	// InsertOpts.UniqueOpts) may wait for its retry beside a copy of its
+	// delivery inserted since: River's scheduler discards it when its time
+	// comes. Due leaves it to River, and moves the others.
+	t.Run("DueLeavesAUniqueConflictToRiver", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		unique := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{rivertype.JobStateAvailable,
+			rivertype.JobStatePending, rivertype.JobStateRunning, rivertype.JobStateScheduled}}}
+		args := Args{ConnectionID: "crm", DeliveryID: "d1", Event: "user.identified", Body: []byte("{}")}
+		first, err := client.Insert(ctx, args, unique)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET state = 'retryable', attempted_at = now(),
+			scheduled_at = now() + interval '500 milliseconds' WHERE id = $1`, first.Job.ID)
+		require.NoError(t, err)
+		copied, err := client.Insert(ctx, args, unique)
+		require.NoError(t, err)
+		require.False(t, copied.UniqueSkippedAsDuplicate, "the retryable job holds no key")
+		other, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "d2", Event: "user.identified", Body: []byte("{}")},
+			&river.InsertOpts{ScheduledAt: time.Now().Add(500 * time.Millisecond)})
+		require.NoError(t, err)
+
+		n, err := due(ctx, pool, client.Schema(), 2*time.Second)
+		require.NoError(t, err, "one conflict fails the move of every delivery due")
+		assert.Equal(t, 1, n)
+		for id, want := range map[int64]rivertype.JobState{first.Job.ID: rivertype.JobStateRetryable, other.Job.ID: rivertype.JobStateAvailable} {
+			job, err := client.JobGet(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, want, job.State, "job %d", id)
 		}
 	})
 
@@ -729,4 +776,46 @@ func TestCount_BoundsEachStatusApart(t *testing.T) {
 	n, err := count(ctx, pool, client.Schema(), "crm", time.Time{}, bound)
 	require.NoError(t, err)
 	assert.Equal(t, []int{bound, 0, 0, 1, 0}, n, "delivered, retrying, waiting, given up, cancelled")
+}
+
+// TestDue_ReadsTheDeliveriesDueNotTheBacklog: Due runs once a second in
+// every process, so its cost follows the deliveries due, not the backlog
+// snoozed for later: River's index on (state, queue, priority,
+// scheduled_at) bounds the time in the index, and no row of the backlog
+// is read from the table.
+func TestDue_ReadsTheDeliveriesDueNotTheBacklog(t *testing.T) {
+	client, pool := pinClient(t)
+	ctx := context.Background()
+	table := jobTable(client.Schema())
+	// 20,000 deliveries snoozed over the next hours, 5 due within 2 s.
+	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state, scheduled_at, attempted_at)
+		SELECT jsonb_build_object('connection_id', 'c' || g % 50, 'delivery_id', 'd' || g), $1, 10, 'default', 'scheduled',
+			now() + CASE WHEN g <= 5 THEN interval '1 second' ELSE g * interval '1 second' END, now()
+		FROM generate_series(1, 20000) AS g`, Kind)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE `+table)
+	require.NoError(t, err)
+	var plan []struct{ Plan map[string]any }
+	require.NoError(t, pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+dueSQL(client.Schema()),
+		Kind, (2*time.Second).Microseconds(), maxDue).Scan(&plan))
+	require.Len(t, plan, 1)
+	read := 0
+	var walk func(node map[string]any)
+	walk = func(node map[string]any) {
+		for _, k := range []string{"Rows Removed by Filter", "Rows Removed by Index Recheck"} {
+			if n, ok := node[k].(float64); ok {
+				read += int(n)
+			}
+		}
+		if plans, ok := node["Plans"].([]any); ok {
+			for _, p := range plans {
+				walk(p.(map[string]any))
+			}
+		}
+	}
+	walk(plan[0].Plan)
+	assert.Less(t, read, 100, "rows of the backlog read and dropped: Due reads what is not due")
+	var moved int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE state = 'available'`).Scan(&moved))
+	assert.Equal(t, 5, moved)
 }

@@ -69,13 +69,15 @@ type WorkerOptions struct {
 
 	// RateLimit, if not nil, returns the most deliveries a second that may
 	// begin to the connection with the given id: a customer's throttle.
-	// Zero, a negative number or NaN means no limit. Deliveries begin
+	// Zero, a negative number or NaN means no limit; a rate under one a
+	// year is one a year. Deliveries begin
 	// evenly spaced (1/rate apart, no burst); a job that comes early is
 	// snoozed to a slot, as over MaxInFlightPerConnection, costing no
 	// attempt. With Places the rate holds across every process of the
 	// deployment; without, in each. It is called once per run, from
 	// River's worker goroutines: answer from memory (a cache of your
-	// connections' settings), not from a query per call.
+	// connections' settings), not from a query per call. A panic in it is
+	// logged, and the delivery waits for SnoozeFor, costing no attempt.
 	RateLimit func(connectionID string) float64
 
 	// MaxWait is how long a delivery may wait for an endpoint that is down
@@ -96,8 +98,8 @@ type WorkerOptions struct {
 	OnAttempt func(ctx context.Context, job *river.Job[Args], a webhook.Attempt) error
 
 	// Logger receives the errors of OnAttempt and of recording the attempt
-	// log, and the Resolver's errors and panics, as they are (see
-	// [Resolver]). Nil means no logging.
+	// log, the Resolver's errors and panics, as they are (see [Resolver]),
+	// and RateLimit's panics. Nil means no logging.
 	Logger *slog.Logger
 }
 
@@ -245,7 +247,10 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobCancel(ErrErased)
 	}
 	w.due(ctx)
-	every := w.rateEvery(job.Args.ConnectionID)
+	every, err := w.rateEvery(ctx, job.Args.ConnectionID)
+	if err != nil {
+		return river.JobSnooze(w.snooze)
+	}
 	if wait, ok := w.acquire(ctx, job, every); !ok {
 		return river.JobSnooze(wait)
 	}
@@ -334,7 +339,9 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	if a.Kind == webhook.KindDown {
 		return w.waitForEndpoint(ctx, r, a)
 	}
-	w.observe(job.Args.ConnectionID, a.Duration)
+	if sent(a) {
+		w.observe(job.Args.ConnectionID, a.Duration)
+	}
 	if answered(a) {
 		w.wakeBacklog(ctx, job.Args.ConnectionID, r.every)
 		w.respace(ctx, job.Args.ConnectionID, r.every)
