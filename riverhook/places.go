@@ -172,10 +172,16 @@ func (p *ConnectionPlaces) Pace(ctx context.Context, connectionID string, perSec
 // Wake moves connectionID's waiting deliveries forward, every apart, and
 // the connection's slots with them.
 func (p *ConnectionPlaces) Wake(ctx context.Context, connectionID string, every time.Duration) (int, error) {
-	n, err := wake(ctx, p.db, p.schema, connectionID, every)
+	// The connection's slots go on after the last delivery waiting, as
+	// it is now; from now when none waits.
+	var end time.Time
+	n, err := wake(ctx, p.db, p.schema, connectionID, every, &end)
 	if err == nil {
-		_, err = p.db.Exec(ctx, `UPDATE `+p.pace+` SET slot = clock_timestamp() + $2 * interval '1 microsecond' WHERE connection_id = $1`,
-			connectionID, (time.Duration(n) * every).Microseconds())
+		var last *time.Time
+		if !end.IsZero() {
+			last = &end
+		}
+		_, err = p.db.Exec(ctx, `UPDATE `+p.pace+` SET slot = coalesce($2, clock_timestamp()) WHERE connection_id = $1`, connectionID, last)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: waking the deliveries to connection %q: %w", connectionID, err)

@@ -420,7 +420,7 @@ const maxWoken = 50_000
 // runs on time rather than up to River's scheduler interval late. A job
 // waiting for its policy's retry (retryable) keeps its time
 // (TestRiver/Wake).
-func wake(ctx context.Context, db DB, schema, connectionID string, every time.Duration) (int, error) {
+func wake(ctx context.Context, db DB, schema, connectionID string, every time.Duration, end *time.Time) (int, error) {
 	table := jobTable(schema)
 	sql := `WITH waiting AS (
 			SELECT id, scheduled_at, row_number() OVER (ORDER BY scheduled_at, id) - 1 AS k FROM (
@@ -431,9 +431,14 @@ func wake(ctx context.Context, db DB, schema, connectionID string, every time.Du
 			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = clock_timestamp() + waiting.k * $3 * interval '1 microsecond'
 			FROM waiting WHERE j.id = waiting.id AND waiting.scheduled_at > clock_timestamp() + waiting.k * $3 * interval '1 microsecond'
 			RETURNING 1)
-		SELECT count(*) FROM woken`
+		SELECT (SELECT count(*) FROM woken),
+			(SELECT max(least(scheduled_at, clock_timestamp() + k * $3 * interval '1 microsecond')) FROM waiting)`
 	var n int
-	err := db.QueryRow(ctx, sql, Kind, connectionID, every.Microseconds(), maxWoken).Scan(&n)
+	var last *time.Time
+	err := db.QueryRow(ctx, sql, Kind, connectionID, every.Microseconds(), maxWoken).Scan(&n, &last)
+	if last != nil {
+		*end = *last
+	}
 	return n, err
 }
 

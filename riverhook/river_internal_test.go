@@ -278,9 +278,11 @@ func TestRiver(t *testing.T) {
 		require.NoError(t, err)
 		ids["d6"] = res.Job.ID
 		before := time.Now()
-		n, err := wake(ctx, pool, client.Schema(), "crm", time.Second)
+		var end time.Time
+		n, err := wake(ctx, pool, client.Schema(), "crm", time.Second, &end)
 		require.NoError(t, err)
 		assert.Equal(t, 3, n, "in line d0 (its turn now), d2 (1 s: it stays, due before its turn), d4 (2 s), d1 (3 s); d3 waits for its retry")
+		assert.WithinDuration(t, before.Add(3*time.Second), end, 500*time.Millisecond, "the last waiting: where the connection's slots go on")
 		get := func(d string) *rivertype.JobRow {
 			job, err := client.JobGet(ctx, ids[d])
 			require.NoError(t, err)
