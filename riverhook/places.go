@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"sync"
 	"time"
@@ -172,21 +173,43 @@ func (p *ConnectionPlaces) Pace(ctx context.Context, connectionID string, perSec
 // Wake moves connectionID's waiting deliveries forward, every apart, and
 // the connection's slots with them.
 func (p *ConnectionPlaces) Wake(ctx context.Context, connectionID string, every time.Duration) (int, error) {
-	// The connection's slots go on after the last delivery waiting, as
-	// it is now; from now when none waits.
-	var end time.Time
-	n, err := wake(ctx, p.db, p.schema, connectionID, every, &end)
-	if err == nil {
-		var last *time.Time
-		if !end.IsZero() {
-			last = &end
-		}
-		_, err = p.db.Exec(ctx, `UPDATE `+p.pace+` SET slot = coalesce($2, clock_timestamp()) WHERE connection_id = $1`, connectionID, last)
-	}
+	n, err := p.wake(ctx, connectionID, every)
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: waking the deliveries to connection %q: %w", connectionID, err)
 	}
 	return n, nil
+}
+
+// wake is Wake in one transaction, under a lock of the connection's: the
+// processes that find its endpoint answering at once wake its deliveries
+// one after the other, the later ones finding them in line already, rather
+// than each lining up the jobs the others had not locked, from now.
+func (p *ConnectionPlaces) wake(ctx context.Context, connectionID string, every time.Duration) (int, error) {
+	tx, err := p.db.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
+	h := fnv.New64a()
+	h.Write([]byte("riverhook wake " + p.schema + "\x00" + connectionID))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64()>>1)); err != nil {
+		return 0, err
+	}
+	// The connection's slots go on after the last delivery waiting, as
+	// it is now; from now when none waits.
+	var end time.Time
+	n, err := wake(ctx, tx, p.schema, connectionID, every, &end)
+	if err != nil {
+		return 0, err
+	}
+	var last *time.Time
+	if !end.IsZero() {
+		last = &end
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+p.pace+` SET slot = coalesce($2, clock_timestamp()) WHERE connection_id = $1`, connectionID, last); err != nil {
+		return 0, err
+	}
+	return n, tx.Commit(ctx)
 }
 
 // Slot hands the connection's next waiting slot.

@@ -264,11 +264,9 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobSnooze(wait)
 	}
 	w.forgetSlot(job)
-	held := w.now() // the place in flight is this run's from now
 	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
-	r.held = held
 	if wait := signAfter(r.entries, w.now()); wait > 0 {
 		// The attempt before was signed at this millisecond or later (a
 		// retry due at once, another process's clock ahead): this one's
@@ -306,7 +304,6 @@ type run struct {
 	n       int           // the policy's number of this run's attempt
 	every   time.Duration // the connection's time between starts (RateLimit); 0 for none
 	began   time.Time     // when the run began, on the Worker's clock
-	held    time.Time     // when it took its place in flight
 }
 
 // load reads job's attempt log, adds the attempts that crashed runs cut
@@ -343,9 +340,7 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 		return w.waitForEndpoint(ctx, r, a)
 	}
 	if sent(a) {
-		// The time the place was held, the attempt and what surrounds it:
-		// a place frees that often.
-		w.observe(job.Args.ConnectionID, max(w.now().Sub(r.held), a.Duration))
+		w.observe(job.Args.ConnectionID, a.Duration)
 	}
 	if answered(a) {
 		w.wakeBacklog(ctx, job.Args.ConnectionID, r.every)
