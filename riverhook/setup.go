@@ -1,6 +1,7 @@
 package riverhook
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,8 +19,9 @@ import (
 // Register sets up config, a River client's configuration, for the
 // deliveries of w: it adds w to config.Workers (made when nil), sets
 // config.RescueStuckJobsAfter to [Worker.RescueStuckJobsAfter] when it is
-// zero, and config.FetchPollInterval to [DefaultFetchPollInterval] when it
-// is zero. It refuses a RescueStuckJobsAfter shorter than that, which would
+// zero, and config.FetchPollInterval to [DefaultFetchPollInterval] (or
+// the FetchCooldown, when longer: River refuses a poll shorter than it)
+// when it is zero. It refuses a RescueStuckJobsAfter shorter than that, which would
 // have River's rescuer run a delivery again while its attempt may still be
 // under way, and a Workers that has a worker of [Kind] already.
 //
@@ -45,7 +47,9 @@ func Register(config *river.Config, w *Worker) error {
 		config.RescueStuckJobsAfter = least
 	}
 	if config.FetchPollInterval == 0 {
-		config.FetchPollInterval = DefaultFetchPollInterval
+		// River refuses a poll shorter than the fetch cooldown (100 ms
+		// unless set).
+		config.FetchPollInterval = max(DefaultFetchPollInterval, cmp.Or(config.FetchCooldown, river.FetchCooldownDefault))
 	}
 	return nil
 }

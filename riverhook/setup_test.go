@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -29,8 +30,23 @@ func TestRegister(t *testing.T) {
 		require.NotNil(t, config.Workers)
 		assert.Equal(t, w.RescueStuckJobsAfter(0), config.RescueStuckJobsAfter)
 		assert.Equal(t, time.Minute, config.RescueStuckJobsAfter, "the default Sender's, not River's hour")
-		assert.Equal(t, riverhook.DefaultFetchPollInterval, config.FetchPollInterval, "a snoozed delivery runs within 50 ms of its slot, not a second")
+		assert.Equal(t, river.FetchCooldownDefault, config.FetchPollInterval, "a snoozed delivery runs within River's fetch cooldown of its slot, not a second")
 		assert.Error(t, riverhook.Register(&config, w), "a second worker of the kind")
+	})
+	t.Run("PollsNoFasterThanTheFetchCooldown", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := testDB(t)
+		for cooldown, want := range map[time.Duration]time.Duration{
+			0:                      river.FetchCooldownDefault, // River's default cooldown, 100 ms
+			10 * time.Millisecond:  riverhook.DefaultFetchPollInterval,
+			200 * time.Millisecond: 200 * time.Millisecond,
+		} {
+			config := river.Config{FetchCooldown: cooldown, Schema: schema, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}}
+			require.NoError(t, riverhook.Register(&config, newWorker(t, sender, resolve, nil)))
+			assert.Equal(t, want, config.FetchPollInterval, "a cooldown of %v", cooldown)
+			_, err := river.NewClient(riverpgxv5.New(pool), &config)
+			assert.NoError(t, err, "River takes the configuration, with a cooldown of %v", cooldown)
+		}
 	})
 	t.Run("KeepsALongerRescue", func(t *testing.T) {
 		t.Parallel()
