@@ -43,14 +43,7 @@ func (b *bench) bound(ctx context.Context, k int) (result, error) {
 	}
 	c := b.ep.counts()
 	took := c.LastDone.Sub(start)
-	if _, err := f.waitCompleted(ctx, cfg.N, time.Minute); err != nil {
-		return result{}, err
-	}
-	final, err := f.stop(ctx)
-	if err != nil {
-		return result{}, err
-	}
-	t, err := tallyJobs(ctx, db.client, riverhook.Kind)
+	final, t, err := f.finish(ctx, db.client, cfg.N)
 	if err != nil {
 		return result{}, err
 	}
@@ -181,14 +174,7 @@ func (b *bench) outage(ctx context.Context) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	if _, err := f.waitCompleted(ctx, want, time.Minute); err != nil {
-		return result{}, err
-	}
-	final, err := f.stop(ctx)
-	if err != nil {
-		return result{}, err
-	}
-	t, err := tallyJobs(ctx, db.client, riverhook.Kind)
+	final, t, err := f.finish(ctx, db.client, want)
 	if err != nil {
 		return result{}, err
 	}

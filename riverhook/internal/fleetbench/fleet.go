@@ -240,6 +240,20 @@ func (f fleet) waitFor(ctx context.Context, limit time.Duration, what string, co
 	}
 }
 
+// finish waits, for a minute at most, until the worker processes have
+// completed n jobs, stops them, and tallies River's rows of the deliveries.
+func (f fleet) finish(ctx context.Context, client *river.Client[pgx.Tx], n int) (childStats, jobTally, error) {
+	if _, err := f.waitCompleted(ctx, n, time.Minute); err != nil {
+		return childStats{}, jobTally{}, err
+	}
+	final, err := f.stop(ctx)
+	if err != nil {
+		return childStats{}, jobTally{}, err
+	}
+	t, err := tallyJobs(ctx, client, riverhook.Kind)
+	return final, t, err
+}
+
 // waitCompleted waits until n jobs have completed.
 func (f fleet) waitCompleted(ctx context.Context, n int, limit time.Duration) (childStats, error) {
 	return f.waitFor(ctx, limit, fmt.Sprintf("%d jobs completed", n), func(s childStats) bool { return s.Completed >= int64(n) })

@@ -118,14 +118,7 @@ func (b *bench) latency(ctx context.Context, v latencyVariant) (result, error) {
 		lat = append(lat, arrived["l"+itoa(i)].Sub(commits[i]))
 	}
 	slices.Sort(lat)
-	if _, err := f.waitCompleted(ctx, warm+total, time.Minute); err != nil {
-		return result{}, err
-	}
-	final, err := f.stop(ctx)
-	if err != nil {
-		return result{}, err
-	}
-	t, err := tallyJobs(ctx, db.client, riverhook.Kind)
+	final, t, err := f.finish(ctx, db.client, warm+total)
 	if err != nil {
 		return result{}, err
 	}
