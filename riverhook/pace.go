@@ -358,19 +358,19 @@ func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time
 	}, true
 }
 
-// sent reports whether attempt a went to its endpoint, or tried to: its
-// duration is the endpoint's, which spaces the connection's slots. An
-// attempt refused before it was sent (an event the connection does not
-// subscribe to, an invalid connection, an address the guard refuses) took
-// no time of the endpoint's, and one cut by its context did not end: many
-// of them would bring the average near zero, and the waiting jobs' slots
-// with it, so that they ran again at once.
-func sent(a webhook.Attempt) bool {
-	switch a.Kind {
-	case webhook.KindInvalid, webhook.KindSkipped, webhook.KindBlocked, webhook.KindCanceled, webhook.KindDown:
-		return false
-	}
-	return true
+// paces reports whether attempt a's duration is the endpoint's time to take
+// a delivery, which spaces the connection's slots: an answer (2xx or not),
+// or an attempt that waited for one until its timeout. An attempt never
+// sent (an event the connection does not subscribe to, an invalid
+// connection, an address the guard refuses, an endpoint down) took none of
+// the endpoint's time, one cut by its context did not end, and one that
+// could not connect (refused, DNS, TLS, reset) says how fast the endpoint
+// fails, not how fast it takes deliveries: many of them would bring the
+// average near zero, and the waiting jobs' slots with it, so that they ran
+// again at once, and a backlog woken after an outage would all come at
+// once.
+func paces(a webhook.Attempt) bool {
+	return answered(a) || a.Kind == webhook.KindTimeout
 }
 
 // storeTimeout bounds what a run writes to Places past its context's end
@@ -461,6 +461,7 @@ func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration
 	if backlog {
 		p.reset(now)
 		p.woke = now
+		p.handed = spacing // the woken jobs' spacing, which respace corrects as attempts end
 		w.woken[id] = now
 	}
 	p.wokeAgain = now

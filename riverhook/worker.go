@@ -339,7 +339,7 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	if a.Kind == webhook.KindDown {
 		return w.waitForEndpoint(ctx, r, a)
 	}
-	if sent(a) {
+	if paces(a) {
 		w.observe(job.Args.ConnectionID, a.Duration)
 	}
 	if answered(a) {
