@@ -3,18 +3,18 @@ module github.com/signedhook/webhook/riverhook
 go 1.26.0
 
 require (
+	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/riverqueue/river/rivertype v0.51.1
-	github.com/signedhook/webhook v0.0.0-20261125175420-663c400cc884
+	github.com/signedhook/webhook v0.0.0-20261125201540-3a40d62f209b
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
 
 require (
-	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
