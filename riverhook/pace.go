@@ -139,13 +139,19 @@ func (w *Worker) acquire(ctx context.Context, job *river.Job[Args], every time.D
 	return w.waitSlot(ctx, job, every), false
 }
 
+// holdOnAtLeast is the least a job back at its slot holds on for a place:
+// River fetches a job whose snooze ended at its next poll or fetch
+// cooldown, so a fast endpoint's slots reach their jobs that much apart.
+const holdOnAtLeast = 50 * time.Millisecond
+
 // holdOn retries take, for a job back at its slot (its scheduled time later
-// than its insert), for up to two slots' spacing: a place that frees a
-// moment after the slot, as the endpoint's answers vary, then goes to this
-// job instead of costing it a run and a slot at the front. A job that
-// comes for the first time does not wait: it takes a slot. It holds one of
-// River's workers while it retries, every tenth of the spacing (at least
-// 5 ms, with Places a statement each).
+// than its insert), for up to two slots' spacing (at least holdOnAtLeast,
+// at most a second): a place that frees a moment after the slot, as the
+// endpoint's answers and River's fetches vary, then goes to this job
+// instead of costing it a run and a slot at the front. A job that comes for
+// the first time does not wait: it takes a slot. It holds one of River's
+// workers while it retries, every tenth of the spacing (at least 5 ms, with
+// Places a statement each).
 func (w *Worker) holdOn(ctx context.Context, job *river.Job[Args], every time.Duration, take func() bool) bool {
 	if !job.ScheduledAt.After(job.CreatedAt) {
 		return false
@@ -156,7 +162,7 @@ func (w *Worker) holdOn(ctx context.Context, job *river.Job[Args], every time.Du
 	step := max(spacing/10, 5*time.Millisecond)
 	timer := time.NewTimer(step)
 	defer timer.Stop()
-	for deadline := time.Now().Add(min(2*spacing, time.Second)); time.Now().Before(deadline); timer.Reset(step) {
+	for deadline := time.Now().Add(min(max(2*spacing, holdOnAtLeast), time.Second)); time.Now().Before(deadline); timer.Reset(step) {
 		select {
 		case <-ctx.Done():
 			return false
