@@ -69,7 +69,9 @@ type Places interface {
 // Each attempt costs two statements: an UPDATE that takes the first free
 // place (FOR UPDATE SKIP LOCKED, so that processes taking at once do not
 // wait on each other) and one that gives it back; a connection's rows are
-// made once per process. A connection with a rate limit costs one
+// made by a process when it first delivers to it, and again after ten
+// minutes, or when it finds every place held a minute after making them
+// (rows lost to a restore are made again). A connection with a rate limit costs one
 // statement more per delivery (and one SELECT when it must wait), on its
 // one row, which that statement makes when it is missing (an upsert): its
 // deliveries begin at most perSecond a second across the fleet, spaced
@@ -83,14 +85,16 @@ type ConnectionPlaces struct {
 	table   string
 	pace    string
 	mu      sync.Mutex
-	ensured map[string]int // connection id -> the places its rows exist for
+	ensured map[string]ensured // connection id -> the places its rows were made for, and when
+	swept   time.Time          // the last sweep of ensured
+	now     func() time.Time   // tests move it
 }
 
 // NewConnectionPlaces returns the places in schema ("" for the search
 // path) through db, a pool.
 func NewConnectionPlaces(db DB, schema string) *ConnectionPlaces {
 	return &ConnectionPlaces{db: db, schema: schema, table: qualifier(schema) + "riverhook_place",
-		pace: qualifier(schema) + "riverhook_pace", ensured: map[string]int{}}
+		pace: qualifier(schema) + "riverhook_pace", ensured: map[string]ensured{}, now: time.Now}
 }
 
 // Take takes the first free place of connectionID's bound for jobID, held
@@ -106,6 +110,15 @@ func (p *ConnectionPlaces) Take(ctx context.Context, connectionID string, bound 
 		WHERE p.connection_id = $1 AND p.place = free.place
 		RETURNING p.place`, connectionID, bound, jobID, hold.Microseconds()).Scan(&place)
 	if errors.Is(err, pgx.ErrNoRows) {
+		// Every place held, or the rows gone (a table restored or pruned,
+		// a failover): made again at the next Take, a minute after they
+		// were last made, so that a connection never stays full for want
+		// of its rows.
+		p.mu.Lock()
+		if e := p.ensured[connectionID]; p.now().Sub(e.at) >= time.Minute {
+			delete(p.ensured, connectionID)
+		}
+		p.mu.Unlock()
 		return 0, false, nil
 	}
 	if err != nil {
@@ -113,6 +126,18 @@ func (p *ConnectionPlaces) Take(ctx context.Context, connectionID string, bound 
 	}
 	return place, true, nil
 }
+
+// ensured is when a connection's place rows were made, and for which bound.
+type ensured struct {
+	bound int
+	at    time.Time
+}
+
+// ensureAgain is how long a connection's place rows are taken as made: a
+// connection not delivered to for that long is forgotten (and its rows
+// made again, at no cost but a statement, when it comes back), so that
+// what a process keeps follows the connections it delivers to now.
+const ensureAgain = 10 * time.Minute
 
 // Give gives back place of connectionID, if jobID still holds it.
 func (p *ConnectionPlaces) Give(ctx context.Context, connectionID string, place int, jobID int64) error {
@@ -127,7 +152,17 @@ func (p *ConnectionPlaces) Give(ctx context.Context, connectionID string, place 
 // ensure makes the rows of connectionID's bound places, once per process.
 func (p *ConnectionPlaces) ensure(ctx context.Context, connectionID string, bound int) error {
 	p.mu.Lock()
-	done := p.ensured[connectionID] >= bound
+	now := p.now()
+	e, ok := p.ensured[connectionID]
+	done := ok && e.bound >= bound && now.Sub(e.at) < ensureAgain
+	if now.Sub(p.swept) >= time.Minute {
+		p.swept = now
+		for id, e := range p.ensured {
+			if now.Sub(e.at) >= ensureAgain {
+				delete(p.ensured, id)
+			}
+		}
+	}
 	p.mu.Unlock()
 	if done {
 		return nil
@@ -137,7 +172,7 @@ func (p *ConnectionPlaces) ensure(ctx context.Context, connectionID string, boun
 		return fmt.Errorf("riverhook: making the places of connection %q: %w", connectionID, err)
 	}
 	p.mu.Lock()
-	p.ensured[connectionID] = max(p.ensured[connectionID], bound)
+	p.ensured[connectionID] = ensured{bound: bound, at: now}
 	p.mu.Unlock()
 	return nil
 }

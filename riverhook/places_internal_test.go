@@ -387,3 +387,40 @@ func TestWorker_AHungStoreHoldsARunAtMostStoreTimeout(t *testing.T) {
 		assert.Equal(t, storeTimeout, time.Since(start), "the backlog's wake")
 	})
 }
+
+// TestConnectionPlaces_TakeOutlivesItsRows: a connection whose place rows
+// were lost (a restore, a prune, a failover) is not full for good: a Take
+// that finds no place a minute after the rows were made makes them again;
+// and a process forgets the connections it no longer delivers to.
+func TestConnectionPlaces_TakeOutlivesItsRows(t *testing.T) {
+	pool, schema := testdb.Schema(t, "places", true)
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, pool, schema))
+	places := NewConnectionPlaces(pool, schema)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	places.now = func() time.Time { return now }
+	_, ok, err := places.Take(ctx, "crm", 1, 1, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, places.Give(ctx, "crm", 0, 1))
+	_, err = pool.Exec(ctx, `DELETE FROM "`+schema+`".riverhook_place`)
+	require.NoError(t, err)
+	_, ok, err = places.Take(ctx, "crm", 1, 2, time.Minute)
+	require.NoError(t, err)
+	assert.False(t, ok, "the rows are gone: it looks full")
+	now = now.Add(time.Minute)
+	_, ok, err = places.Take(ctx, "crm", 1, 2, time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok, "a minute on, still no row: this Take forgets them")
+	_, ok, err = places.Take(ctx, "crm", 1, 2, time.Minute)
+	require.NoError(t, err)
+	assert.True(t, ok, "made again")
+
+	now = now.Add(ensureAgain + time.Minute)
+	_, _, err = places.Take(ctx, "erp", 1, 3, time.Minute) // sweeps
+	require.NoError(t, err)
+	places.mu.Lock()
+	defer places.mu.Unlock()
+	assert.NotContains(t, places.ensured, "crm", "not delivered to for ten minutes: forgotten")
+	assert.Contains(t, places.ensured, "erp")
+}
