@@ -1,0 +1,154 @@
+package riverhook
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/signedhook/webhook"
+)
+
+// This file holds what wakes a connection's waiting deliveries with
+// Places: the ones due made ready on time (Places.Due), a backlog that
+// waited for a down endpoint moved to the connection's pace once it
+// answers (Places.Wake), and slots handed too slow moved to its pace.
+
+// due makes, with Places, the deliveries due within the next two seconds
+// ready at their time (Places.Due), at most once a second per process: a
+// snoozed job then runs at its slot, not at River's next scheduler pass
+// (every 5 s, and all that came due since at once). It runs in Work, so
+// while the process works deliveries; when none runs, River's scheduler
+// still makes them available.
+func (w *Worker) due(ctx context.Context) {
+	if w.places == nil {
+		return
+	}
+	w.mu.Lock()
+	now := w.now()
+	if now.Sub(w.dueAt) < time.Second {
+		w.mu.Unlock()
+		return
+	}
+	w.dueAt = now
+	var again []string
+	for id, at := range w.woken {
+		if now.Sub(at) >= time.Second {
+			again = append(again, id)
+			delete(w.woken, id)
+		}
+	}
+	w.mu.Unlock()
+	if _, err := w.places.Due(ctx, 2*time.Second); err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot make the deliveries due ready; River's scheduler does",
+			slog.String("error", err.Error()))
+	}
+	// A delivery whose run found the endpoint down just before it was
+	// woken was still running then, and its snooze to a down slot landed
+	// after the wake: a second one, a second later, brings it along.
+	for _, id := range again {
+		every, err := w.rateEvery(ctx, id)
+		if err != nil {
+			continue
+		}
+		w.mu.Lock()
+		spacing := w.spacing(w.pacer(id), every)
+		w.mu.Unlock()
+		if _, err := w.places.Wake(ctx, id, spacing); err != nil {
+			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
+				slog.String("connection_id", id), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// answered reports whether a's endpoint answered: its deliveries waiting
+// for it may go.
+func answered(a webhook.Attempt) bool {
+	return a.OK() || a.Kind == webhook.KindStatus || a.Kind == webhook.KindRedirect
+}
+
+// respace moves, with Places, the jobs waiting for connection id's slots
+// to a shorter spacing once its attempts show it takes deliveries faster
+// than the slots handed assumed (by a quarter or more): a burst slotted
+// before any attempt had ended was spaced by SnoozeFor over the bound, and
+// would wake at that pace, under what the endpoint takes. At most once per
+// rewakeFor.
+func (w *Worker) respace(ctx context.Context, id string, every time.Duration) {
+	if w.places == nil {
+		return
+	}
+	w.mu.Lock()
+	p, now := w.pacers[id], w.now()
+	if p == nil || p.handed == 0 {
+		w.mu.Unlock()
+		return
+	}
+	spacing := w.spacing(p, every)
+	if spacing*4 > p.handed*3 || now.Sub(p.respaced) < rewakeFor {
+		w.mu.Unlock()
+		return
+	}
+	p.handed, p.respaced = spacing, now
+	w.mu.Unlock()
+	n, err := w.places.Wake(context.WithoutCancel(ctx), id, spacing)
+	if err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot move the deliveries waiting for the connection to its pace; they wake at their slots",
+			slog.String("connection_id", id), slog.String("error", err.Error()))
+		return
+	}
+	w.logger.LogAttrs(ctx, slog.LevelDebug, "riverhook: the connection takes deliveries faster than its slots assumed; its waiting deliveries moved to its pace",
+		slog.String("connection_id", id), slog.Int("deliveries", n), slog.Duration("every", spacing))
+}
+
+// How long after a backlog's wake an answer wakes its stragglers, and at
+// most how often (see Worker.wakeBacklog).
+const (
+	rewakeFor   = 5 * time.Second
+	rewakeEvery = 250 * time.Millisecond
+)
+
+// wakeBacklog moves, with Places, the deliveries to connection id that
+// waited for its endpoint to run from now at the connection's pace
+// (spacing), once its endpoint answers again: without it, each would wake
+// at its own slot, one a SnoozeFor over the bound. It runs when this
+// process had handed out down slots beyond the next one; it is one UPDATE,
+// once per outage, whichever process sees the answer (another's runs find
+// their slots moved and reset theirs: see pacer.busySlot).
+func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration) {
+	if w.places == nil {
+		return
+	}
+	w.mu.Lock()
+	p, now := w.pacers[id], w.now()
+	if p == nil {
+		w.mu.Unlock()
+		return
+	}
+	spacing := w.spacing(p, every)
+	backlog := p.downNext.After(now.Add(spacing))
+	// For a few seconds after a wake, answers wake again (at most four a
+	// second): a delivery whose run found the endpoint down just before
+	// was still running then, and its snooze to a down slot landed after.
+	stragglers := now.Sub(p.woke) < rewakeFor && now.Sub(p.wokeAgain) >= rewakeEvery
+	if spacing <= 0 || !backlog && !stragglers { // no pace to wake them at: their slots spread them
+		w.mu.Unlock()
+		return
+	}
+	if backlog {
+		p.reset(now)
+		p.woke = now
+		p.handed = spacing // the woken jobs' spacing, which respace corrects as attempts end
+		w.woken[id] = now
+	}
+	p.wokeAgain = now
+	w.mu.Unlock()
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	n, err := w.places.Wake(wctx, id, spacing)
+	if err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
+			slog.String("connection_id", id), slog.String("error", err.Error()))
+		return
+	}
+	w.logger.LogAttrs(ctx, slog.LevelInfo, "riverhook: the endpoint answers again; the deliveries that waited for it wake at its pace",
+		slog.String("connection_id", id), slog.Int("deliveries", n), slog.Duration("every", spacing))
+}
