@@ -1,0 +1,94 @@
+package riverhook
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/signedhook/webhook"
+)
+
+// This file holds the Worker's options and their validation.
+
+// WorkerOptions configures a [Worker]. A nil *WorkerOptions, or a zero field,
+// selects the documented default; [NewWorker] refuses a negative one.
+type WorkerOptions struct {
+	// MaxInFlightPerConnection bounds the deliveries to one connection in
+	// flight at once in this process, so that one slow endpoint cannot take
+	// every worker. A job over the bound is snoozed (not counted as an
+	// attempt) for SnoozeFor. Zero means no bound.
+	MaxInFlightPerConnection int
+
+	// SnoozeFor is how long one attempt to a connection is taken to last
+	// before one has ended: a job over MaxInFlightPerConnection is snoozed
+	// to a slot of its own, the slots spaced by the connection's attempt
+	// time over the bound (its average, once attempts have ended), so that
+	// a backlog wakes at the rate the connection takes deliveries. Jobs
+	// waiting for a down endpoint wake at most once per SnoozeFor over the
+	// bound (one bound's worth per SnoozeFor), however many they are. Zero
+	// means one second.
+	SnoozeFor time.Duration
+
+	// Places, if not nil, makes MaxInFlightPerConnection and RateLimit hold
+	// across every process of the deployment, not in each: a Worker takes
+	// one of the connection's places there before each attempt, and its
+	// next start when it has a rate (ConnectionPlaces, in PostgreSQL). A
+	// job that finds none free is snoozed to a slot as over the bound in
+	// one process. A process that dies holding a place gives it back when
+	// its hold ends, at most the Worker's Timeout. With Places, the
+	// deliveries that waited for a down endpoint wake at the connection's
+	// pace as soon as it answers again (Places.Wake), instead of each at
+	// its slot. Nil means the bound and the rate hold per process.
+	Places Places
+
+	// RateLimit, if not nil, returns the most deliveries a second that may
+	// begin to the connection with the given id: a customer's throttle.
+	// Zero, a negative number or NaN means no limit; a rate under one a
+	// year is one a year. Deliveries begin
+	// evenly spaced (1/rate apart, no burst); a job that comes early is
+	// snoozed to a slot, as over MaxInFlightPerConnection, costing no
+	// attempt. With Places the rate holds across every process of the
+	// deployment; without, in each. It is called once per run, from
+	// River's worker goroutines: answer from memory (a cache of your
+	// connections' settings), not from a query per call. A panic in it is
+	// logged, and the delivery waits for SnoozeFor, costing no attempt.
+	RateLimit func(connectionID string) float64
+
+	// MaxWait is how long a delivery may wait for an endpoint that is down
+	// (the Sender's endpoint health), counted from when it was inserted:
+	// past it, its job is discarded with a reason that says so, and
+	// OnAttempt is told. Zero means [DefaultMaxWait], three days.
+	MaxWait time.Duration
+
+	// OnAttempt, if not nil, is called with each entry of a job's attempt
+	// log as it is added: after each attempt made, and, when a job whose
+	// previous run was cut by a crash runs again, with that interrupted
+	// attempt (kind webhook.KindInterrupted) before the next one (again,
+	// should that run be cut too: entries reach it at least once). job is
+	// a copy of River's that nothing writes afterwards, so it may be kept
+	// past the call (its Body and the row's slices are shared: read them
+	// only). It is called from River's worker goroutines, so concurrently.
+	// Its error, or panic, is logged and never fails the delivery.
+	OnAttempt func(ctx context.Context, job *river.Job[Args], a webhook.Attempt) error
+
+	// Logger receives the errors of OnAttempt and of recording the attempt
+	// log, the Resolver's errors and panics, as they are (see [Resolver]),
+	// and RateLimit's panics. Nil means no logging.
+	Logger *slog.Logger
+}
+
+// validate refuses a negative option.
+func (o *WorkerOptions) validate() error {
+	switch {
+	case o.MaxInFlightPerConnection < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.MaxInFlightPerConnection is %d: it must not be negative (zero means no bound)", o.MaxInFlightPerConnection)
+	case o.SnoozeFor < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.SnoozeFor is %v: it must not be negative (zero means one second)", o.SnoozeFor)
+	case o.MaxWait < 0:
+		return fmt.Errorf("riverhook: WorkerOptions.MaxWait is %v: it must not be negative (zero means DefaultMaxWait)", o.MaxWait)
+	}
+	return nil
+}
