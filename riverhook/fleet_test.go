@@ -143,6 +143,38 @@ func TestConnectionPlaces(t *testing.T) {
 	_, ok, err := places.Take(ctx, "erp", 1, 4, time.Minute)
 	require.NoError(t, err)
 	assert.True(t, ok, "each connection has its own")
+
+	// Kept: passed from job 2 to job 5, still held, given back by job 5.
+	kept, err := places.Keep(ctx, "crm", p2, 99, 5, time.Minute)
+	require.NoError(t, err)
+	assert.False(t, kept, "only the job holding a place passes it on")
+	kept, err = places.Keep(ctx, "crm", p2, 2, 5, time.Minute)
+	require.NoError(t, err)
+	require.True(t, kept)
+	_, ok = take(6, time.Minute)
+	assert.False(t, ok, "a place kept is held")
+	require.NoError(t, places.Give(ctx, "crm", p2, 2))
+	_, ok = take(6, time.Minute)
+	assert.False(t, ok, "by the job it was passed to")
+	require.NoError(t, places.Give(ctx, "crm", p2, 5))
+	_, ok = take(6, time.Minute)
+	assert.True(t, ok, "given back by it: taken again")
+
+	// A hold that ended cannot be kept: the place may be another's now.
+	p7, ok, err := places.Take(ctx, "hr", 1, 7, time.Microsecond)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Eventually(t, func() bool { _, ok := takeOn(t, places, "hr", 8); return ok }, time.Second, time.Millisecond)
+	kept, err = places.Keep(ctx, "hr", p7, 7, 9, time.Minute)
+	require.NoError(t, err)
+	assert.False(t, kept, "its hold ended, and job 8 holds it")
+}
+
+func takeOn(t *testing.T, places *riverhook.ConnectionPlaces, connectionID string, job int64) (int, bool) {
+	t.Helper()
+	place, ok, err := places.Take(context.Background(), connectionID, 1, job, time.Minute)
+	require.NoError(t, err)
+	return place, ok
 }
 
 func TestConnectionPlaces_Pace(t *testing.T) {

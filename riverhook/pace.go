@@ -119,62 +119,6 @@ func later(a, b time.Time) time.Time {
 // five) has stopped sending to it anyway.
 const DefaultMaxWait = 72 * time.Hour
 
-// acquire takes a place in flight for job's connection, or returns how long
-// job snoozes for one: to its slot (see pacer.busySlot). every is the
-// connection's time between starts (RateLimit), or zero.
-func (w *Worker) acquire(ctx context.Context, job *river.Job[Args], every time.Duration) (time.Duration, bool) {
-	id := job.Args.ConnectionID
-	take := func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.maxPerCon <= 0 || w.inFlight[id] < w.maxPerCon {
-			w.inFlight[id]++
-			return true
-		}
-		return false
-	}
-	if take() || w.holdOn(ctx, job, every, take) {
-		return 0, true
-	}
-	return w.waitSlot(ctx, job, every), false
-}
-
-// holdOnAtLeast is the least a job back at its slot holds on for a place:
-// River fetches a job whose snooze ended at its next poll or fetch
-// cooldown, so a fast endpoint's slots reach their jobs that much apart.
-const holdOnAtLeast = 50 * time.Millisecond
-
-// holdOn retries take, for a job back at its slot (its scheduled time later
-// than its insert), for up to two slots' spacing (at least holdOnAtLeast,
-// at most a second): a place that frees a moment after the slot, as the
-// endpoint's answers and River's fetches vary, then goes to this job
-// instead of costing it a run and a slot at the front. A job that comes for
-// the first time does not wait: it takes a slot. It holds one of River's
-// workers while it retries, every tenth of the spacing (at least 5 ms, with
-// Places a statement each).
-func (w *Worker) holdOn(ctx context.Context, job *river.Job[Args], every time.Duration, take func() bool) bool {
-	if !job.ScheduledAt.After(job.CreatedAt) {
-		return false
-	}
-	w.mu.Lock()
-	spacing := w.spacing(w.pacer(job.Args.ConnectionID), every)
-	w.mu.Unlock()
-	step := max(spacing/10, 5*time.Millisecond)
-	timer := time.NewTimer(step)
-	defer timer.Stop()
-	for deadline := time.Now().Add(min(max(2*spacing, holdOnAtLeast), time.Second)); time.Now().Before(deadline); timer.Reset(step) {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-timer.C:
-		}
-		if take() {
-			return true
-		}
-	}
-	return false
-}
-
 // forgetSlot drops job's slot: it passed every bound and makes its
 // attempt.
 func (w *Worker) forgetSlot(job *river.Job[Args]) {
@@ -283,40 +227,6 @@ func (w *Worker) pace(ctx context.Context, job *river.Job[Args], every time.Dura
 	return w.waitSlot(ctx, job, every), false
 }
 
-// takePlace takes, with WorkerOptions.Places, one of job's connection's
-// places across the fleet, and returns the function giving it back; or how
-// long job snoozes for one. A store that fails snoozes the job for
-// SnoozeFor, logged: the place cannot be known taken.
-func (w *Worker) takePlace(ctx context.Context, job *river.Job[Args], every time.Duration) (time.Duration, func(), bool) {
-	if w.places == nil || w.maxPerCon <= 0 {
-		return 0, nil, true
-	}
-	id := job.Args.ConnectionID
-	var place int
-	var err error
-	take := func() bool {
-		var ok bool
-		place, ok, err = w.places.Take(ctx, id, w.maxPerCon, job.ID, w.Timeout(job))
-		return ok || err != nil
-	}
-	if !take() && !w.holdOn(ctx, job, every, take) {
-		return w.waitSlot(ctx, job, every), nil, false
-	}
-	if err != nil {
-		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot take a place in flight; the delivery waits",
-			slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
-		return w.snooze, nil, false
-	}
-	return 0, func() {
-		ctx, cancel := detached(ctx)
-		defer cancel()
-		if err := w.places.Give(ctx, id, place, job.ID); err != nil {
-			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a place in flight; it is free when its hold ends",
-				slog.String("connection_id", id), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
-		}
-	}, true
-}
-
 // paces reports whether attempt a's duration is the endpoint's time to take
 // a delivery, which spaces the connection's slots: an answer (2xx or not),
 // or an attempt that waited for one until its timeout. An attempt never
@@ -342,14 +252,6 @@ const storeTimeout = 10 * time.Second
 // the run's goroutine for ever, which River cannot end.
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-}
-
-func (w *Worker) release(id string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.inFlight[id]--; w.inFlight[id] == 0 {
-		delete(w.inFlight, id)
-	}
 }
 
 // pacer returns id's pacer, made when needed. A pacer is forgotten once it

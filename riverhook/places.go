@@ -32,6 +32,13 @@ type Places interface {
 	// Give gives back the place job took.
 	Give(ctx context.Context, connectionID string, place int, jobID int64) error
 
+	// Keep passes the place job holds to newJob, held for hold from now,
+	// and reports whether it did: ok is false when job no longer holds it
+	// (its hold ended). A Worker keeps a place it hands from a run whose
+	// attempt ended to one holding on for it in the process, when what is
+	// left of its hold might not cover the new run.
+	Keep(ctx context.Context, connectionID string, place int, jobID, newJobID int64, hold time.Duration) (ok bool, err error)
+
 	// Pace takes connectionID's next start at perSecond deliveries a
 	// second: zero when a delivery may begin now (the start is then
 	// taken), or how long until the connection's next start is free.
@@ -65,10 +72,15 @@ type Places interface {
 //
 // A place is held until its attempt has ended or, should the process die
 // first, until its hold has passed: the Worker holds for its Timeout (the
-// attempt timeout and 10 s), the most a process that died keeps a place.
-// Each attempt costs two statements: an UPDATE that takes the first free
+// attempt timeout and 10 s) and 20 s more, the most a process that died
+// keeps a place (a minute with the default Sender). An attempt costs two
+// statements when it takes a place: an UPDATE that takes the first free
 // place (FOR UPDATE SKIP LOCKED, so that processes taking at once do not
-// wait on each other) and one that gives it back; a connection's rows are
+// wait on each other) and one that gives it back. A place freed while a
+// run of the same connection holds on for one in the process is handed to
+// it at no statement, or at one (Keep) when what is left of its hold might
+// not cover the new run, once per 20 s of a busy connection. A
+// connection's rows are
 // made by a process when it first delivers to it, and again after ten
 // minutes, or when it finds every place held a minute after making them
 // (rows lost to a restore are made again). A connection with a rate limit costs one
@@ -147,6 +159,17 @@ func (p *ConnectionPlaces) Give(ctx context.Context, connectionID string, place 
 		return fmt.Errorf("riverhook: giving back a place of connection %q: %w", connectionID, err)
 	}
 	return nil
+}
+
+// Keep passes place of connectionID from jobID to newJobID, held for hold.
+func (p *ConnectionPlaces) Keep(ctx context.Context, connectionID string, place int, jobID, newJobID int64, hold time.Duration) (bool, error) {
+	tag, err := p.db.Exec(ctx, `UPDATE `+p.table+` SET job_id = $4, until = clock_timestamp() + $5 * interval '1 microsecond'
+		WHERE connection_id = $1 AND place = $2 AND job_id = $3 AND until > clock_timestamp()`,
+		connectionID, place, jobID, newJobID, hold.Microseconds())
+	if err != nil {
+		return false, fmt.Errorf("riverhook: keeping a place of connection %q: %w", connectionID, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // ensure makes the rows of connectionID's bound places, once per process.

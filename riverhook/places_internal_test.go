@@ -24,6 +24,9 @@ func (fullPlaces) Take(context.Context, string, int, int64, time.Duration) (int,
 	return 0, false, nil
 }
 func (fullPlaces) Give(context.Context, string, int, int64) error { return nil }
+func (fullPlaces) Keep(context.Context, string, int, int64, int64, time.Duration) (bool, error) {
+	return true, nil
+}
 func (fullPlaces) Pace(context.Context, string, float64) (time.Duration, error) {
 	return 0, nil
 }
@@ -60,12 +63,12 @@ func TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront(t *testing.T) {
 	w.now = func() time.Time { return now }
 	try := func(id int64, scheduled time.Time) time.Duration {
 		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, CreatedAt: now, ScheduledAt: scheduled}, Args: Args{ConnectionID: "c"}}
-		_, ok := w.acquire(context.Background(), job, 0)
-		require.True(t, ok, "under the process's own bound")
-		defer w.release("c")
-		wait, give, ok := w.takePlace(context.Background(), job, 0)
-		require.False(t, ok)
-		require.Nil(t, give)
+		h, wait, ok := w.admit(context.Background(), job, 0)
+		require.False(t, ok, "every place of the fleet held")
+		require.Nil(t, h)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		require.Zero(t, w.inFlight["c"], "the process's own place given back")
 		return wait
 	}
 	const spacing = time.Second / 8
@@ -75,10 +78,7 @@ func TestWorker_AJobWithoutAFleetPlaceAtItsSlotWaitsAtTheFront(t *testing.T) {
 	created := now
 	now = now.Add(spacing) // job 1's slot: still no place
 	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, CreatedAt: created, ScheduledAt: now}, Args: Args{ConnectionID: "c"}}
-	_, ok := w.acquire(context.Background(), job, 0)
-	require.True(t, ok)
-	defer w.release("c")
-	wait, _, ok := w.takePlace(context.Background(), job, 0)
+	_, wait, ok := w.admit(context.Background(), job, 0)
 	require.False(t, ok)
 	assert.Equal(t, spacing, wait, "at the front, not behind jobs 2 to 5")
 }
@@ -136,11 +136,11 @@ func TestWorker_SendTestTakesAPlaceInFlight(t *testing.T) {
 	w, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 1})
 	require.NoError(t, err)
 	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: Args{ConnectionID: "crm"}}
-	_, ok := w.acquire(context.Background(), job, 0)
+	h, _, ok := w.admit(context.Background(), job, 0)
 	require.True(t, ok, "a delivery in flight")
 	_, err = w.SendTest(context.Background(), "crm")
 	require.ErrorIs(t, err, ErrBusy, "the process's bound is taken")
-	w.release("crm")
+	w.finish(context.Background(), h)
 
 	fleet, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 1, Places: fullPlaces{}})
 	require.NoError(t, err)
@@ -172,24 +172,25 @@ func TestWorker_AJobBackAtItsSlotHoldsOnForAPlace(t *testing.T) {
 			}
 			return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
 		}
-		_, ok := w.acquire(ctx, job(1, false), 0)
+		h1, _, ok := w.admit(ctx, job(1, false), 0)
 		require.True(t, ok, "the place")
 
-		wait, ok := w.acquire(ctx, job(2, false), 0)
+		_, wait, ok := w.admit(ctx, job(2, false), 0)
 		assert.False(t, ok, "a first run does not hold on")
 		assert.Equal(t, time.Second, wait)
 
 		go func() {
 			time.Sleep(300 * time.Millisecond) // job 1's attempt ends
-			w.release("crm")
+			w.finish(ctx, h1)
 		}()
 		start := time.Now()
-		_, ok = w.acquire(ctx, job(3, true), 0)
+		h3, _, ok := w.admit(ctx, job(3, true), 0)
 		assert.True(t, ok, "back at its slot: it holds on for the place")
-		assert.LessOrEqual(t, time.Since(start), 400*time.Millisecond, "within a step (a tenth of the spacing) of the release")
+		assert.Equal(t, 300*time.Millisecond, time.Since(start), "handed at once as job 1 ends")
+		defer w.finish(ctx, h3)
 
 		start = time.Now()
-		wait, ok = w.acquire(ctx, job(4, true), 0)
+		_, wait, ok = w.admit(ctx, job(4, true), 0)
 		assert.False(t, ok, "no place freed within two slots' spacing (at most a second)")
 		assert.Equal(t, time.Second, time.Since(start))
 		assert.Equal(t, time.Second, wait, "a slot at the front")
@@ -330,7 +331,7 @@ func TestWorker_AttemptsNeverSentDoNotSpaceTheSlots(t *testing.T) {
 		require.ErrorIs(t, w.Work(ctx, job), webhook.ErrNotSubscribed)
 	}
 	for id := int64(1000); id < 1002; id++ { // the bound, taken
-		_, ok := w.acquire(ctx, &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: "crm"}}, 0)
+		_, _, ok := w.admit(ctx, &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id}, Args: Args{ConnectionID: "crm"}}, 0)
 		require.True(t, ok)
 	}
 	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 2000, Attempt: 1, MaxAttempts: 5},
@@ -374,9 +375,9 @@ func TestWorker_AHungStoreHoldsARunAtMostStoreTimeout(t *testing.T) {
 		cancel() // the run's end: River's timeout, or the client stopping
 		start := time.Now()
 		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: Args{ConnectionID: "crm"}}
-		_, give, ok := w.takePlace(ctx, job, 0)
+		h, _, ok := w.admit(ctx, job, 0)
 		require.True(t, ok)
-		give()
+		w.finish(ctx, h)
 		assert.Equal(t, storeTimeout, time.Since(start), "the place given back")
 
 		w.mu.Lock()

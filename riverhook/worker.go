@@ -90,8 +90,9 @@ type Worker struct {
 	now       func() time.Time // when a retry is stored; tests move it
 
 	mu          sync.Mutex
-	inFlight    map[string]int    // connection id -> deliveries in flight
-	pacers      map[string]*pacer // connection id -> the slots of its waiting jobs
+	inFlight    map[string]int       // connection id -> deliveries in flight
+	waiting     map[string][]*waiter // connection id -> runs holding on for a place, longest first
+	pacers      map[string]*pacer    // connection id -> the slots of its waiting jobs
 	maxWait     time.Duration
 	pacersSwept time.Time
 	dueAt       time.Time                 // the last Places.Due
@@ -147,6 +148,7 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*
 		logger:    opts.Logger,
 		now:       time.Now,
 		inFlight:  map[string]int{},
+		waiting:   map[string][]*waiter{},
 		pacers:    map[string]*pacer{},
 		woken:     map[string]time.Time{},
 		maxWait:   cmp.Or(opts.MaxWait, DefaultMaxWait),
@@ -171,15 +173,11 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	if err != nil {
 		return river.JobSnooze(w.snooze)
 	}
-	if wait, ok := w.acquire(ctx, job, every); !ok {
+	h, wait, ok := w.admit(ctx, job, every)
+	if !ok {
 		return river.JobSnooze(wait)
 	}
-	defer w.release(job.Args.ConnectionID)
-	if wait, give, ok := w.takePlace(ctx, job, every); !ok {
-		return river.JobSnooze(wait)
-	} else if give != nil {
-		defer give()
-	}
+	defer w.finish(ctx, h)
 	if wait, ok := w.pace(ctx, job, every); !ok {
 		return river.JobSnooze(wait)
 	}
@@ -187,6 +185,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
+	r.placed = h.since
 	if wait := signAfter(r.entries, w.now()); wait > 0 {
 		// The attempt before was signed at this millisecond or later (a
 		// retry due at once, another process's clock ahead): this one's
@@ -224,6 +223,7 @@ type run struct {
 	n       int           // the policy's number of this run's attempt
 	every   time.Duration // the connection's time between starts (RateLimit); 0 for none
 	began   time.Time     // when the run began, on the Worker's clock
+	placed  time.Time     // when it got its place in flight
 }
 
 // load reads job's attempt log, adds the attempts that crashed runs cut
@@ -260,7 +260,9 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 		return w.waitForEndpoint(ctx, r, a)
 	}
 	if paces(a) {
-		w.observe(job.Args.ConnectionID, a.Duration)
+		// The place's time, as the fleet sees it: the attempt and what
+		// the run did holding the place before it.
+		w.observe(job.Args.ConnectionID, max(a.Duration, w.now().Sub(r.placed)))
 	}
 	if answered(a) {
 		w.wakeBacklog(ctx, job.Args.ConnectionID, r.every)

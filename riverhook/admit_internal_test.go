@@ -1,0 +1,166 @@
+package riverhook
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
+)
+
+// memPlaces is a fleet of one connection in memory, counting what it is
+// asked.
+type memPlaces struct {
+	fullPlaces
+	mu                  sync.Mutex
+	holder              map[int]int64 // place -> the job its row names
+	takes, gives, keeps int
+	keepFails           bool
+}
+
+func (m *memPlaces) Take(_ context.Context, _ string, bound int, job int64, _ time.Duration) (int, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.takes++
+	for place := range bound {
+		if _, held := m.holder[place]; !held {
+			m.holder[place] = job
+			return place, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+func (m *memPlaces) Give(_ context.Context, _ string, place int, job int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gives++
+	if m.holder[place] == job {
+		delete(m.holder, place)
+	}
+	return nil
+}
+
+func (m *memPlaces) Keep(_ context.Context, _ string, place int, job, newJob int64, _ time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.keeps++
+	if m.keepFails || m.holder[place] != job {
+		return false, nil
+	}
+	m.holder[place] = newJob
+	return true, nil
+}
+
+func (m *memPlaces) counts() (takes, gives, keeps int, holder map[int]int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := map[int]int64{}
+	for k, v := range m.holder {
+		h[k] = v
+	}
+	return m.takes, m.gives, m.keeps, h
+}
+
+// TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt: a place of the
+// fleet's freed as a run's attempt ends goes at once to the run of the
+// same connection holding on for one in the process, at no statement while
+// what is left of its hold covers the new run; renewed (Places.Keep) when
+// it might not; and a place that could not be kept leaves the run without
+// one, its slot at the front, the process's place given back.
+func TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sender, err := webhook.NewSender(nil)
+		require.NoError(t, err)
+		fleet := &memPlaces{holder: map[int]int64{}}
+		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+		require.NoError(t, err)
+		ctx := context.Background()
+		created := time.Now()
+		back := func(id int64) *river.Job[Args] { // a job back at its slot
+			return &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created.Add(time.Second)},
+				Args: Args{ConnectionID: "crm"}}
+		}
+		handOver := func(from *held, to int64) (*held, time.Duration, bool) {
+			go func() {
+				time.Sleep(100 * time.Millisecond) // the attempt ends
+				w.finish(ctx, from)
+			}()
+			start := time.Now()
+			h, wait, ok := w.admit(ctx, back(to), 0)
+			if ok {
+				assert.Equal(t, 100*time.Millisecond, time.Since(start), "at once as the attempt before ends")
+			}
+			return h, wait, ok
+		}
+
+		h1, _, ok := w.admit(ctx, back(1), 0)
+		require.True(t, ok)
+		h2, _, ok := handOver(h1, 2)
+		require.True(t, ok, "handed over")
+		takes, gives, keeps, holder := fleet.counts()
+		assert.Equal(t, []int{1, 0, 0}, []int{takes, gives, keeps}, "no statement: the hold covers job 2's run")
+		assert.Equal(t, map[int]int64{0: 1}, holder, "the row names job 1 still")
+
+		h2.until = time.Now().Add(time.Second) // what is left of the hold would not cover job 3's run
+		h3, _, ok := handOver(h2, 3)
+		require.True(t, ok, "handed over")
+		takes, gives, keeps, holder = fleet.counts()
+		assert.Equal(t, []int{1, 0, 1}, []int{takes, gives, keeps}, "kept for job 3")
+		assert.Equal(t, map[int]int64{0: 3}, holder)
+		assert.Equal(t, w.hold(), h3.until.Sub(time.Now()), "held anew")
+
+		fleet.mu.Lock()
+		fleet.keepFails = true // the hold ended meanwhile: the place may be another's
+		fleet.mu.Unlock()
+		h3.until = time.Now().Add(time.Second)
+		_, wait, ok := handOver(h3, 4)
+		assert.False(t, ok, "no place")
+		assert.Equal(t, time.Second, wait, "its slot at the front")
+		w.mu.Lock()
+		assert.Empty(t, w.inFlight, "the process's place given back")
+		assert.Empty(t, w.waiting)
+		w.mu.Unlock()
+	})
+}
+
+// TestWorker_ARunLeavingAsAPlaceIsHandedToItPassesItOn: a run that stops
+// holding on (its context ends, or it found a place of its own) just as a
+// place is handed to it passes that place on, so that none is lost to the
+// process.
+func TestWorker_ARunLeavingAsAPlaceIsHandedToItPassesItOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sender, err := webhook.NewSender(nil)
+		require.NoError(t, err)
+		fleet := &memPlaces{holder: map[int]int64{}}
+		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+		require.NoError(t, err)
+		h1, _, ok := w.admit(context.Background(), &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: Args{ConnectionID: "crm"}}, 0)
+		require.True(t, ok)
+		me := &waiter{got: make(chan *held, 1)}
+		w.mu.Lock()
+		w.waiting["crm"] = append(w.waiting["crm"], me)
+		w.mu.Unlock()
+		w.finish(context.Background(), h1) // handed to me
+		got := w.leave("crm", me)
+		require.NotNil(t, got, "handed before it left")
+		w.finish(context.Background(), got)
+		_, gives, _, holder := fleet.counts()
+		assert.Equal(t, 1, gives)
+		assert.Empty(t, holder, "given back to the fleet")
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		assert.Empty(t, w.inFlight)
+		assert.Empty(t, w.waiting)
+	})
+}
