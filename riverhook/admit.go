@@ -92,7 +92,7 @@ func (w *Worker) tryAdmit(ctx context.Context, job *river.Job[Args]) (*held, err
 // holdOnAtLeast is the least a job back at its slot holds on for a place:
 // River fetches a job whose snooze ended at its next poll or fetch
 // cooldown, so a fast endpoint's slots reach their jobs that much apart.
-const holdOnAtLeast = 50 * time.Millisecond
+const holdOnAtLeast = 100 * time.Millisecond
 
 // holdOn waits, for a job back at its slot, up to two slots' spacing (at
 // least holdOnAtLeast, at most a second) for a place: a place that frees a

@@ -132,24 +132,20 @@ func (w *Worker) forgetSlot(job *river.Job[Args]) {
 // waitSlot returns how long job, over its connection's bound or early for
 // its rate, snoozes: to its slot. Without Places, the process's own (see
 // pacer.busySlot). With Places, the fleet's next slot (Places.Slot), which
-// Places.Due makes it run at on time (see Worker.due); a job back from a
-// wait (its scheduled time later than its insert) that must wait again
-// goes to the front instead, among the process's jobs whose slot passed.
-// A store that fails snoozes the job for SnoozeFor, logged.
+// Places.Due makes it run at on time (see Worker.due), also for a job back
+// at its slot that found no place: the fleet's slots are spaced at what
+// the endpoint takes, so a slot at the front would be one more than the
+// places free, and the job holding the next slot would find none either,
+// each miss bringing another. A store that fails snoozes the job for
+// SnoozeFor, logged.
 func (w *Worker) waitSlot(ctx context.Context, job *river.Job[Args], every time.Duration) time.Duration {
 	id := job.Args.ConnectionID
 	w.mu.Lock()
 	p, now := w.pacer(id), w.now()
 	spacing := w.spacing(p, every)
-	switch {
-	case w.places == nil:
+	if w.places == nil {
 		defer w.mu.Unlock()
 		return p.busySlot(job.ID, now, spacing)
-	case job.ScheduledAt.After(job.CreatedAt):
-		defer w.mu.Unlock()
-		slot := later(now, p.frontNext).Add(spacing)
-		p.frontNext = slot
-		return slot.Sub(now)
 	}
 	p.handed = spacing
 	w.mu.Unlock()

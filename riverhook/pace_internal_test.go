@@ -101,3 +101,11 @@ func TestSignAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestWakeSpacing: a backlog wakes a tenth faster than its connection
+// takes deliveries, so that a run waits for each place as it frees, but
+// never faster than the connection's rate allows.
+func TestWakeSpacing(t *testing.T) {
+	assert.Equal(t, 90*time.Millisecond, wakeSpacing(100*time.Millisecond, 0))
+	assert.Equal(t, 95*time.Millisecond, wakeSpacing(100*time.Millisecond, 95*time.Millisecond), "the rate's time between starts")
+}

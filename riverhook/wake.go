@@ -143,7 +143,7 @@ func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration
 	w.mu.Unlock()
 	wctx, cancel := detached(ctx)
 	defer cancel()
-	n, err := w.places.Wake(wctx, id, spacing)
+	n, err := w.places.Wake(wctx, id, wakeSpacing(spacing, every))
 	if err != nil {
 		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot wake the deliveries that waited for the endpoint; they wake at their slots",
 			slog.String("connection_id", id), slog.String("error", err.Error()))
@@ -151,4 +151,13 @@ func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration
 	}
 	w.logger.LogAttrs(ctx, slog.LevelInfo, "riverhook: the endpoint answers again; the deliveries that waited for it wake at its pace",
 		slog.String("connection_id", id), slog.Int("deliveries", n), slog.Duration("every", spacing))
+}
+
+// wakeSpacing is the spacing at which a backlog wakes: a tenth under the
+// connection's, so that a run holds on for each place as it frees (and is
+// handed it at once) rather than the place waiting for the next run, as
+// River's fetches bring the woken jobs in batches; never under its time
+// between starts (RateLimit).
+func wakeSpacing(spacing, every time.Duration) time.Duration {
+	return max(spacing-spacing/10, every)
 }
