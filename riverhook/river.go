@@ -422,20 +422,21 @@ const maxWoken = 50_000
 // (TestRiver/Wake).
 func wake(ctx context.Context, db DB, schema, connectionID string, every time.Duration, end *time.Time) (int, error) {
 	table := jobTable(schema)
+	turn := `clock_timestamp() + waiting.k * @riverhook_every * interval '1 microsecond'`
 	sql := `WITH waiting AS (
 			SELECT id, scheduled_at, row_number() OVER (ORDER BY scheduled_at, id) - 1 AS k FROM (
-				SELECT id, scheduled_at FROM ` + table + ` WHERE kind = $1 AND args @> jsonb_build_object('connection_id', $2::text)
+				SELECT id, scheduled_at FROM ` + table + ` WHERE kind = @riverhook_kind AND ` + connectionWhere + `
 				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp())) AND attempted_at IS NOT NULL
-				ORDER BY scheduled_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS w),
+				ORDER BY scheduled_at, id LIMIT @riverhook_limit FOR UPDATE SKIP LOCKED) AS w),
 		woken AS (
-			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = clock_timestamp() + waiting.k * $3 * interval '1 microsecond'
-			FROM waiting WHERE j.id = waiting.id AND waiting.scheduled_at > clock_timestamp() + waiting.k * $3 * interval '1 microsecond'
+			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = ` + turn + `
+			FROM waiting WHERE j.id = waiting.id AND waiting.scheduled_at > ` + turn + `
 			RETURNING 1)
-		SELECT (SELECT count(*) FROM woken),
-			(SELECT max(least(scheduled_at, clock_timestamp() + k * $3 * interval '1 microsecond')) FROM waiting)`
+		SELECT (SELECT count(*) FROM woken), (SELECT max(least(waiting.scheduled_at, ` + turn + `)) FROM waiting)`
 	var n int
 	var last *time.Time
-	err := db.QueryRow(ctx, sql, Kind, connectionID, every.Microseconds(), maxWoken).Scan(&n, &last)
+	err := db.QueryRow(ctx, sql, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID,
+		"riverhook_every": every.Microseconds(), "riverhook_limit": maxWoken}).Scan(&n, &last)
 	if last != nil {
 		*end = *last
 	}

@@ -203,6 +203,24 @@ func newCommand(name string, stderr io.Writer) *command {
 	return c
 }
 
+// migrate makes River's tables and riverhook's own (the endpoint marks) in
+// schema.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger, stdout io.Writer) error {
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: logger})
+	if err != nil {
+		return err
+	}
+	res, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return err
+	}
+	if err := riverhook.Migrate(ctx, pool, schema); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "migrated: %d migration(s) applied\n", len(res.Versions))
+	return nil
+}
+
 // run runs the command of args until it ends or ctx is done; work stops
 // gracefully when ctx is done, and at once when now is.
 func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) error {
@@ -237,19 +255,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 
 	switch args[0] {
 	case "migrate":
-		migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: *c.schema, Logger: logger})
-		if err != nil {
-			return err
-		}
-		res, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-		if err != nil {
-			return err
-		}
-		if err := riverhook.Migrate(ctx, pool, *c.schema); err != nil { // riverhook's own tables: the endpoint marks
-			return err
-		}
-		fmt.Fprintf(stdout, "migrated: %d migration(s) applied\n", len(res.Versions))
-		return nil
+		return migrate(ctx, pool, *c.schema, logger, stdout)
 	case "enqueue":
 		conns, err := readConnections(*c.connsFile)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -621,5 +622,98 @@ func TestDurable_AFleetOfTwoWorkersAndAnAPIProcess(t *testing.T) {
 
 	for _, w := range []*worker{w1, w2, api} {
 		require.NoError(t, w.interrupt(t, time.Minute))
+	}
+}
+
+// docCommandLines returns the durable command lines that the package doc
+// (main.go) and riverhook's README show, in their order, the README's
+// after the doc's.
+func docCommandLines(t *testing.T) []string {
+	t.Helper()
+	var lines []string
+	src, err := os.ReadFile("main.go")
+	require.NoError(t, err)
+	for _, m := range regexp.MustCompile(`(?m)^//\t(durable .*)$`).FindAllStringSubmatch(string(src), -1) {
+		lines = append(lines, m[1])
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	for _, m := range regexp.MustCompile("`(durable [^`]* -db [^`]*)`").FindAllStringSubmatch(string(readme), -1) {
+		lines = append(lines, m[1])
+	}
+	return lines
+}
+
+// words splits a command line as sh does for the doc's lines: at spaces,
+// a double-quoted word kept whole.
+func words(line string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`"([^"]*)"|(\S+)`).FindAllStringSubmatch(line, -1) {
+		out = append(out, m[1]+m[2])
+	}
+	return out
+}
+
+// TestDurable_DocCommandLinesRun runs every command line the package doc
+// and riverhook's README show, as written, on the fixture's database and
+// schema: their database is the test's, conns.json the fixture's
+// connections, their console addresses a free port, the job resent the
+// first one enqueued, and work trusts the test receiver (-ca,
+// -allow-private). Each exits 0; work delivers what enqueue inserted and
+// serves the console, as serve does, until interrupted.
+func TestDurable_DocCommandLinesRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	lines := docCommandLines(t)
+	covered := map[string]bool{}
+	for _, line := range lines {
+		covered[words(line)[1]] = true
+	}
+	for _, cmd := range []string{"migrate", "enqueue", "work", "serve", "deliveries", "recover", "resend", "health", "erase"} {
+		assert.True(t, covered[cmd], "the doc shows no %s command line", cmd)
+	}
+	enqueued := 0
+	for _, line := range lines {
+		t.Logf("running %s", line)
+		var args []string
+		for i, w := range words(line)[1:] {
+			switch {
+			case w == "postgres://localhost/app" || w == "$DATABASE_URL":
+				args = append(args, f.db, "-schema", f.schema)
+				continue
+			case w == "conns.json":
+				w = f.conns
+			case strings.HasPrefix(w, "127.0.0.1:"):
+				w = "127.0.0.1:0"
+			case i > 0 && words(line)[i] == "-job":
+				jobs := f.jobs(t)
+				require.NotEmpty(t, jobs, "no job to resend")
+				w = strconv.FormatInt(jobs[0].ID, 10)
+			case i > 0 && words(line)[i] == "-n":
+				n, err := strconv.Atoi(w)
+				require.NoError(t, err)
+				enqueued += n
+			}
+			args = append(args, w)
+		}
+		switch args[0] {
+		case "work", "serve":
+			if args[0] == "work" {
+				args = append(args, "-ca", f.cert, "-allow-private")
+			}
+			p := f.startProcess(t, args...)
+			p.waitLine(t, "console on http://")
+			if args[0] == "work" {
+				for range enqueued {
+					p.waitLine(t, "kind=delivered")
+				}
+				enqueued = 0
+			}
+			require.NoError(t, p.interrupt(t, time.Minute), "%s", line)
+		default:
+			cmd := exec.Command(binary(t), args...)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s:\n%s", line, out)
+		}
 	}
 }

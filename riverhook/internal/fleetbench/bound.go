@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
 )
@@ -98,22 +101,9 @@ func (b *bench) outage(ctx context.Context) (result, error) {
 	if err := insertDeliveries(ctx, db.client, "first", learn, 1); err != nil {
 		return result{}, err
 	}
-	marks := riverhook.NewEndpointMarks(b.pool, db.schema)
 	endpoint := connection(b.ep.addr, secret, connectionID(0, 1)).Endpoint()
-	for deadline := time.Now().Add(time.Minute); ; {
-		hs, err := marks.Endpoint(ctx, endpoint)
-		if err != nil {
-			return result{}, err
-		}
-		if len(hs) > 0 && !hs[0].PerURL && hs[0].Down { // the origin's mark, first
-			break
-		}
-		if time.Now().After(deadline) {
-			return result{}, fmt.Errorf("outage: the endpoint was not marked down within a minute")
-		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return result{}, err
-		}
+	if err := waitMarkedDown(ctx, riverhook.NewEndpointMarks(b.pool, db.schema), endpoint); err != nil {
+		return result{}, err
 	}
 	s0, err := f.stats(ctx)
 	if err != nil {
@@ -126,20 +116,8 @@ func (b *bench) outage(ctx context.Context) (result, error) {
 	}
 	// The window starts once every job has learned the endpoint is down:
 	// River's rows say each was attempted.
-	for deadline := time.Now().Add(5 * time.Minute); ; {
-		t, err := tallyJobs(ctx, db.client, riverhook.Kind)
-		if err != nil {
-			return result{}, err
-		}
-		if t.Attempted == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			return result{}, fmt.Errorf("outage: %d of %d jobs ran within 5 minutes", t.Attempted, want)
-		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return result{}, err
-		}
+	if err := waitAttempted(ctx, db.client, want); err != nil {
+		return result{}, err
 	}
 	if err := sleep(ctx, time.Until(inserted.Add(cfg.Down-cfg.Window))); err != nil {
 		return result{}, err
@@ -206,4 +184,44 @@ func (b *bench) outage(ctx context.Context) (result, error) {
 		k, cfg.Backlog, waiting, cfg.Window, down.Seconds(), verdict(waiting <= 50), downRuns, down.Seconds(), cfg.DrainLatency, firstAfter.Seconds(), drain, drain/takes, takes, cfg.Bound, cfg.DrainLatency,
 		verdict(drain/takes >= 0.8), fromBack/takes, c.Peak, float64(s3.Runs-s2.Runs)/float64(want), float64(t.Runs)/float64(want))
 	return r, nil
+}
+
+// waitMarkedDown returns once endpoint's origin is marked down in marks,
+// or an error after a minute.
+func waitMarkedDown(ctx context.Context, marks *riverhook.EndpointMarks, endpoint string) error {
+	for deadline := time.Now().Add(time.Minute); ; {
+		hs, err := marks.Endpoint(ctx, endpoint)
+		if err != nil {
+			return err
+		}
+		if len(hs) > 0 && !hs[0].PerURL && hs[0].Down { // the origin's mark, first
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("outage: the endpoint was not marked down within a minute")
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// waitAttempted returns once want delivery jobs have run, or an error
+// after 5 minutes.
+func waitAttempted(ctx context.Context, client *river.Client[pgx.Tx], want int) error {
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		t, err := tallyJobs(ctx, client, riverhook.Kind)
+		if err != nil {
+			return err
+		}
+		if t.Attempted == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("outage: %d of %d jobs ran within 5 minutes", t.Attempted, want)
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
