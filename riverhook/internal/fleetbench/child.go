@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +96,15 @@ func childMain() int {
 	// The parent handles the terminal's interrupt: it stops its children
 	// and drops its schemas.
 	signal.Ignore(os.Interrupt)
+	if dir := os.Getenv("FLEETBENCH_CPUPROFILE"); dir != "" {
+		// A profile of each child, for a look at what a delivery costs:
+		// go tool pprof -top dir/*.pprof
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", cfg.Role, os.Getpid())))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
 	if err := runChild(context.Background(), cfg, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "fleetbench %s process %d: %v\n", cfg.Role, os.Getpid(), err)
 		return 1

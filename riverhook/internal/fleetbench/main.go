@@ -32,6 +32,9 @@
 //	go run ./internal/fleetbench [-db URL] [-run bound,outage,cpu,latency] [-count N] [flags] | tee fleet.txt
 //	benchstat fleet.txt
 //
+// With FLEETBENCH_CPUPROFILE set to a directory, each worker process
+// writes its CPU profile there (go tool pprof -top dir/worker-*.pprof).
+//
 // -db defaults to $TEST_DATABASE_URL. The defaults are issue 28's sizes:
 // about eight minutes on 2 cores; -run and the sizes make it shorter.
 package main
