@@ -118,7 +118,7 @@ func TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt(t *testing.T) {
 		takes, gives, keeps, holder = fleet.counts()
 		assert.Equal(t, []int{1, 0, 1}, []int{takes, gives, keeps}, "kept for job 3")
 		assert.Equal(t, map[int]int64{0: 3}, holder)
-		assert.Equal(t, w.hold(), h3.until.Sub(time.Now()), "held anew")
+		assert.Equal(t, w.hold(), time.Until(h3.until), "held anew")
 
 		fleet.mu.Lock()
 		fleet.keepFails = true // the hold ended meanwhile: the place may be another's
