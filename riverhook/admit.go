@@ -79,12 +79,21 @@ func (w *Worker) tryAdmit(ctx context.Context, job *river.Job[Args]) (*held, err
 	if w.places == nil || w.maxPerCon <= 0 {
 		return h, nil
 	}
+	// The process's place goes back unless the fleet's is taken, also
+	// when Take panics (a Places of the caller's): River recovers the run,
+	// and the place would be lost to the process for good.
+	taken := false
+	defer func() {
+		if !taken {
+			w.release(id)
+		}
+	}()
 	hold := w.hold()
 	place, ok, err := w.places.Take(ctx, id, w.maxPerCon, job.ID, hold)
 	if err != nil || !ok {
-		w.release(id)
 		return nil, err
 	}
+	taken = true
 	h.fleet, h.place, h.until = true, place, h.since.Add(hold)
 	return h, nil
 }
@@ -113,6 +122,15 @@ func (w *Worker) holdOn(ctx context.Context, job *river.Job[Args], every time.Du
 	spacing := w.spacing(w.pacer(id), every)
 	w.waiting[id] = append(w.waiting[id], me)
 	w.mu.Unlock()
+	// However it stops holding on (its context ended, a place of its own
+	// found, or a panic of Places'), the run leaves, and a place handed
+	// to it meanwhile is the next one's: a run left holding on would be
+	// handed places, and lose them.
+	defer func() {
+		if h := w.leave(id, me); h != nil {
+			w.finish(ctx, h)
+		}
+	}()
 	step := max(spacing/10, 5*time.Millisecond)
 	timer := time.NewTimer(step)
 	defer timer.Stop()
@@ -120,9 +138,6 @@ func (w *Worker) holdOn(ctx context.Context, job *river.Job[Args], every time.Du
 	for {
 		select {
 		case <-ctx.Done():
-			if h := w.leave(id, me); h != nil {
-				w.finish(ctx, h) // handed as the run ended: the next one's
-			}
 			return nil, nil
 		case h := <-me.got:
 			return w.keep(ctx, job, h)
@@ -130,9 +145,6 @@ func (w *Worker) holdOn(ctx context.Context, job *river.Job[Args], every time.Du
 		}
 		h, err := w.tryAdmit(ctx, job)
 		if h != nil || err != nil {
-			if got := w.leave(id, me); got != nil {
-				w.finish(ctx, got) // handed meanwhile: the next one's
-			}
 			return h, err
 		}
 		if !time.Now().Before(deadline) {
@@ -176,14 +188,21 @@ func (w *Worker) keep(ctx context.Context, job *river.Job[Args], h *held) (*held
 	if !h.fleet || h.until.Sub(now) >= w.Timeout(job) {
 		return h, nil
 	}
+	// The place is not this run's, or not known to be (Keep failed, or
+	// panicked): the process's goes back, and the fleet's row frees it
+	// when its hold ends, within the Timeout.
+	kept := false
+	defer func() {
+		if !kept {
+			w.release(h.id)
+		}
+	}()
 	hold := w.hold()
 	ok, err := w.places.Keep(ctx, h.id, h.place, h.holder, job.ID, hold)
 	if err != nil || !ok {
-		// The place is not this run's, or not known to be: its row frees
-		// it when its hold ends, within the Timeout.
-		w.release(h.id)
 		return nil, err
 	}
+	kept = true
 	h.holder, h.until = job.ID, now.Add(hold)
 	return h, nil
 }

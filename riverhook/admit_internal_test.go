@@ -3,6 +3,7 @@ package riverhook
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -117,7 +118,7 @@ func TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt(t *testing.T) {
 		takes, gives, keeps, holder = fleet.counts()
 		assert.Equal(t, []int{1, 0, 1}, []int{takes, gives, keeps}, "kept for job 3")
 		assert.Equal(t, map[int]int64{0: 3}, holder)
-		assert.Equal(t, w.hold(), h3.until.Sub(time.Now()), "held anew")
+		assert.Equal(t, w.hold(), time.Until(h3.until), "held anew")
 
 		fleet.mu.Lock()
 		fleet.keepFails = true // the hold ended meanwhile: the place may be another's
@@ -162,5 +163,94 @@ func TestWorker_ARunLeavingAsAPlaceIsHandedToItPassesItOn(t *testing.T) {
 		defer w.mu.Unlock()
 		assert.Empty(t, w.inFlight)
 		assert.Empty(t, w.waiting)
+	})
+}
+
+// panickyPlaces is a fleet in memory whose Take panics once it has been
+// asked takesLeft more times, from the moment panics is set.
+type panickyPlaces struct {
+	memPlaces
+	panics    atomic.Bool
+	takesLeft atomic.Int64
+}
+
+func (p *panickyPlaces) Take(ctx context.Context, id string, bound int, job int64, hold time.Duration) (int, bool, error) {
+	if p.panics.Load() && p.takesLeft.Add(-1) < 0 {
+		panic("a Places of the caller's")
+	}
+	return p.memPlaces.Take(ctx, id, bound, job, hold)
+}
+
+func (p *panickyPlaces) Keep(ctx context.Context, id string, place int, job, newJob int64, hold time.Duration) (bool, error) {
+	if p.panics.Load() {
+		panic("a Places of the caller's")
+	}
+	return p.memPlaces.Keep(ctx, id, place, job, newJob, hold)
+}
+
+// TestWorker_APanickingPlacesLosesNoPlace: a Places whose Take panics (the
+// caller's code; River recovers the run's panic) neither keeps the
+// process's place it was taken with, nor leaves behind a run holding on
+// that a place freed later would be handed to, and lost with.
+func TestWorker_APanickingPlacesLosesNoPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sender, err := webhook.NewSender(nil)
+		require.NoError(t, err)
+		fleet := &panickyPlaces{memPlaces: memPlaces{holder: map[int]int64{1: 99}}} // place 1 another process's
+		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 2, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+		require.NoError(t, err)
+		ctx := context.Background()
+		created := time.Now()
+		job := func(id int64, back bool) *river.Job[Args] {
+			row := &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created}
+			if back {
+				row.ScheduledAt = created.Add(time.Second)
+			}
+			return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
+		}
+		admitRecovering := func(j *river.Job[Args]) (panicked bool) {
+			defer func() { panicked = recover() != nil }()
+			w.admit(ctx, j, 0)
+			return false
+		}
+
+		fleet.panics.Store(true)
+		require.True(t, admitRecovering(job(1, false)), "Take panicked")
+		w.mu.Lock()
+		assert.Empty(t, w.inFlight, "the process's place given back")
+		w.mu.Unlock()
+
+		fleet.panics.Store(false)
+		h2, _, ok := w.admit(ctx, job(2, false), 0)
+		require.True(t, ok)
+		fleet.takesLeft.Store(1) // job 4 finds the fleet full, then Take panics as it holds on
+		fleet.panics.Store(true)
+		require.True(t, admitRecovering(job(4, true)), "Take panicked as job 4 held on")
+		w.mu.Lock()
+		assert.Empty(t, w.waiting, "job 4 no longer holds on")
+		w.mu.Unlock()
+		w.finish(ctx, h2)
+		_, _, _, holder := fleet.counts()
+		assert.Equal(t, map[int]int64{1: 99}, holder, "job 2's place given back to the fleet")
+		w.mu.Lock()
+		assert.Empty(t, w.inFlight, "and every place of the process")
+		w.mu.Unlock()
+
+		// A place handed to a run holding on, whose renewal panics.
+		fleet.panics.Store(false)
+		h5, _, ok := w.admit(ctx, job(5, false), 0)
+		require.True(t, ok)
+		h5.until = time.Now().Add(time.Second) // what is left of its hold would not cover job 6's run
+		go func() {
+			time.Sleep(10 * time.Millisecond) // job 5's attempt ends
+			fleet.panics.Store(true)
+			w.finish(ctx, h5)
+		}()
+		require.True(t, admitRecovering(job(6, true)), "Keep panicked as job 6 was handed job 5's place")
+		w.mu.Lock()
+		assert.Empty(t, w.inFlight, "the process's place given back")
+		assert.Empty(t, w.waiting)
+		w.mu.Unlock()
 	})
 }
