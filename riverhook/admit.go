@@ -3,6 +3,8 @@ package riverhook
 import (
 	"context"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -20,7 +22,7 @@ type held struct {
 	id     string    // the connection
 	fleet  bool      // a place of the fleet's is held (Places)
 	place  int       // its number
-	holder int64     // the job its row names (Places.Take, Places.Keep)
+	holder int64     // the number its row names: the hold's own (see holdNumber)
 	until  time.Time // when its hold ends at the earliest, on the Worker's clock
 	since  time.Time // when this run got it
 }
@@ -37,6 +39,13 @@ type waiter struct {
 // margin, not once per attempt. It is the most a process that died holds a
 // place past the Timeout of the run it died in.
 const placeMargin = 20 * time.Second
+
+// holdNumber is the number a place's row names while it is held: one of
+// its own for each Take and Keep, never River's job id, so that a hold that
+// ended (a run that overran its context) and a later run of the same job
+// taking the same place are never confused: giving back the old hold
+// leaves the new one held. Positive, as a Send Test's are negative.
+func holdNumber() int64 { return rand.Int64N(math.MaxInt64) + 1 }
 
 // hold is how long a place of the fleet's is held by a run that takes it:
 // its Timeout and placeMargin.
@@ -75,7 +84,7 @@ func (w *Worker) tryAdmit(ctx context.Context, job *river.Job[Args]) (*held, err
 	}
 	w.inFlight[id]++
 	w.mu.Unlock()
-	h := &held{id: id, holder: job.ID, since: w.now()}
+	h := &held{id: id, holder: holdNumber(), since: w.now()}
 	if w.places == nil || w.maxPerCon <= 0 {
 		return h, nil
 	}
@@ -89,7 +98,7 @@ func (w *Worker) tryAdmit(ctx context.Context, job *river.Job[Args]) (*held, err
 		}
 	}()
 	hold := w.hold()
-	place, ok, err := w.places.Take(ctx, id, w.maxPerCon, job.ID, hold)
+	place, ok, err := w.places.Take(ctx, id, w.maxPerCon, h.holder, hold)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -198,12 +207,13 @@ func (w *Worker) keep(ctx context.Context, job *river.Job[Args], h *held) (*held
 		}
 	}()
 	hold := w.hold()
-	ok, err := w.places.Keep(ctx, h.id, h.place, h.holder, job.ID, hold)
+	holder := holdNumber()
+	ok, err := w.places.Keep(ctx, h.id, h.place, h.holder, holder, hold)
 	if err != nil || !ok {
 		return nil, err
 	}
 	kept = true
-	h.holder, h.until = job.ID, now.Add(hold)
+	h.holder, h.until = holder, now.Add(hold)
 	return h, nil
 }
 
@@ -230,7 +240,7 @@ func (w *Worker) finish(ctx context.Context, h *held) {
 	defer cancel()
 	if err := w.places.Give(ctx, h.id, h.place, h.holder); err != nil {
 		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a place in flight; it is free when its hold ends",
-			slog.String("connection_id", h.id), slog.Int64("job_id", h.holder), slog.String("error", err.Error()))
+			slog.String("connection_id", h.id), slog.String("error", err.Error()))
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 type memPlaces struct {
 	fullPlaces
 	mu                  sync.Mutex
-	holder              map[int]int64 // place -> the job its row names
+	holder              map[int]int64 // place -> the hold its row names
 	takes, gives, keeps int
 	keepFails           bool
 }
@@ -106,18 +106,20 @@ func TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt(t *testing.T) {
 
 		h1, _, ok := w.admit(ctx, back(1), 0)
 		require.True(t, ok)
+		first := h1.holder
 		h2, _, ok := handOver(h1, 2)
 		require.True(t, ok, "handed over")
 		takes, gives, keeps, holder := fleet.counts()
 		assert.Equal(t, []int{1, 0, 0}, []int{takes, gives, keeps}, "no statement: the hold covers job 2's run")
-		assert.Equal(t, map[int]int64{0: 1}, holder, "the row names job 1 still")
+		assert.Equal(t, map[int]int64{0: first}, holder, "the row names job 1's hold still")
 
 		h2.until = time.Now().Add(time.Second) // what is left of the hold would not cover job 3's run
 		h3, _, ok := handOver(h2, 3)
 		require.True(t, ok, "handed over")
 		takes, gives, keeps, holder = fleet.counts()
 		assert.Equal(t, []int{1, 0, 1}, []int{takes, gives, keeps}, "kept for job 3")
-		assert.Equal(t, map[int]int64{0: 3}, holder)
+		assert.Equal(t, map[int]int64{0: h3.holder}, holder)
+		assert.NotEqual(t, first, h3.holder, "a hold of its own")
 		assert.Equal(t, w.hold(), time.Until(h3.until), "held anew")
 
 		fleet.mu.Lock()
@@ -252,5 +254,57 @@ func TestWorker_APanickingPlacesLosesNoPlace(t *testing.T) {
 		assert.Empty(t, w.inFlight, "the process's place given back")
 		assert.Empty(t, w.waiting)
 		w.mu.Unlock()
+	})
+}
+
+// TestWorker_AHoldIsNamedByItsOwnNumber: a place's row names the hold, not
+// the job: when a place handed on without a statement outlives its hold
+// (a run that overran its context) and the job that took it runs again
+// and takes the same place, the end of the handed run gives back its own
+// hold only, never the new run's place, and the bound holds.
+func TestWorker_AHoldIsNamedByItsOwnNumber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sender, err := webhook.NewSender(nil)
+		require.NoError(t, err)
+		fleet := &memPlaces{holder: map[int]int64{}}
+		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+		require.NoError(t, err)
+		ctx := context.Background()
+		created := time.Now()
+		job := func(id int64, back bool) *river.Job[Args] {
+			row := &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created}
+			if back {
+				row.ScheduledAt = created.Add(time.Second)
+			}
+			return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
+		}
+		h1, _, ok := w.admit(ctx, job(1, false), 0)
+		require.True(t, ok)
+		go w.finish(ctx, h1)
+		h2, _, ok := w.admit(ctx, job(2, true), 0) // handed job 1's place, no statement
+		require.True(t, ok)
+
+		// Job 2's run overruns its hold: the row frees, and job 1 runs
+		// again (River's retry, in another process) and takes it.
+		fleet.mu.Lock()
+		clear(fleet.holder)
+		fleet.mu.Unlock()
+		other, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+		require.NoError(t, err)
+		again, _, ok := other.admit(ctx, job(1, false), 0)
+		require.True(t, ok, "the freed row, taken by job 1's next run")
+		defer other.finish(ctx, again)
+
+		w.finish(ctx, h2) // job 2's attempt ends at last
+		third, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+		require.NoError(t, err)
+		h3, _, ok := third.admit(ctx, job(3, false), 0)
+		if ok {
+			third.finish(ctx, h3)
+		}
+		assert.False(t, ok, "job 1's run holds the one place: the bound is 1")
 	})
 }

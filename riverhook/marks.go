@@ -56,6 +56,10 @@ var migrations = []string{
 		next timestamptz NOT NULL DEFAULT '-infinity',
 		slot timestamptz NOT NULL DEFAULT '-infinity'
 	);`,
+
+	// 4: a place's row names its hold by a number of the hold's own, not
+	// a job's id (a later run of the job is another hold).
+	`ALTER TABLE riverhook_place RENAME COLUMN job_id TO holder;`,
 }
 
 // MigrationVersion is the version of riverhook's own tables this package

@@ -25,19 +25,22 @@ import (
 // comes before the connection's next start, is snoozed to a slot, as over
 // the bound in one process. *ConnectionPlaces is the PostgreSQL one.
 type Places interface {
-	// Take takes one of connectionID's bound places for job until hold has
-	// passed, and reports which; ok is false when all are held.
-	Take(ctx context.Context, connectionID string, bound int, jobID int64, hold time.Duration) (place int, ok bool, err error)
+	// Take takes one of connectionID's bound places for the hold numbered
+	// holder until hold has passed, and reports which; ok is false when all
+	// are held. The Worker numbers each hold anew (not by River's job id),
+	// so that an ended hold is never taken for a later one.
+	Take(ctx context.Context, connectionID string, bound int, holder int64, hold time.Duration) (place int, ok bool, err error)
 
-	// Give gives back the place job took.
-	Give(ctx context.Context, connectionID string, place int, jobID int64) error
+	// Give gives back place, if the hold numbered holder still has it.
+	Give(ctx context.Context, connectionID string, place int, holder int64) error
 
-	// Keep passes the place job holds to newJob, held for hold from now,
-	// and reports whether it did: ok is false when job no longer holds it
-	// (its hold ended). A Worker keeps a place it hands from a run whose
-	// attempt ended to one holding on for it in the process, when what is
-	// left of its hold might not cover the new run.
-	Keep(ctx context.Context, connectionID string, place int, jobID, newJobID int64, hold time.Duration) (ok bool, err error)
+	// Keep passes place from the hold numbered holder to one numbered
+	// newHolder, held for hold from now, and reports whether it did: ok is
+	// false when holder no longer has it (its hold ended). A Worker keeps
+	// a place it hands from a run whose attempt ended to one holding on
+	// for it in the process, when what is left of its hold might not
+	// cover the new run.
+	Keep(ctx context.Context, connectionID string, place int, holder, newHolder int64, hold time.Duration) (ok bool, err error)
 
 	// Pace takes connectionID's next start at perSecond deliveries a
 	// second: zero when a delivery may begin now (the start is then
@@ -109,18 +112,18 @@ func NewConnectionPlaces(db DB, schema string) *ConnectionPlaces {
 		pace: qualifier(schema) + "riverhook_pace", ensured: map[string]ensured{}, now: time.Now}
 }
 
-// Take takes the first free place of connectionID's bound for jobID, held
+// Take takes the first free place of connectionID's bound for holder, held
 // for hold.
-func (p *ConnectionPlaces) Take(ctx context.Context, connectionID string, bound int, jobID int64, hold time.Duration) (int, bool, error) {
+func (p *ConnectionPlaces) Take(ctx context.Context, connectionID string, bound int, holder int64, hold time.Duration) (int, bool, error) {
 	if err := p.ensure(ctx, connectionID, bound); err != nil {
 		return 0, false, err
 	}
 	var place int
-	err := p.db.QueryRow(ctx, `UPDATE `+p.table+` AS p SET job_id = $3, until = clock_timestamp() + $4 * interval '1 microsecond'
+	err := p.db.QueryRow(ctx, `UPDATE `+p.table+` AS p SET holder = $3, until = clock_timestamp() + $4 * interval '1 microsecond'
 		FROM (SELECT place FROM `+p.table+` WHERE connection_id = $1 AND place < $2 AND until < clock_timestamp()
 			ORDER BY place LIMIT 1 FOR UPDATE SKIP LOCKED) AS free
 		WHERE p.connection_id = $1 AND p.place = free.place
-		RETURNING p.place`, connectionID, bound, jobID, hold.Microseconds()).Scan(&place)
+		RETURNING p.place`, connectionID, bound, holder, hold.Microseconds()).Scan(&place)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Every place held, or the rows gone (a table restored or pruned,
 		// a failover): made again at the next Take, a minute after they
@@ -151,21 +154,22 @@ type ensured struct {
 // what a process keeps follows the connections it delivers to now.
 const ensureAgain = 10 * time.Minute
 
-// Give gives back place of connectionID, if jobID still holds it.
-func (p *ConnectionPlaces) Give(ctx context.Context, connectionID string, place int, jobID int64) error {
-	_, err := p.db.Exec(ctx, `UPDATE `+p.table+` SET until = '-infinity' WHERE connection_id = $1 AND place = $2 AND job_id = $3`,
-		connectionID, place, jobID)
+// Give gives back place of connectionID, if holder still has it.
+func (p *ConnectionPlaces) Give(ctx context.Context, connectionID string, place int, holder int64) error {
+	_, err := p.db.Exec(ctx, `UPDATE `+p.table+` SET until = '-infinity' WHERE connection_id = $1 AND place = $2 AND holder = $3`,
+		connectionID, place, holder)
 	if err != nil {
 		return fmt.Errorf("riverhook: giving back a place of connection %q: %w", connectionID, err)
 	}
 	return nil
 }
 
-// Keep passes place of connectionID from jobID to newJobID, held for hold.
-func (p *ConnectionPlaces) Keep(ctx context.Context, connectionID string, place int, jobID, newJobID int64, hold time.Duration) (bool, error) {
-	tag, err := p.db.Exec(ctx, `UPDATE `+p.table+` SET job_id = $4, until = clock_timestamp() + $5 * interval '1 microsecond'
-		WHERE connection_id = $1 AND place = $2 AND job_id = $3 AND until > clock_timestamp()`,
-		connectionID, place, jobID, newJobID, hold.Microseconds())
+// Keep passes place of connectionID from holder to newHolder, held for
+// hold.
+func (p *ConnectionPlaces) Keep(ctx context.Context, connectionID string, place int, holder, newHolder int64, hold time.Duration) (bool, error) {
+	tag, err := p.db.Exec(ctx, `UPDATE `+p.table+` SET holder = $4, until = clock_timestamp() + $5 * interval '1 microsecond'
+		WHERE connection_id = $1 AND place = $2 AND holder = $3 AND until > clock_timestamp()`,
+		connectionID, place, holder, newHolder, hold.Microseconds())
 	if err != nil {
 		return false, fmt.Errorf("riverhook: keeping a place of connection %q: %w", connectionID, err)
 	}
