@@ -67,6 +67,8 @@ func (w *Worker) admit(ctx context.Context, job *river.Job[Args], every time.Dur
 		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot take a place in flight; the delivery waits",
 			slog.String("connection_id", job.Args.ConnectionID), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
 		return nil, w.snooze, false
+	case h == nil && ctx.Err() != nil:
+		return nil, w.snooze, false // the run is over: River keeps no snooze of it, and a slot would be spent
 	case h == nil:
 		return nil, w.waitSlot(ctx, job, every), false
 	}
