@@ -30,6 +30,28 @@ import (
 // is held. It blocks for the attempt, at most the Sender's attempt
 // timeout, and is safe for concurrent use.
 func (w *Worker) SendTest(ctx context.Context, connectionID string) (*webhook.Result, error) {
+	return w.sendTest(ctx, connectionID, func(conn webhook.Connection) (*webhook.Result, error) {
+		return w.sender.SendTest(ctx, conn)
+	})
+}
+
+// SendTestBytes is SendTest for an event of the caller's choosing, with
+// body as its sample: [webhook.Sender.SendTestBytes]'s one attempt, sent
+// whatever the connection subscribes to. The event and body are checked
+// as [InsertBytesParams] checks them (an error matching
+// [webhook.ErrInvalidPayload], before anything is resolved or sent).
+func (w *Worker) SendTestBytes(ctx context.Context, connectionID, event string, body []byte) (*webhook.Result, error) {
+	if err := checkEventBody(event, body); err != nil {
+		return nil, err
+	}
+	return w.sendTest(ctx, connectionID, func(conn webhook.Connection) (*webhook.Result, error) {
+		return w.sender.SendTestBytes(ctx, conn, event, body)
+	})
+}
+
+// sendTest resolves the connection with the given id and makes its Send
+// Test, send, in a place in flight.
+func (w *Worker) sendTest(ctx context.Context, connectionID string, send func(webhook.Connection) (*webhook.Result, error)) (*webhook.Result, error) {
 	conn, err := w.resolveConnection(ctx, connectionID, 0)
 	if err != nil {
 		return nil, err
@@ -39,7 +61,7 @@ func (w *Worker) SendTest(ctx context.Context, connectionID string) (*webhook.Re
 		return nil, err
 	}
 	defer done()
-	return w.sender.SendTest(ctx, conn)
+	return send(conn)
 }
 
 // ErrBusy is returned by [Worker.SendTest] when the connection has

@@ -42,6 +42,38 @@ func TestWorker_SendTestMakesTheSenderAttemptToTheResolvedConnection(t *testing.
 	assert.True(t, p.IsSendTest())
 }
 
+// TestWorker_SendTestBytesSendsTheChosenEvent: a dashboard's Send Test of
+// an event of the service's own, with the body it chose, byte for byte,
+// through the Worker's Resolver and Sender, whatever the connection
+// subscribes to; an event name or body that cannot be sent sends nothing.
+func TestWorker_SendTestBytesSendsTheChosenEvent(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	t.Cleanup(srv.Close)
+	c := srv.Connection()
+	c.Events = []string{webhook.EventUserIdentified}
+	w := newWorker(t, srv.Sender(nil), newResolver(map[string]webhook.Connection{"crm": c}).resolve, nil)
+	ctx := context.Background()
+
+	body := []byte(`{"event":"deal.closed","deal":{"id":"deal_test","amount":1}}`)
+	res, err := w.SendTestBytes(ctx, "crm", "deal.closed", body)
+	require.NoError(t, err)
+	require.Len(t, res.Attempts, 1)
+	got := srv.Deliveries()
+	require.Len(t, got, 1)
+	require.NoError(t, got[0].Err, "signed as a delivery is")
+	assert.Equal(t, "deal.closed", got[0].Header.Get(webhook.HeaderEvent))
+	assert.Equal(t, body, got[0].Body)
+
+	_, err = w.SendTestBytes(ctx, "gone", "deal.closed", body)
+	require.Error(t, err)
+	_, err = w.SendTestBytes(ctx, "crm", "deal.closed\n", body)
+	require.ErrorIs(t, err, webhook.ErrInvalidPayload)
+	_, err = w.SendTestBytes(ctx, "crm", "deal.closed", []byte(`{"deal":`))
+	require.ErrorIs(t, err, webhook.ErrInvalidPayload)
+	assert.Len(t, srv.Deliveries(), 1, "nothing more was sent")
+}
+
 func TestWorker_SendTestNamesAConnectionThatDoesNotResolveByIDAlone(t *testing.T) {
 	t.Parallel()
 	srv := webhooktest.NewServer(secret, nil)

@@ -586,3 +586,32 @@ func ExampleNewConnectionPlaces() {
 	// job 2: place 1, begins now: false
 	// job 3: no place free, it waits
 }
+
+// A dashboard's Send Test of an event of the service's own: the sample
+// body is sent byte for byte, signed as a delivery is, once, whatever
+// the connection subscribes to.
+func ExampleWorker_SendTestBytes() {
+	receiver := webhooktest.NewServer("whsec_example", nil) // a customer's endpoint
+	defer receiver.Close()
+	resolve := func(ctx context.Context, id string) (webhook.Connection, error) {
+		if id != "crm" { // your table of connections
+			return webhook.Connection{}, riverhook.ErrConnectionGone
+		}
+		return receiver.Connection(), nil
+	}
+	worker, err := riverhook.NewWorker(receiver.Sender(nil), resolve, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	sample := []byte(`{"event":"deal.closed","deal":{"id":"deal_test","amount":1200}}`)
+	res, err := worker.SendTestBytes(context.Background(), "crm", "deal.closed", sample)
+	if err != nil {
+		log.Fatal(err)
+	}
+	got := receiver.Deliveries()[0]
+	fmt.Println("answered", res.Attempts[0].StatusCode)
+	fmt.Println("received", got.Header.Get(webhook.HeaderEvent), string(got.Body))
+	// Output:
+	// answered 200
+	// received deal.closed {"event":"deal.closed","deal":{"id":"deal_test","amount":1200}}
+}

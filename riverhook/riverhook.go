@@ -313,11 +313,8 @@ func insertBytesParams(deliveryID string, connectionIDs []string, event string, 
 	if deliveryID == "" {
 		return nil, errors.New("riverhook: the delivery id must not be empty")
 	}
-	if event == "" || strings.ContainsFunc(event, unicode.IsControl) {
-		return nil, fmt.Errorf("%w: want a non-empty event name without control characters, got %q", webhook.ErrInvalidPayload, event)
-	}
-	if !json.Valid(body) {
-		return nil, fmt.Errorf("%w: the body of %q is not JSON", webhook.ErrInvalidPayload, event)
+	if err := checkEventBody(event, body); err != nil {
+		return nil, err
 	}
 	if err := checkSubject(subject); err != nil {
 		return nil, err
@@ -335,6 +332,18 @@ func insertBytesParams(deliveryID string, connectionIDs []string, event string, 
 		params = append(params, insertParams(Args{ConnectionID: id, DeliveryID: deliveryID, Event: event, Body: body, Subject: subject}, opts))
 	}
 	return params, nil
+}
+
+// checkEventBody checks an event of the caller's own and its body: a
+// non-empty event name without control characters, and a JSON body.
+func checkEventBody(event string, body []byte) error {
+	if event == "" || strings.ContainsFunc(event, unicode.IsControl) {
+		return fmt.Errorf("%w: want a non-empty event name without control characters, got %q", webhook.ErrInvalidPayload, event)
+	}
+	if !json.Valid(body) {
+		return fmt.Errorf("%w: the body of %q is not JSON", webhook.ErrInvalidPayload, event)
+	}
+	return nil
 }
 
 // insertParams returns the insert of the job of args, sized for opts'
