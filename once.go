@@ -118,6 +118,7 @@ func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
 	lease := min(v.lease, replayTTL(d.ts, d.now, d.tol))
 	if v.mem != nil {
 		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
+		d.claimed = now
 		return sh.claim(k, index, now, newStamp(now+int64(lease), true)), nil
 	}
 	st, err := v.store.Claim(ctx, hex.EncodeToString(d.sig[:]), lease)
@@ -133,7 +134,11 @@ func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
 func (v *Verifier) settle(ctx context.Context, d *signed, handled bool) {
 	ttl := replayTTL(d.ts, d.now, d.tol)
 	if v.mem != nil {
-		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
+		// At the claim's time, not the store's clock again: the entry
+		// handled expires as the window ends (ttl is from verification),
+		// not a handler's time later, and a clock read is saved.
+		k, sh, index := v.mem.at(&d.sig, d.ts)
+		now := d.claimed
 		if handled {
 			sh.complete(k, index, now, newStamp(now+int64(ttl), false))
 		} else {

@@ -321,9 +321,15 @@ func (s *MemoryReplayStore) shard(k replayKey) *replayShard {
 // the bucket of the delivery's timestamp, one map lookup away.
 
 func (s *MemoryReplayStore) delivery(sig *[sha256.Size]byte, tsMillis int64) (replayKey, *replayShard, int64, int64) {
+	k, sh, index := s.at(sig, tsMillis)
+	return k, sh, index, s.now().UnixNano()
+}
+
+// at is delivery without the clock.
+func (s *MemoryReplayStore) at(sig *[sha256.Size]byte, tsMillis int64) (replayKey, *replayShard, int64) {
 	var k replayKey
 	copy(k[:], sig[:])
-	return k, s.shard(k), tsMillis * int64(time.Millisecond) / replaySpan, s.now().UnixNano()
+	return k, s.shard(k), tsMillis * int64(time.Millisecond) / replaySpan
 }
 
 // noIndex is the index of a key given without a timestamp: its entry is

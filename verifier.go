@@ -242,10 +242,11 @@ func (v *Verifier) verify(ctx context.Context, h http.Header, body []byte) error
 // window: its signature's digest and timestamp, and the clock and
 // tolerance it was checked with.
 type signed struct {
-	sig [sha256.Size]byte
-	ts  int64 // Unix ms
-	now time.Time
-	tol time.Duration
+	sig     [sha256.Size]byte
+	ts      int64 // Unix ms
+	now     time.Time
+	tol     time.Duration
+	claimed int64 // the memory store's time of its claim (Unix ns), for its settling
 }
 
 // authenticate checks that h and body are a delivery signed with one of
