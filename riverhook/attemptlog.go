@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook/internal/human"
 )
 
 // attemptLog is a job's output (river.RecordOutput): its delivery's whole
@@ -82,22 +83,7 @@ func tookText(d time.Duration) string { return d.Round(time.Microsecond).String(
 // cutJSON returns the longest start of s, cut at a rune boundary and ended
 // with "…" when cut, whose JSON string encoding (quotes excluded) takes at
 // most max bytes.
-func cutJSON(s string, max int) string {
-	if max < len("…") {
-		return ""
-	}
-	n, end := 0, len(s)
-	for i, r := range s {
-		c := jsonLen(r)
-		if n+c > max-len("…") && end == len(s) {
-			end = i // the cut if what follows does not fit
-		}
-		if n += c; n > max {
-			return s[:end] + "…"
-		}
-	}
-	return s
-}
+func cutJSON(s string, max int) string { return human.Cut(s, max, jsonLen, "…") }
 
 // jsonLen is how many bytes encoding/json takes for r inside a string.
 func jsonLen(r rune) int {

@@ -5,6 +5,7 @@
 //
 //	./internal/benchcmp/run.sh          # 6 runs of each, then the benchstat tables
 //	COUNT=10 ./internal/benchcmp/run.sh
+//	COUNT=1 BENCHTIME=1x ./internal/benchcmp/run.sh   # one iteration of each: does it run
 //
 // Verification, per body size (256 B, 1 KiB, 16 KiB, 256 KiB), each on its
 // own scheme over the same payload:

@@ -80,6 +80,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -87,6 +88,7 @@ import (
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/riverhook/internal/human"
 )
 
 // DefaultRateInterval is the default of [Options.TestEvery] and
@@ -323,8 +325,7 @@ func (c *console) actor(r *http.Request) string {
 // cut returns s as valid UTF-8 cut to at most n bytes at a rune boundary:
 // a rune the cut splits is dropped.
 func cut(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.ToValidUTF8(s[:min(n, len(s))], "")
+	return human.Cut(strings.ToValidUTF8(s, "\uFFFD"), n, utf8.RuneLen, "")
 }
 
 func (c *console) notFound(w http.ResponseWriter, r *http.Request, req request) {

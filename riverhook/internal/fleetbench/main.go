@@ -32,6 +32,11 @@
 //	go run ./internal/fleetbench [-db URL] [-run bound,outage,cpu,latency] [-count N] [flags] | tee fleet.txt
 //	benchstat fleet.txt
 //
+// FLEETBENCH_FLAGS holds flags read before the command line's, which
+// override them: sizes for a command line written without them, such as
+// the READMEs' (TestREADME_PipelineRuns runs it with
+// FLEETBENCH_FLAGS='-run bound -n 8 -latency 50ms -k 1').
+//
 // With FLEETBENCH_CPUPROFILE set to a directory, each worker process
 // writes its CPU profile there (go tool pprof -top dir/worker-*.pprof).
 //
@@ -92,11 +97,14 @@ type config struct {
 
 var scenarios = []string{"bound", "outage", "cpu", "latency"}
 
+// flagsEnv holds flags read before the command line's (the package doc).
+const flagsEnv = "FLEETBENCH_FLAGS"
+
 func main() {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	cfg, err := parseFlags(append(strings.Fields(os.Getenv(flagsEnv)), os.Args[1:]...), os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -119,6 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: fleetbench [-db URL] [-run bound,outage,cpu,latency] [-count N] [flags]")
 		fmt.Fprintln(stderr, "Measures riverhook's deliveries through worker processes on one PostgreSQL (go doc ./internal/fleetbench).")
+		fmt.Fprintln(stderr, "$"+flagsEnv+" holds flags read before these, which override them.")
 		fs.PrintDefaults()
 	}
 	var cfg config

@@ -1,6 +1,8 @@
 // Package human formats values for people, by the rules of the root
 // module's attempt log: printable text, as [webhook.Attempt.ResponseText]
-// makes it, and durations rounded as [webhook.Attempt.String] prints them.
+// makes it, and durations rounded as [webhook.Attempt.String] prints them;
+// and its one way to cut a text to a budget at a rune boundary ([Cut]),
+// which the attempt log and the console both use.
 //
 // The root module keeps these rules in internal packages, which riverhook
 // must not import: under minimal version selection it may be built with
@@ -58,4 +60,27 @@ func Duration(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	}
 	return d.Round(10 * time.Microsecond)
+}
+
+// Cut returns the longest start of s, cut at a rune boundary, that fits in
+// max bytes when each rune r takes size(r) bytes: size is how the text will
+// be written (utf8.RuneLen for the bytes themselves, or an encoding's
+// escaped length). When s does not fit whole, the start is ended with mark,
+// whose length counts in max. It returns "" when max cannot hold the mark,
+// and s itself, not a copy, when s fits.
+func Cut(s string, max int, size func(rune) int, mark string) string {
+	if max < len(mark) {
+		return ""
+	}
+	n, end := 0, len(s)
+	for i, r := range s {
+		c := size(r)
+		if n+c > max-len(mark) && end == len(s) {
+			end = i // the cut if what follows does not fit
+		}
+		if n += c; n > max {
+			return s[:end] + mark
+		}
+	}
+	return s
 }
