@@ -71,6 +71,18 @@ func (m *memPlaces) counts() (takes, gives, keeps int, holder map[int]int64) {
 	return m.takes, m.gives, m.keeps, h
 }
 
+// fleetWorker is a Worker with a bound of 1 over fleet, its slots a
+// second apart until an attempt has ended.
+func fleetWorker(t *testing.T, fleet Places) *Worker {
+	t.Helper()
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	return w
+}
+
 // TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt: a place of the
 // fleet's freed as a run's attempt ends goes at once to the run of the
 // same connection holding on for one in the process, at no statement while
@@ -79,12 +91,8 @@ func (m *memPlaces) counts() (takes, gives, keeps int, holder map[int]int64) {
 // one, its slot at the front, the process's place given back.
 func TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sender, err := webhook.NewSender(nil)
-		require.NoError(t, err)
 		fleet := &memPlaces{holder: map[int]int64{}}
-		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
-		require.NoError(t, err)
+		w := fleetWorker(t, fleet)
 		ctx := context.Background()
 		created := time.Now()
 		back := func(id int64) *river.Job[Args] { // a job back at its slot
@@ -142,12 +150,8 @@ func TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt(t *testing.T) {
 // process.
 func TestWorker_ARunLeavingAsAPlaceIsHandedToItPassesItOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sender, err := webhook.NewSender(nil)
-		require.NoError(t, err)
 		fleet := &memPlaces{holder: map[int]int64{}}
-		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
-		require.NoError(t, err)
+		w := fleetWorker(t, fleet)
 		h1, _, ok := w.admit(context.Background(), &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1}, Args: Args{ConnectionID: "crm"}}, 0)
 		require.True(t, ok)
 		me := &waiter{got: make(chan *held, 1)}
@@ -264,12 +268,8 @@ func TestWorker_APanickingPlacesLosesNoPlace(t *testing.T) {
 // hold only, never the new run's place, and the bound holds.
 func TestWorker_AHoldIsNamedByItsOwnNumber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sender, err := webhook.NewSender(nil)
-		require.NoError(t, err)
 		fleet := &memPlaces{holder: map[int]int64{}}
-		w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
-		require.NoError(t, err)
+		w := fleetWorker(t, fleet)
 		ctx := context.Background()
 		created := time.Now()
 		job := func(id int64, back bool) *river.Job[Args] {
@@ -290,17 +290,13 @@ func TestWorker_AHoldIsNamedByItsOwnNumber(t *testing.T) {
 		fleet.mu.Lock()
 		clear(fleet.holder)
 		fleet.mu.Unlock()
-		other, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
-		require.NoError(t, err)
+		other := fleetWorker(t, fleet)
 		again, _, ok := other.admit(ctx, job(1, false), 0)
 		require.True(t, ok, "the freed row, taken by job 1's next run")
 		defer other.finish(ctx, again)
 
 		w.finish(ctx, h2) // job 2's attempt ends at last
-		third, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-			&WorkerOptions{MaxInFlightPerConnection: 1, Places: fleet, SnoozeFor: time.Second, Logger: testdb.Quiet()})
-		require.NoError(t, err)
+		third := fleetWorker(t, fleet)
 		h3, _, ok := third.admit(ctx, job(3, false), 0)
 		if ok {
 			third.finish(ctx, h3)
