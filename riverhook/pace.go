@@ -26,7 +26,7 @@ type pacer struct {
 	rateNext  time.Time           // the connection's next start at its rate, without Places
 	woke      time.Time           // when its waiting deliveries were last woken (Places.Wake)
 	wokeAgain time.Time           // the last wake, of the backlog or of its stragglers
-	handed    time.Duration       // the spacing of the last fleet slot handed (Places.Slot)
+	handed    time.Duration       // the slowest spacing of the fleet slots handed (Places.Slot) since its waiting jobs were last moved
 	respaced  time.Time           // when its waiting jobs were last moved to a shorter spacing
 	took      time.Duration       // a moving average of its attempts' durations; 0 before the first
 	slots     map[int64]time.Time // job id -> its slot, until it has a place in flight
@@ -147,7 +147,9 @@ func (w *Worker) waitSlot(ctx context.Context, job *river.Job[Args], every time.
 		defer w.mu.Unlock()
 		return p.busySlot(job.ID, now, spacing)
 	}
-	p.handed = spacing
+	// The slowest: a slot handed at the endpoint's pace, once known, must
+	// not hide the slower ones handed before it, which respace moves.
+	p.handed = max(p.handed, spacing)
 	w.mu.Unlock()
 	wait, err := w.places.Slot(ctx, id, spacing)
 	if err != nil {

@@ -243,6 +243,34 @@ func TestWorker_SlotsHandedTooSlowAreRespacedOnceTheEndpointIsKnown(t *testing.T
 	assert.Len(t, places.wakes, 1, "once per rewakeFor")
 }
 
+// TestWorker_SlowSlotsAreRespacedThoughOneWasHandedAtThePaceSince: a
+// burst slotted before any attempt ended, then one more job slotted once
+// the endpoint's pace was known: the burst's slots are still too slow and
+// are moved to its pace. (The last slot's spacing hid them: fleetbench's
+// 500 ms endpoint then got 0.50x of what its bound allows, at random.)
+func TestWorker_SlowSlotsAreRespacedThoughOneWasHandedAtThePaceSince(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	places := &wakeCounter{}
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 8, Places: places, SnoozeFor: time.Second})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { return now }
+	ctx := context.Background()
+	job := func(id int64) *river.Job[Args] {
+		return &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, CreatedAt: now, ScheduledAt: now}, Args: Args{ConnectionID: "crm"}}
+	}
+	for id := int64(1); id <= 3; id++ {
+		w.waitSlot(ctx, job(id), 0) // a second over the bound apart
+	}
+	w.observe("crm", 500*time.Millisecond)
+	w.waitSlot(ctx, job(4), 0) // at the endpoint's pace
+	w.respace(ctx, "crm", 0)
+	require.Len(t, places.wakes, 1, "the burst's slots, twice too slow, moved to its pace")
+	assert.Equal(t, 500*time.Millisecond/8, places.wakes[0])
+}
+
 // TestWorker_APanickingRateLimitCostsNoAttempt: RateLimit is the caller's
 // code, called from River's worker goroutines: a panic in it is logged and
 // the delivery waits for SnoozeFor, costing no attempt (River would count a
