@@ -269,6 +269,13 @@ func TestWorker_SlowSlotsAreRespacedThoughOneWasHandedAtThePaceSince(t *testing.
 	w.respace(ctx, "crm", 0)
 	require.Len(t, places.wakes, 1, "the burst's slots, twice too slow, moved to its pace")
 	assert.Equal(t, 500*time.Millisecond/8, places.wakes[0])
+
+	// A job slotted as the wake ran, at the old chain's end, is brought
+	// along by a second wake a second later.
+	now = now.Add(time.Second)
+	w.due(ctx)
+	require.Len(t, places.wakes, 2, "woken again")
+	assert.Equal(t, 500*time.Millisecond/8, places.wakes[1])
 }
 
 // TestWorker_APanickingRateLimitCostsNoAttempt: RateLimit is the caller's

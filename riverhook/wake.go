@@ -88,6 +88,10 @@ func (w *Worker) respace(ctx context.Context, id string, every time.Duration) {
 		return
 	}
 	p.handed, p.respaced = spacing, now
+	// A job slotted while this runs (its run not yet over, its snooze not
+	// yet stored) took the old chain's end and is not moved: a second wake,
+	// a second later (Worker.due), brings it along.
+	w.woken[id] = now
 	w.mu.Unlock()
 	n, err := w.places.Wake(context.WithoutCancel(ctx), id, spacing)
 	if err != nil {
