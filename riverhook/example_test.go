@@ -615,3 +615,38 @@ func ExampleWorker_SendTestBytes() {
 	// answered 200
 	// received deal.closed {"event":"deal.closed","deal":{"id":"deal_test","amount":1200}}
 }
+
+// The daily housekeeping of riverhook's own tables, in one process of the
+// deployment: the marks of endpoints that answer again, and the paces of
+// connections whose starts and slots are all past, both made again when
+// needed.
+func ExampleConnectionPlaces_Prune() {
+	ctx := context.Background()
+	pool, schema, done := exampleDatabase(ctx)
+	defer done()
+	if err := riverhook.Migrate(ctx, pool, schema); err != nil {
+		log.Fatal(err)
+	}
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	if _, err := places.Pace(ctx, "crm", 10); err != nil { // a delivery to crm, 10 a second
+		log.Fatal(err)
+	}
+	dayAgo := time.Now().Add(-24 * time.Hour)
+	marks, err := riverhook.NewEndpointMarks(pool, schema).Prune(ctx, dayAgo)
+	if err != nil {
+		log.Fatal(err)
+	}
+	paces, err := places.Prune(ctx, dayAgo)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("a day on:", marks, "marks,", paces, "paces pruned")
+	paces, err = places.Prune(ctx, time.Now().Add(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("crm's pace, past:", paces, "pruned")
+	// Output:
+	// a day on: 0 marks, 0 paces pruned
+	// crm's pace, past: 1 pruned
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -240,6 +241,41 @@ func TestConnectionPlaces_Slot(t *testing.T) {
 // while the process runs (a failover to a replica that had not received
 // it, rows pruned by hand) is made again by the next start or slot, rather
 // than failing them all until the process restarts.
+// TestConnectionPlaces_Prune: the pace rows whose next start and last slot
+// are both past go; a row with a start or a slot to come stays, and a
+// pruned connection's next delivery paces as before.
+func TestConnectionPlaces_Prune(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	_, err := places.Pace(ctx, "crm", 1000) // next start 1 ms on
+	require.NoError(t, err)
+	_, err = places.Slot(ctx, "erp", time.Millisecond) // a slot 1 ms on
+	require.NoError(t, err)
+	_, err = places.Pace(ctx, "hr", 1.0/3600) // next start an hour on
+	require.NoError(t, err)
+	_, err = places.Slot(ctx, "ops", time.Hour) // a slot an hour on
+	require.NoError(t, err)
+
+	pruned, err := places.Prune(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), pruned, "crm's and erp's, all past a minute on")
+	rows, err := pool.Query(ctx, `SELECT connection_id FROM "`+schema+`".riverhook_pace ORDER BY connection_id`)
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	assert.Equal(t, []string{"hr", "ops"}, left, "a start or a slot to come")
+
+	wait, err := places.Pace(ctx, "crm", 1000)
+	require.NoError(t, err)
+	assert.Zero(t, wait, "pruned: its next delivery begins at once, the row made again")
+	wait, err = places.Pace(ctx, "crm", 1000)
+	require.NoError(t, err)
+	assert.Greater(t, wait, time.Duration(0), "and paces the one after")
+}
+
 func TestConnectionPlaces_PaceOutlivesItsRow(t *testing.T) {
 	t.Parallel()
 	pool, schema := testDB(t)

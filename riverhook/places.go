@@ -296,6 +296,24 @@ func (p *ConnectionPlaces) Due(ctx context.Context, ahead time.Duration) (int, e
 	return n, nil
 }
 
+// Prune deletes the rows of riverhook_pace whose next start and last slot
+// were both before before, and returns how many: a connection whose rate
+// and slots are all in the past needs no row, which its next delivery
+// makes again as it would have updated it. Run it now and then, such as
+// daily with a before of a day ago, beside EndpointMarks.Prune, so that
+// the table follows the connections delivered to, not every connection
+// that ever was. The places (riverhook_place, a row per place of a
+// connection delivered to) are not pruned: a process that made a
+// connection's rows counts on them, and would find the connection full for
+// up to a minute before making them again.
+func (p *ConnectionPlaces) Prune(ctx context.Context, before time.Time) (int64, error) {
+	tag, err := p.db.Exec(ctx, `DELETE FROM `+p.pace+` WHERE next < $1 AND slot < $1`, before)
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: pruning the connections' paces: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // maxPaceEvery is the slowest pace: a rate under one delivery a year
 // (WorkerOptions.RateLimit) is one a year.
 const maxPaceEvery = 365 * 24 * time.Hour
