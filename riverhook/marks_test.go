@@ -146,3 +146,40 @@ func TestMigrate_InATransactionKeepsItsSearchPath(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, riverhook.NewEndpointMarks(pool, schema).Mark(ctx, webhook.EndpointHealth{Endpoint: "https://a.example.com:443", Changed: time.Now()}))
 }
+
+// TestMigrate_FromVersion3KeepsThePlacesHeld: a schema at version 3 (the
+// places' holds named by job_id) with places held is brought to the
+// current version, the holds kept under their new name, and concurrent
+// callers serialise. A process of the previous version, still naming
+// job_id, finds its statements refused once the migration ran: the
+// upgrade notes (CHANGELOG, riverhook/README) say to stop such workers
+// first.
+func TestMigrate_FromVersion3KeepsThePlacesHeld(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	place := `"` + schema + `".riverhook_place`
+	// Back to version 3, as the previous version left it, with a place held.
+	_, err := pool.Exec(ctx, `ALTER TABLE `+place+` RENAME COLUMN holder TO job_id;
+		DELETE FROM "`+schema+`".riverhook_migration WHERE version >= 4;
+		INSERT INTO `+place+` (connection_id, place, job_id, until) VALUES ('crm', 0, 42, now() + interval '1 minute'), ('crm', 1, 0, '-infinity')`)
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { assert.NoError(t, riverhook.Migrate(ctx, pool, schema)) })
+	}
+	wg.Wait()
+	var holder int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT holder FROM `+place+` WHERE connection_id = 'crm' AND place = 0`).Scan(&holder))
+	assert.EqualValues(t, 42, holder, "the hold is kept")
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	got, ok, err := places.Take(ctx, "crm", 2, 7, time.Minute)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, 1, got, "the free place; the held one stays held")
+
+	_, err = pool.Exec(ctx, `UPDATE `+place+` SET until = '-infinity' WHERE connection_id = 'crm' AND place = 0 AND job_id = 42`)
+	assert.ErrorContains(t, err, "job_id", "a process of the previous version cannot give back its place")
+}
