@@ -418,15 +418,16 @@ const maxWoken = 50_000
 // a wake never cuts short. A moved one is
 // made available at its new time, as River does a short snooze, so that it
 // runs on time rather than up to River's scheduler interval late. A job
-// waiting for its policy's retry (retryable) keeps its time
-// (TestRiver/Wake).
+// waiting for its policy's retry (retryable) keeps its time, also once due
+// made it available ahead of it (retryAtKey) (TestRiver/Wake).
 func wake(ctx context.Context, db DB, schema, connectionID string, every time.Duration, end *time.Time) (int, error) {
 	table := jobTable(schema)
 	turn := `clock_timestamp() + waiting.k * @riverhook_every * interval '1 microsecond'`
 	sql := `WITH waiting AS (
 			SELECT id, scheduled_at, row_number() OVER (ORDER BY scheduled_at, id) - 1 AS k FROM (
 				SELECT id, scheduled_at FROM ` + table + ` WHERE kind = @riverhook_kind AND ` + connectionWhere + `
-				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp())) AND attempted_at IS NOT NULL
+				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp()
+					AND (metadata->>'` + retryAtKey + `')::timestamptz IS DISTINCT FROM scheduled_at)) AND attempted_at IS NOT NULL
 				ORDER BY scheduled_at, id LIMIT @riverhook_limit FOR UPDATE SKIP LOCKED) AS w),
 		woken AS (
 			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = ` + turn + `
@@ -442,6 +443,13 @@ func wake(ctx context.Context, db DB, schema, connectionID string, every time.Du
 	}
 	return n, err
 }
+
+// retryAtKey is the key of River's job metadata under which due notes the
+// retry time of a job it made available early (a retryable job is moved as
+// a snoozed one is): wake leaves a job whose time is still that one, so
+// that no retry runs before its policy's wait. A snooze after the retry
+// changes the job's time, and the note no longer applies.
+const retryAtKey = "riverhook_retry_at"
 
 // maxDue bounds the jobs one due moves.
 const maxDue = 10_000
@@ -471,10 +479,12 @@ func due(ctx context.Context, db DB, schema string, ahead time.Duration) (int, e
 func dueSQL(schema string) string {
 	table := jobTable(schema)
 	return `WITH due AS (
-			SELECT id FROM ` + table + ` WHERE state IN ('scheduled', 'retryable') AND kind = $1
+			SELECT id, state FROM ` + table + ` WHERE state IN ('scheduled', 'retryable') AND kind = $1
 			AND scheduled_at <= statement_timestamp() + $2 * interval '1 microsecond'
 			AND (unique_key IS NULL OR unique_states IS NULL OR ` + qualifier(schema) + `river_job_state_in_bitmask(unique_states, state))
 			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
-		moved AS (UPDATE ` + table + ` AS j SET state = 'available' FROM due WHERE j.id = due.id RETURNING 1)
+		moved AS (UPDATE ` + table + ` AS j SET state = 'available',
+			metadata = CASE WHEN due.state = 'retryable' THEN jsonb_set(j.metadata, '{` + retryAtKey + `}', to_jsonb(j.scheduled_at)) ELSE j.metadata END
+			FROM due WHERE j.id = due.id RETURNING 1)
 		SELECT count(*) FROM moved`
 }

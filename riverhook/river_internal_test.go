@@ -304,6 +304,41 @@ func TestRiver(t *testing.T) {
 		assert.True(t, d6.ScheduledAt.Equal(later), "d6 is sent at its time, %v, not %v", later, d6.ScheduledAt)
 	})
 
+	t.Run("WakeLeavesARetryDueMadeReady", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "r", Event: "user.identified", Body: []byte("{}")}, nil)
+		require.NoError(t, err)
+		id := res.Job.ID
+		// It failed, and its policy retries it in 1.5 s: due makes it
+		// available at that time, as it does a snooze.
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(), state = 'retryable',
+			scheduled_at = now() + interval '1500 milliseconds' WHERE id = $1`, id)
+		require.NoError(t, err)
+		retryAt, err := client.JobGet(ctx, id)
+		require.NoError(t, err)
+		n, err := due(ctx, pool, client.Schema(), 2*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		var end time.Time
+		n, err = wake(ctx, pool, client.Schema(), "crm", time.Millisecond, &end)
+		require.NoError(t, err)
+		assert.Zero(t, n, "a retry made ready ahead of its time is no snooze to cut short")
+		job, err := client.JobGet(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, rivertype.JobStateAvailable, job.State)
+		assert.True(t, job.ScheduledAt.Equal(retryAt.ScheduledAt), "its policy's time, %v, not %v", retryAt.ScheduledAt, job.ScheduledAt)
+
+		// Its retry ran and snoozed (over the bound): a wait of riverhook's,
+		// which a wake moves.
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(), state = 'scheduled',
+			scheduled_at = now() + interval '1 hour' WHERE id = $1`, id)
+		require.NoError(t, err)
+		n, err = wake(ctx, pool, client.Schema(), "crm", time.Millisecond, &end)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, "snoozed since: woken")
+	})
+
 	t.Run("Due", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()
