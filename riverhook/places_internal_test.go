@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -462,4 +463,27 @@ func TestConnectionPlaces_TakeOutlivesItsRows(t *testing.T) {
 	defer places.mu.Unlock()
 	assert.NotContains(t, places.ensured, "crm", "not delivered to for ten minutes: forgotten")
 	assert.Contains(t, places.ensured, "erp")
+}
+
+// TestWorker_ADueMakesAtMostMaxRewakes: the second wakes of many
+// connections respaced at once are spread over the dues that follow, a
+// bounded number each, not all made in one delivery's run.
+func TestWorker_ADueMakesAtMostMaxRewakes(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	places := &wakeCounter{}
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 8, Places: places, SnoozeFor: time.Second})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { return now }
+	for i := range 40 {
+		w.woken[fmt.Sprintf("c%d", i)] = now
+	}
+	ctx := context.Background()
+	for _, want := range []int{16, 32, 40, 40} {
+		now = now.Add(time.Second)
+		w.due(ctx)
+		assert.Len(t, places.wakes, want)
+	}
 }

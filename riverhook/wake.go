@@ -32,6 +32,9 @@ func (w *Worker) due(ctx context.Context) {
 	w.dueAt = now
 	var again []string
 	for id, at := range w.woken {
+		if len(again) == maxRewakes {
+			break // the rest at the next due, a second on
+		}
 		if now.Sub(at) >= time.Second {
 			again = append(again, id)
 			delete(w.woken, id)
@@ -59,6 +62,11 @@ func (w *Worker) due(ctx context.Context) {
 		}
 	}
 }
+
+// maxRewakes bounds the second wakes one due makes (one statement each),
+// which delay the run it is made in: a fleet starting up with many
+// connections' bursts respaced at once spreads them over the next dues.
+const maxRewakes = 16
 
 // answered reports whether a's endpoint answered: its deliveries waiting
 // for it may go.
