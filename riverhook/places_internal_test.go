@@ -201,6 +201,21 @@ func TestWorker_AJobBackAtItsSlotHoldsOnForAPlace(t *testing.T) {
 	})
 }
 
+// respaceWorker is a Worker with a bound of 8 over a fleet counting its
+// wakes, its slots a second over the bound apart until an attempt has
+// ended, on the test's clock *now.
+func respaceWorker(t *testing.T, now *time.Time) (*Worker, *wakeCounter) {
+	t.Helper()
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	places := &wakeCounter{}
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 8, Places: places, SnoozeFor: time.Second})
+	require.NoError(t, err)
+	w.now = func() time.Time { return *now }
+	return w, places
+}
+
 // wakeCounter is a fleet whose places are all held, counting its Wakes.
 type wakeCounter struct {
 	chainPlaces
@@ -217,14 +232,8 @@ func (c *wakeCounter) Wake(_ context.Context, _ string, every time.Duration) (in
 // once attempts show the endpoint faster by a quarter or more, its waiting
 // jobs are moved to its pace (Places.Wake), at most once per rewakeFor.
 func TestWorker_SlotsHandedTooSlowAreRespacedOnceTheEndpointIsKnown(t *testing.T) {
-	sender, err := webhook.NewSender(nil)
-	require.NoError(t, err)
-	places := &wakeCounter{}
-	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-		&WorkerOptions{MaxInFlightPerConnection: 8, Places: places, SnoozeFor: time.Second})
-	require.NoError(t, err)
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	w.now = func() time.Time { return now }
+	w, places := respaceWorker(t, &now)
 	ctx := context.Background()
 	for id := int64(1); id <= 3; id++ {
 		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, CreatedAt: now, ScheduledAt: now}, Args: Args{ConnectionID: "crm"}}
@@ -250,14 +259,8 @@ func TestWorker_SlotsHandedTooSlowAreRespacedOnceTheEndpointIsKnown(t *testing.T
 // are moved to its pace. (The last slot's spacing hid them: fleetbench's
 // 500 ms endpoint then got 0.50x of what its bound allows, at random.)
 func TestWorker_SlowSlotsAreRespacedThoughOneWasHandedAtThePaceSince(t *testing.T) {
-	sender, err := webhook.NewSender(nil)
-	require.NoError(t, err)
-	places := &wakeCounter{}
-	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-		&WorkerOptions{MaxInFlightPerConnection: 8, Places: places, SnoozeFor: time.Second})
-	require.NoError(t, err)
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	w.now = func() time.Time { return now }
+	w, places := respaceWorker(t, &now)
 	ctx := context.Background()
 	job := func(id int64) *river.Job[Args] {
 		return &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id, CreatedAt: now, ScheduledAt: now}, Args: Args{ConnectionID: "crm"}}
@@ -469,14 +472,8 @@ func TestConnectionPlaces_TakeOutlivesItsRows(t *testing.T) {
 // connections respaced at once are spread over the dues that follow, a
 // bounded number each, not all made in one delivery's run.
 func TestWorker_ADueMakesAtMostMaxRewakes(t *testing.T) {
-	sender, err := webhook.NewSender(nil)
-	require.NoError(t, err)
-	places := &wakeCounter{}
-	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
-		&WorkerOptions{MaxInFlightPerConnection: 8, Places: places, SnoozeFor: time.Second})
-	require.NoError(t, err)
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	w.now = func() time.Time { return now }
+	w, places := respaceWorker(t, &now)
 	for i := range 40 {
 		w.woken[fmt.Sprintf("c%d", i)] = now
 	}
