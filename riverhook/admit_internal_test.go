@@ -71,6 +71,26 @@ func (m *memPlaces) counts() (takes, gives, keeps int, holder map[int]int64) {
 	return m.takes, m.gives, m.keeps, h
 }
 
+// crmJob is a job of connection crm inserted at created, running for the
+// first time, or back at its slot a second later.
+func crmJob(created time.Time, id int64, back bool) *river.Job[Args] {
+	row := &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created}
+	if back {
+		row.ScheduledAt = created.Add(time.Second)
+	}
+	return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
+}
+
+// assertNothingHeld checks that w holds no place and has no run holding
+// on for one.
+func assertNothingHeld(t *testing.T, w *Worker) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	assert.Empty(t, w.inFlight, "the process's place given back")
+	assert.Empty(t, w.waiting)
+}
+
 // fleetWorker is a Worker with a bound of 1 over fleet, its slots a
 // second apart until an attempt has ended.
 func fleetWorker(t *testing.T, fleet Places) *Worker {
@@ -136,11 +156,8 @@ func TestWorker_APlaceFreedIsHandedToARunHoldingOnForIt(t *testing.T) {
 		h3.until = time.Now().Add(time.Second)
 		_, wait, ok := handOver(h3, 4)
 		assert.False(t, ok, "no place")
-		assert.Equal(t, time.Second, wait, "its slot at the front")
-		w.mu.Lock()
-		assert.Empty(t, w.inFlight, "the process's place given back")
-		assert.Empty(t, w.waiting)
-		w.mu.Unlock()
+		assert.Equal(t, time.Second, wait, "the fleet's next slot")
+		assertNothingHeld(t, w)
 	})
 }
 
@@ -165,10 +182,7 @@ func TestWorker_ARunLeavingAsAPlaceIsHandedToItPassesItOn(t *testing.T) {
 		_, gives, _, holder := fleet.counts()
 		assert.Equal(t, 1, gives)
 		assert.Empty(t, holder, "given back to the fleet")
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		assert.Empty(t, w.inFlight)
-		assert.Empty(t, w.waiting)
+		assertNothingHeld(t, w)
 	})
 }
 
@@ -208,13 +222,7 @@ func TestWorker_APanickingPlacesLosesNoPlace(t *testing.T) {
 		require.NoError(t, err)
 		ctx := context.Background()
 		created := time.Now()
-		job := func(id int64, back bool) *river.Job[Args] {
-			row := &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created}
-			if back {
-				row.ScheduledAt = created.Add(time.Second)
-			}
-			return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
-		}
+		job := func(id int64, back bool) *river.Job[Args] { return crmJob(created, id, back) }
 		admitRecovering := func(j *river.Job[Args]) (panicked bool) {
 			defer func() { panicked = recover() != nil }()
 			w.admit(ctx, j, 0)
@@ -254,10 +262,7 @@ func TestWorker_APanickingPlacesLosesNoPlace(t *testing.T) {
 			w.finish(ctx, h5)
 		}()
 		require.True(t, admitRecovering(job(6, true)), "Keep panicked as job 6 was handed job 5's place")
-		w.mu.Lock()
-		assert.Empty(t, w.inFlight, "the process's place given back")
-		assert.Empty(t, w.waiting)
-		w.mu.Unlock()
+		assertNothingHeld(t, w)
 	})
 }
 
@@ -272,13 +277,7 @@ func TestWorker_AHoldIsNamedByItsOwnNumber(t *testing.T) {
 		w := fleetWorker(t, fleet)
 		ctx := context.Background()
 		created := time.Now()
-		job := func(id int64, back bool) *river.Job[Args] {
-			row := &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created}
-			if back {
-				row.ScheduledAt = created.Add(time.Second)
-			}
-			return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
-		}
+		job := func(id int64, back bool) *river.Job[Args] { return crmJob(created, id, back) }
 		h1, _, ok := w.admit(ctx, job(1, false), 0)
 		require.True(t, ok)
 		go w.finish(ctx, h1)

@@ -169,13 +169,7 @@ func TestWorker_AJobBackAtItsSlotHoldsOnForAPlace(t *testing.T) {
 		require.NoError(t, err)
 		ctx := context.Background()
 		created := time.Now()
-		job := func(id int64, back bool) *river.Job[Args] {
-			row := &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created}
-			if back {
-				row.ScheduledAt = created.Add(time.Second)
-			}
-			return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
-		}
+		job := func(id int64, back bool) *river.Job[Args] { return crmJob(created, id, back) }
 		h1, _, ok := w.admit(ctx, job(1, false), 0)
 		require.True(t, ok, "the place")
 
