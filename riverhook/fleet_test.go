@@ -24,6 +24,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -484,4 +485,141 @@ func TestFleet_RateHoldsAcrossProcesses(t *testing.T) {
 	// its start by a handshake, so the first is given 150 ms of it.
 	least := time.Duration(float64(deliveries-1)/rate*float64(time.Second)) - 150*time.Millisecond
 	assert.GreaterOrEqual(t, span, least, "%d starts at %v/s across the fleet", deliveries, rate)
+}
+
+// countingDB counts the statements sent through it, and can hold the
+// next one until a gate opens.
+type countingDB struct {
+	riverhook.DB
+	n    atomic.Int64
+	mu   sync.Mutex
+	gate chan struct{} // when set, the next statement waits until it is closed
+}
+
+func (db *countingDB) count() {
+	db.n.Add(1)
+	db.mu.Lock()
+	gate := db.gate
+	db.gate = nil
+	db.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+}
+
+// holdNext makes the next statement wait until open is called.
+func (db *countingDB) holdNext() (open func()) {
+	gate := make(chan struct{})
+	db.mu.Lock()
+	db.gate = gate
+	db.mu.Unlock()
+	return func() { close(gate) }
+}
+
+func (db *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	db.count()
+	return db.DB.Exec(ctx, sql, args...)
+}
+
+func (db *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	db.count()
+	return db.DB.Query(ctx, sql, args...)
+}
+
+func (db *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	db.count()
+	return db.DB.QueryRow(ctx, sql, args...)
+}
+
+// TestConnectionPlaces_TakesAndGivesAtOnceShareStatements takes, from 96
+// goroutines at once, places of 4 connections of bound 8 (two of them
+// asked with a second bound, as two Workers of one process might), then
+// gives back those taken: each connection's places are held by one holder
+// each, never more than its bound, every place is free again after, and
+// the calls shared statements (the first statement of each is held until
+// every goroutine has made its call, so that the others queue behind it).
+func TestConnectionPlaces_TakesAndGivesAtOnceShareStatements(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	db := &countingDB{DB: pool}
+	places := riverhook.NewConnectionPlaces(db, schema)
+	connections := []string{"crm", "erp", "hr", "ops"}
+	for _, id := range connections { // its rows made: a statement each, not counted below
+		place, ok, err := places.Take(ctx, id, 8, -1, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, places.Give(ctx, id, place, -1))
+	}
+	db.n.Store(0)
+
+	const calls = 96
+	type taken struct {
+		id     string
+		place  int
+		holder int64
+	}
+	got := make(chan taken, calls)
+	var wg, ready sync.WaitGroup
+	open := db.holdNext()
+	ready.Add(calls)
+	for i := range calls {
+		wg.Go(func() {
+			ready.Done()
+			id, bound := connections[i%4], 8
+			if i%8 == 0 {
+				bound = 6
+			}
+			place, ok, err := places.Take(ctx, id, bound, int64(i+1), time.Minute)
+			assert.NoError(t, err)
+			if ok {
+				assert.Less(t, place, bound)
+				got <- taken{id, place, int64(i + 1)}
+			}
+		})
+	}
+	ready.Wait()
+	open()
+	wg.Wait()
+	close(got)
+	held := map[string]map[int]int64{}
+	var all []taken
+	for tk := range got {
+		if held[tk.id] == nil {
+			held[tk.id] = map[int]int64{}
+		}
+		_, twice := held[tk.id][tk.place]
+		assert.False(t, twice, "place %d of %s taken twice", tk.place, tk.id)
+		held[tk.id][tk.place] = tk.holder
+		all = append(all, tk)
+	}
+	for _, id := range connections {
+		assert.LessOrEqual(t, len(held[id]), 8, "connection %s", id)
+		assert.GreaterOrEqual(t, len(held[id]), 6, "connection %s: its places were free", id)
+	}
+	takes := db.n.Load()
+	t.Logf("%d Takes at once: %d statements, %d places taken", calls, takes, len(all))
+	assert.Less(t, takes, int64(calls), "Takes made at once share statements")
+
+	open = db.holdNext()
+	ready.Add(len(all))
+	for _, tk := range all {
+		wg.Go(func() {
+			ready.Done()
+			assert.NoError(t, places.Give(ctx, tk.id, tk.place, tk.holder))
+		})
+	}
+	ready.Wait()
+	open()
+	wg.Wait()
+	t.Logf("%d Gives at once: %d statements", len(all), db.n.Load()-takes)
+	assert.Less(t, db.n.Load()-takes, int64(len(all)), "Gives made at once share statements")
+	for _, id := range connections {
+		for place := range 8 {
+			_, ok, err := places.Take(ctx, id, 8, 1000+int64(place), time.Minute)
+			require.NoError(t, err)
+			assert.True(t, ok, "%s: every place is free again", id)
+		}
+	}
 }

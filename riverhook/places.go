@@ -2,7 +2,6 @@ package riverhook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -76,10 +75,14 @@ type Places interface {
 // A place is held until its attempt has ended or, should the process die
 // first, until its hold has passed: the Worker holds for its Timeout (the
 // attempt timeout and 10 s) and 20 s more, the most a process that died
-// keeps a place (a minute with the default Sender). An attempt costs two
-// statements when it takes a place: an UPDATE that takes the first free
-// place (FOR UPDATE SKIP LOCKED, so that processes taking at once do not
-// wait on each other) and one that gives it back. A place freed while a
+// keeps a place (a minute with the default Sender). An attempt that takes a
+// place costs a share of two statements: an UPDATE that takes the first
+// free place (FOR UPDATE SKIP LOCKED, so that processes taking at once do
+// not wait on each other) and one that gives it back. The Takes a process
+// makes while one of its Takes runs share the next statement, up to 64 (as
+// do its Gives): a busy Worker makes one statement of many attempts' Takes,
+// and a call waits for at most the statement running before its own and
+// its own (each bounded by 10 s). A place freed while a
 // run of the same connection holds on for one in the process is handed to
 // it at no statement, or at one (Keep) when what is left of its hold might
 // not cover the new run, once per 20 s of a busy connection. A
@@ -103,28 +106,34 @@ type ConnectionPlaces struct {
 	ensured map[string]ensured // connection id -> the places its rows were made for, and when
 	swept   time.Time          // the last sweep of ensured
 	now     func() time.Time   // tests move it
+	takes   batcher[takeReq, int]
+	gives   batcher[giveReq, struct{}]
 }
 
 // NewConnectionPlaces returns the places in schema ("" for the search
 // path) through db, a pool.
 func NewConnectionPlaces(db DB, schema string) *ConnectionPlaces {
-	return &ConnectionPlaces{db: db, schema: schema, table: qualifier(schema) + "riverhook_place",
+	p := &ConnectionPlaces{db: db, schema: schema, table: qualifier(schema) + "riverhook_place",
 		pace: qualifier(schema) + "riverhook_pace", ensured: map[string]ensured{}, now: time.Now}
+	p.takes = batcher[takeReq, int]{run: p.take, max: maxBatch}
+	p.gives = batcher[giveReq, struct{}]{run: p.give, max: maxBatch}
+	return p
 }
 
+// maxBatch is the most Takes, or Gives, one statement carries.
+const maxBatch = 64
+
 // Take takes the first free place of connectionID's bound for holder, held
-// for hold.
+// for hold. Takes made at once in a process share one statement.
 func (p *ConnectionPlaces) Take(ctx context.Context, connectionID string, bound int, holder int64, hold time.Duration) (int, bool, error) {
 	if err := p.ensure(ctx, connectionID, bound); err != nil {
 		return 0, false, err
 	}
-	var place int
-	err := p.db.QueryRow(ctx, `UPDATE `+p.table+` AS p SET holder = $3, until = clock_timestamp() + $4 * interval '1 microsecond'
-		FROM (SELECT place FROM `+p.table+` WHERE connection_id = $1 AND place < $2 AND until < clock_timestamp()
-			ORDER BY place LIMIT 1 FOR UPDATE SKIP LOCKED) AS free
-		WHERE p.connection_id = $1 AND p.place = free.place
-		RETURNING p.place`, connectionID, bound, holder, hold.Microseconds()).Scan(&place)
-	if errors.Is(err, pgx.ErrNoRows) {
+	place, err := p.takes.do(ctx, takeReq{connectionID, bound, holder, hold.Microseconds()})
+	if err != nil {
+		return 0, false, fmt.Errorf("riverhook: taking a place for connection %q: %w", connectionID, err)
+	}
+	if place < 0 {
 		// Every place held, or the rows gone (a table restored or pruned,
 		// a failover): made again at the next Take, a minute after they
 		// were last made, so that a connection never stays full for want
@@ -136,10 +145,68 @@ func (p *ConnectionPlaces) Take(ctx context.Context, connectionID string, bound 
 		p.mu.Unlock()
 		return 0, false, nil
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("riverhook: taking a place for connection %q: %w", connectionID, err)
-	}
 	return place, true, nil
+}
+
+// takeReq is a Take's request; its result is the place, or -1 for none.
+type takeReq struct {
+	connectionID string
+	bound        int
+	holder       int64
+	holdMicros   int64
+}
+
+// take takes a place for each of reqs in one statement: for each
+// connection (and bound and hold) of reqs, as many of its first free
+// places as it has requests, handed in their order. The places are locked
+// FOR UPDATE SKIP LOCKED, so that processes taking at once never wait on
+// each other.
+func (p *ConnectionPlaces) take(ctx context.Context, reqs []takeReq) ([]int, error) {
+	ids := make([]string, len(reqs))
+	bounds := make([]int32, len(reqs))
+	holders := make([]int64, len(reqs))
+	holds := make([]int64, len(reqs))
+	for i, r := range reqs {
+		ids[i], bounds[i], holders[i], holds[i] = r.connectionID, int32(min(r.bound, math.MaxInt32)), r.holder, r.holdMicros
+	}
+	rows, err := p.db.Query(ctx, `WITH wanted AS (
+			SELECT connection_id, bound, hold, array_agg(holder ORDER BY i) AS holders
+			FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(connection_id, bound, holder, hold, i)
+			GROUP BY connection_id, bound, hold
+		), free AS (
+			SELECT w.connection_id, f.place, w.holders[f.n] AS holder, w.hold
+			FROM wanted AS w, LATERAL (
+				SELECT place, row_number() OVER (ORDER BY place) AS n FROM (
+					SELECT place FROM `+p.table+`
+					WHERE connection_id = w.connection_id AND place < w.bound AND until < clock_timestamp()
+					ORDER BY place LIMIT cardinality(w.holders) FOR UPDATE SKIP LOCKED) AS s
+			) AS f
+		)
+		UPDATE `+p.table+` AS p SET holder = free.holder, until = clock_timestamp() + free.hold * interval '1 microsecond'
+		FROM free WHERE p.connection_id = free.connection_id AND p.place = free.place
+		RETURNING p.holder, p.place`, ids, bounds, holders, holds)
+	if err != nil {
+		return nil, err
+	}
+	taken := map[int64]int{}
+	var holder int64
+	var place int
+	_, err = pgx.ForEachRow(rows, []any{&holder, &place}, func() error {
+		taken[holder] = place
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	places := make([]int, len(reqs))
+	for i, r := range reqs {
+		if place, ok := taken[r.holder]; ok {
+			places[i] = place
+		} else {
+			places[i] = -1
+		}
+	}
+	return places, nil
 }
 
 // ensured is when a connection's place rows were made, and for which bound.
@@ -154,14 +221,37 @@ type ensured struct {
 // what a process keeps follows the connections it delivers to now.
 const ensureAgain = 10 * time.Minute
 
-// Give gives back place of connectionID, if holder still has it.
+// Give gives back place of connectionID, if holder still has it. Gives
+// made at once in a process share one statement.
 func (p *ConnectionPlaces) Give(ctx context.Context, connectionID string, place int, holder int64) error {
-	_, err := p.db.Exec(ctx, `UPDATE `+p.table+` SET until = '-infinity' WHERE connection_id = $1 AND place = $2 AND holder = $3`,
-		connectionID, place, holder)
-	if err != nil {
+	if _, err := p.gives.do(ctx, giveReq{connectionID, place, holder}); err != nil {
 		return fmt.Errorf("riverhook: giving back a place of connection %q: %w", connectionID, err)
 	}
 	return nil
+}
+
+// giveReq is a Give's request.
+type giveReq struct {
+	connectionID string
+	place        int
+	holder       int64
+}
+
+// give gives back the places of reqs in one statement.
+func (p *ConnectionPlaces) give(ctx context.Context, reqs []giveReq) ([]struct{}, error) {
+	ids := make([]string, len(reqs))
+	places := make([]int32, len(reqs))
+	holders := make([]int64, len(reqs))
+	for i, r := range reqs {
+		ids[i], places[i], holders[i] = r.connectionID, int32(min(r.place, math.MaxInt32)), r.holder
+	}
+	_, err := p.db.Exec(ctx, `UPDATE `+p.table+` AS p SET until = '-infinity'
+		FROM unnest($1::text[], $2::int[], $3::bigint[]) AS g(connection_id, place, holder)
+		WHERE p.connection_id = g.connection_id AND p.place = g.place AND p.holder = g.holder`, ids, places, holders)
+	if err != nil {
+		return nil, err
+	}
+	return make([]struct{}, len(reqs)), nil
 }
 
 // Keep passes place of connectionID from holder to newHolder, held for
