@@ -3,9 +3,11 @@ package riverhook
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,7 +60,7 @@ func queued(t *testing.T, b *batcher[int, int], n int) {
 func TestBatcher_CallsMadeWhileOneRunsShareTheNextStatement(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGate()
-		b := &batcher[int, int]{run: g.run, max: 4}
+		b := &batcher[int, int]{run: g.run, max: 4, lanes: 1}
 		ctx := context.Background()
 		results := make([]int, 11)
 		var wg sync.WaitGroup
@@ -84,7 +86,7 @@ func TestBatcher_CallsMadeWhileOneRunsShareTheNextStatement(t *testing.T) {
 		}
 		assert.Equal(t, [][]int{{0}, {1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10}}, g.batches,
 			"11 calls in 4 statements, none over max, in the order they came")
-		assert.False(t, b.busy)
+		assert.Zero(t, b.running)
 		assert.Empty(t, b.queue)
 	})
 }
@@ -154,7 +156,7 @@ func TestBatcher_APanicFailsItsStatementsCallsAndTheNextRuns(t *testing.T) {
 		assert.Nil(t, got[3].panicked)
 		assert.Equal(t, 8, got[4].res, "the next statement runs")
 		assert.NoError(t, got[4].err)
-		assert.False(t, b.busy)
+		assert.Zero(t, b.running)
 	})
 }
 
@@ -165,4 +167,69 @@ func TestBatcher_AShortAnswerFailsEveryCall(t *testing.T) {
 	b = &batcher[int, int]{run: func(context.Context, []int) ([]int, error) { return nil, errors.New("down") }, max: 2}
 	_, err = b.do(context.Background(), 1)
 	assert.EqualError(t, err, "down")
+}
+
+// TestBatcher_ACallWaitingBehindASlowStatementOpensALane: with two lanes,
+// a call waits behind a running statement, and opens the second lane once
+// it has waited stallAfter; a third waits for one of the two, however
+// long, and runs in its lane when it ends.
+func TestBatcher_ACallWaitingBehindASlowStatementOpensALane(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const stallAfter = 5 * time.Millisecond
+		release := map[int]chan struct{}{0: make(chan struct{}), 1: make(chan struct{})}
+		var mu sync.Mutex
+		var batches [][]int
+		run := func(_ context.Context, reqs []int) ([]int, error) {
+			mu.Lock()
+			batches = append(batches, append([]int(nil), reqs...))
+			mu.Unlock()
+			if ch, ok := release[reqs[0]]; ok {
+				<-ch
+			}
+			return reqs, nil
+		}
+		b := &batcher[int, int]{run: run, max: 8, lanes: 2, stallAfter: stallAfter}
+		var wg sync.WaitGroup
+		call := func(i int) {
+			wg.Go(func() {
+				res, err := b.do(context.Background(), i)
+				assert.NoError(t, err)
+				assert.Equal(t, i, res)
+			})
+			synctest.Wait()
+		}
+		got := func() [][]int {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(batches)
+		}
+		state := func() (queued, running int) {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.queue), b.running
+		}
+		call(0)
+		call(1)
+		assert.Equal(t, [][]int{{0}}, got(), "the second waits behind the first")
+		time.Sleep(stallAfter - time.Nanosecond)
+		synctest.Wait()
+		assert.Equal(t, [][]int{{0}}, got(), "for stallAfter")
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		assert.Equal(t, [][]int{{0}, {1}}, got(), "then opens the second lane")
+		call(2)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		queued, _ := state()
+		assert.Equal(t, 1, queued, "the third waits: both lanes are taken")
+		close(release[1])
+		synctest.Wait()
+		assert.Equal(t, [][]int{{0}, {1}, {2}}, got(), "the third runs once the second has ended")
+		_, running := state()
+		assert.Equal(t, 1, running, "the first still runs")
+		close(release[0])
+		wg.Wait()
+		_, running = state()
+		assert.Zero(t, running)
+	})
 }

@@ -488,32 +488,41 @@ func TestFleet_RateHoldsAcrossProcesses(t *testing.T) {
 }
 
 // countingDB counts the statements sent through it, and can hold the
-// next one until a gate opens.
+// next ones until a gate opens.
 type countingDB struct {
 	riverhook.DB
 	n    atomic.Int64
 	mu   sync.Mutex
-	gate chan struct{} // when set, the next statement waits until it is closed
+	gate chan struct{} // the next held statements wait until it is closed
+	held int           // how many more statements wait at gate
 }
 
 func (db *countingDB) count() {
 	db.n.Add(1)
 	db.mu.Lock()
-	gate := db.gate
-	db.gate = nil
+	var gate chan struct{}
+	if db.held > 0 {
+		db.held--
+		gate = db.gate
+	}
 	db.mu.Unlock()
 	if gate != nil {
 		<-gate
 	}
 }
 
-// holdNext makes the next statement wait until open is called.
-func (db *countingDB) holdNext() (open func()) {
+// holdNext makes the next n statements wait until open is called.
+func (db *countingDB) holdNext(n int) (open func()) {
 	gate := make(chan struct{})
 	db.mu.Lock()
-	db.gate = gate
+	db.gate, db.held = gate, n
 	db.mu.Unlock()
-	return func() { close(gate) }
+	return func() {
+		db.mu.Lock()
+		db.held = 0
+		db.mu.Unlock()
+		close(gate)
+	}
 }
 
 func (db *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -536,8 +545,9 @@ func (db *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx
 // asked with a second bound, as two Workers of one process might), then
 // gives back those taken: each connection's places are held by one holder
 // each, never more than its bound, every place is free again after, and
-// the calls shared statements (the first statement of each is held until
-// every goroutine has made its call, so that the others queue behind it).
+// the calls shared statements (the first statements, as many as run at
+// once, are held until every goroutine has made its call, so that the
+// others queue behind them).
 func TestConnectionPlaces_TakesAndGivesAtOnceShareStatements(t *testing.T) {
 	t.Parallel()
 	pool, schema := testDB(t)
@@ -562,7 +572,7 @@ func TestConnectionPlaces_TakesAndGivesAtOnceShareStatements(t *testing.T) {
 	}
 	got := make(chan taken, calls)
 	var wg, ready sync.WaitGroup
-	open := db.holdNext()
+	open := db.holdNext(4) // as many as a process runs at once
 	ready.Add(calls)
 	for i := range calls {
 		wg.Go(func() {
@@ -602,7 +612,7 @@ func TestConnectionPlaces_TakesAndGivesAtOnceShareStatements(t *testing.T) {
 	t.Logf("%d Takes at once: %d statements, %d places taken", calls, takes, len(all))
 	assert.Less(t, takes, int64(calls), "Takes made at once share statements")
 
-	open = db.holdNext()
+	open = db.holdNext(4)
 	ready.Add(len(all))
 	for _, tk := range all {
 		wg.Go(func() {

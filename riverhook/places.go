@@ -80,9 +80,11 @@ type Places interface {
 // free place (FOR UPDATE SKIP LOCKED, so that processes taking at once do
 // not wait on each other) and one that gives it back. The Takes a process
 // makes while one of its Takes runs share the next statement, up to 64 (as
-// do its Gives): a busy Worker makes one statement of many attempts' Takes,
-// and a call waits for at most the statement running before its own and
-// its own (each bounded by 10 s). A place freed while a
+// do its Gives), so that a busy Worker makes one statement of many
+// attempts' Takes; a Take that has waited 5 ms behind a statement that is
+// slow runs the waiting ones in a statement of their own, up to 4 at once.
+// A call waits for the statements ahead of it and its own, each bounded by
+// 10 s whatever the call's context. A place freed while a
 // run of the same connection holds on for one in the process is handed to
 // it at no statement, or at one (Keep) when what is left of its hold might
 // not cover the new run, once per 20 s of a busy connection. A
@@ -115,13 +117,20 @@ type ConnectionPlaces struct {
 func NewConnectionPlaces(db DB, schema string) *ConnectionPlaces {
 	p := &ConnectionPlaces{db: db, schema: schema, table: qualifier(schema) + "riverhook_place",
 		pace: qualifier(schema) + "riverhook_pace", ensured: map[string]ensured{}, now: time.Now}
-	p.takes = batcher[takeReq, int]{run: p.take, max: maxBatch}
-	p.gives = batcher[giveReq, struct{}]{run: p.give, max: maxBatch}
+	p.takes = batcher[takeReq, int]{run: p.take, max: maxBatch, lanes: batchLanes, stallAfter: batchStall}
+	p.gives = batcher[giveReq, struct{}]{run: p.give, max: maxBatch, lanes: batchLanes, stallAfter: batchStall}
 	return p
 }
 
-// maxBatch is the most Takes, or Gives, one statement carries.
-const maxBatch = 64
+// maxBatch is the most Takes, or Gives, one statement carries;
+// batchLanes how many such statements a process runs at once; batchStall
+// how long a call waits behind a running one before it opens another lane
+// (a statement on the places takes a millisecond or two).
+const (
+	maxBatch   = 64
+	batchLanes = 4
+	batchStall = 5 * time.Millisecond
+)
 
 // Take takes the first free place of connectionID's bound for holder, held
 // for hold. Takes made at once in a process share one statement.
