@@ -169,21 +169,70 @@ type takeReq struct {
 // connection (and bound and hold) of reqs, as many of its first free
 // places as it has requests, handed in their order. The places are locked
 // FOR UPDATE SKIP LOCKED, so that processes taking at once never wait on
-// each other.
+// each other. A statement takes one group of places per connection: the
+// groups of a statement may all pick their places before it updates any
+// (PostgreSQL's plan decides), and two groups of a connection would pick
+// the same. Requests of a connection that differ in bound or hold are
+// taken by a statement each, in one transaction.
 func (p *ConnectionPlaces) take(ctx context.Context, reqs []takeReq) ([]int, error) {
-	ids := make([]string, len(reqs))
-	bounds := make([]int32, len(reqs))
-	holders := make([]int64, len(reqs))
-	holds := make([]int64, len(reqs))
-	for i, r := range reqs {
-		ids[i], bounds[i], holders[i], holds[i] = r.connectionID, int32(min(r.bound, math.MaxInt32)), r.holder, r.holdMicros
+	type group struct {
+		connectionID string
+		bound        int
+		holdMicros   int64
 	}
-	rows, err := p.db.Query(ctx, `WITH wanted AS (
-			SELECT connection_id, bound, hold, array_agg(holder ORDER BY i) AS holders
+	statement := map[group]int{} // the statement of a group
+	groups := map[string]int{}   // a connection's groups
+	var statements [][]int       // the indexes of reqs each statement takes
+	for i, r := range reqs {
+		g := group{r.connectionID, r.bound, r.holdMicros}
+		n, ok := statement[g]
+		if !ok {
+			n = groups[r.connectionID]
+			groups[r.connectionID]++
+			statement[g] = n
+		}
+		if n == len(statements) {
+			statements = append(statements, nil)
+		}
+		statements[n] = append(statements[n], i)
+	}
+	places := make([]int, len(reqs))
+	if len(statements) == 1 {
+		return places, p.takeIn(ctx, p.db, reqs, statements[0], places)
+	}
+	tx, err := p.db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after Commit, a no-op
+	for _, idx := range statements {
+		if err := p.takeIn(ctx, tx, reqs, idx, places); err != nil {
+			return nil, err
+		}
+	}
+	return places, tx.Commit(ctx)
+}
+
+// takeIn takes, in one statement through q, a place for each request of
+// reqs indexed by idx (one group per connection), and sets places.
+func (p *ConnectionPlaces) takeIn(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, reqs []takeReq, idx []int, places []int) error {
+	ids := make([]string, len(idx))
+	bounds := make([]int32, len(idx))
+	holders := make([]int64, len(idx))
+	holds := make([]int64, len(idx))
+	for j, i := range idx {
+		r := reqs[i]
+		ids[j], bounds[j], holders[j], holds[j] = r.connectionID, int32(min(r.bound, math.MaxInt32)), r.holder, r.holdMicros
+		places[i] = -1
+	}
+	rows, err := q.Query(ctx, `WITH wanted AS (
+			SELECT connection_id, bound, hold, array_agg(holder ORDER BY i) AS holders, array_agg(i ORDER BY i) AS idx
 			FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(connection_id, bound, holder, hold, i)
 			GROUP BY connection_id, bound, hold
 		), free AS (
-			SELECT w.connection_id, f.place, w.holders[f.n] AS holder, w.hold
+			SELECT w.connection_id, f.place, w.holders[f.n] AS holder, w.idx[f.n] AS i, w.hold
 			FROM wanted AS w, LATERAL (
 				SELECT place, row_number() OVER (ORDER BY place) AS n FROM (
 					SELECT place FROM `+p.table+`
@@ -193,29 +242,20 @@ func (p *ConnectionPlaces) take(ctx context.Context, reqs []takeReq) ([]int, err
 		)
 		UPDATE `+p.table+` AS p SET holder = free.holder, until = clock_timestamp() + free.hold * interval '1 microsecond'
 		FROM free WHERE p.connection_id = free.connection_id AND p.place = free.place
-		RETURNING p.holder, p.place`, ids, bounds, holders, holds)
+		RETURNING free.i, p.place`, ids, bounds, holders, holds)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	taken := map[int64]int{}
-	var holder int64
+	var i int64
 	var place int
-	_, err = pgx.ForEachRow(rows, []any{&holder, &place}, func() error {
-		taken[holder] = place
+	_, err = pgx.ForEachRow(rows, []any{&i, &place}, func() error {
+		if i < 1 || int(i) > len(idx) {
+			return fmt.Errorf("a place taken for request %d of %d", i, len(idx))
+		}
+		places[idx[i-1]] = place
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	places := make([]int, len(reqs))
-	for i, r := range reqs {
-		if place, ok := taken[r.holder]; ok {
-			places[i] = place
-		} else {
-			places[i] = -1
-		}
-	}
-	return places, nil
+	return err
 }
 
 // ensured is when a connection's place rows were made, and for which bound.
@@ -350,7 +390,7 @@ func (p *ConnectionPlaces) wake(ctx context.Context, connectionID string, every 
 	if err != nil {
 		return 0, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit, a no-op
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after Commit, a no-op
 	h := fnv.New64a()
 	h.Write([]byte("riverhook wake " + p.schema + "\x00" + connectionID))
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(h.Sum64()>>1)); err != nil {

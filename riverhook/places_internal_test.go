@@ -478,3 +478,72 @@ func TestWorker_ADueMakesAtMostMaxRewakes(t *testing.T) {
 		assert.Len(t, places.wakes, want)
 	}
 }
+
+// TestConnectionPlaces_TakesOfOneConnectionInAStatementTakePlacesOfTheirOwn:
+// Takes of a connection that share a statement but differ in hold (a
+// delivery's and a Send Test's) or in bound (two Workers of a process)
+// each take a place of their own while the connection has free ones: none
+// is refused because another Take of the statement picked the same place,
+// whichever plan PostgreSQL runs the statement with (the generic plan of a
+// statement pgx prepared, which PostgreSQL may choose after its fifth run,
+// finds every request's places before it updates any).
+func TestConnectionPlaces_TakesOfOneConnectionInAStatementTakePlacesOfTheirOwn(t *testing.T) {
+	pool, schema := testdb.Schema(t, "places", true)
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, pool, schema))
+	for _, plan := range []string{"auto", "force_generic_plan"} {
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+plan)
+		require.NoError(t, err)
+		places := NewConnectionPlaces(conn, schema)
+		require.NoError(t, places.ensure(ctx, "crm", 4))
+		_, err = conn.Exec(ctx, `UPDATE "`+schema+`".riverhook_place SET until = '-infinity'`)
+		require.NoError(t, err)
+		minute, twoMinutes := time.Minute.Microseconds(), 2*time.Minute.Microseconds()
+		got, err := places.take(ctx, []takeReq{
+			{"crm", 4, 1, minute}, {"crm", 4, 2, twoMinutes}, // holds apart
+			{"crm", 4, 3, minute}, {"crm", 5, 4, minute}, // bounds apart (its fifth row not made)
+		})
+		require.NoError(t, err)
+		assert.NotContains(t, got, -1, "%s: 4 places free for 4 Takes: %v", plan, got)
+		assert.Len(t, uniq(got), 4, "%s: a place each: %v", plan, got)
+		var held int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`".riverhook_place
+			WHERE connection_id = 'crm' AND until > clock_timestamp()`).Scan(&held))
+		assert.Equal(t, 4, held, plan)
+		conn.Release()
+	}
+}
+
+// TestConnectionPlaces_ATakeInAStatementIsToldItsOwnPlaceWhenHoldersRepeat:
+// a Take is told the place its statement took for it, not one taken for
+// another Take with the same holder number (of another connection, or of
+// the same), which would hold that place for nobody until its hold ends.
+func TestConnectionPlaces_ATakeInAStatementIsToldItsOwnPlaceWhenHoldersRepeat(t *testing.T) {
+	pool, schema := testdb.Schema(t, "places", true)
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, pool, schema))
+	places := NewConnectionPlaces(pool, schema)
+	_, ok, err := places.Take(ctx, "erp", 2, 100, time.Minute) // erp's place 0 held
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, places.ensure(ctx, "crm", 2))
+	hold := time.Minute.Microseconds()
+	got, err := places.take(ctx, []takeReq{{"crm", 2, 7, hold}, {"erp", 2, 7, hold}})
+	require.NoError(t, err)
+	assert.Equal(t, []int{0, 1}, got, "crm's first free place is 0, erp's is 1")
+
+	require.NoError(t, places.ensure(ctx, "hr", 2))
+	got, err = places.take(ctx, []takeReq{{"hr", 2, 8, hold}, {"hr", 2, 8, hold}})
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []int{0, 1}, got, "both of hr's places were taken, one for each")
+}
+
+func uniq(s []int) map[int]bool {
+	m := map[int]bool{}
+	for _, v := range s {
+		m[v] = true
+	}
+	return m
+}
