@@ -341,10 +341,12 @@ func TestHealth_OneHangingPathNeverTakesDownItsOrigin(t *testing.T) {
 		}
 		return false
 	}
-	// The attempt timeout leaves room for the TLS handshake on a loaded
-	// machine: an attempt that times out before it connects counts against
-	// the host, as it should, which is not what this test is about.
-	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 500 * time.Millisecond,
+	// The attempt timeout leaves room for the TLS handshake on a slow,
+	// loaded machine (the race detector, 2 cores, the other path's
+	// deliveries sent in a loop): an attempt that times out before it
+	// connects counts against the host, as it should, which is not what
+	// this test is about. 5 rounds of 2 s: 10 s.
+	s := newTestSender(t, rv, &webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 2 * time.Second,
 		Health: &webhook.HealthOptions{DownAfter: 3}})
 	var wg sync.WaitGroup
 	var timedOut atomic.Int32

@@ -537,7 +537,7 @@ func ExampleEraseBodies() {
 
 // The fleet's bound and rate: every worker process takes a connection's
 // places and its next start from the same tables, so that 2 in flight and
-// 2 a second hold for the deployment, not for each process. Migrate makes
+// 2 a minute hold for the deployment, not for each process. Migrate makes
 // riverhook's tables beside River's.
 func ExampleNewConnectionPlaces() {
 	ctx := context.Background()
@@ -547,7 +547,7 @@ func ExampleNewConnectionPlaces() {
 		log.Fatal(err)
 	}
 	places := riverhook.NewConnectionPlaces(pool, schema)
-	rates := map[string]float64{"crm": 2} // a customer's throttle: 2 deliveries a second
+	rates := map[string]float64{"crm": 2.0 / 60} // a customer's throttle: 2 deliveries a minute
 	sender, err := webhook.NewSender(nil)
 	if err != nil {
 		log.Fatal(err)

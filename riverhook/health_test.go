@@ -40,7 +40,11 @@ func TestDownEndpoint(t *testing.T) {
 		var changes []webhook.EndpointHealth
 		down, up := make(chan struct{}), make(chan struct{})
 		policy := fastPolicy(6)
-		sender, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: counter}, Retry: policy, AttemptTimeout: 150 * time.Millisecond,
+		// The dead host hangs however long an attempt may take. The attempt
+		// timeout leaves room for the handshakes once it is back, several at
+		// once through the proxy on a loaded machine: a later delivery must
+		// not time out there.
+		sender, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: counter}, Retry: policy, AttemptTimeout: 2 * time.Second,
 			Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 200 * time.Millisecond, MaxProbeInterval: 200 * time.Millisecond,
 				OnChange: func(_ context.Context, h webhook.EndpointHealth) {
 					mu.Lock()
@@ -127,7 +131,8 @@ func TestDownEndpoint(t *testing.T) {
 	// endpoint wake at the connection's pace once it answers again, not
 	// each at its slot: here the slots are 15 s apart (SnoozeFor 30 s over a
 	// bound of 2), so 30 of them would take minutes; woken, they take about
-	// as many attempts' times over the bound (2 s here).
+	// as many attempts' times over the bound (a few seconds here, as the
+	// probes' 2 s timeouts count in the pace at first).
 	t.Run("ABacklogWakesAtTheConnectionsPaceOnceItsEndpointAnswers", func(t *testing.T) {
 		t.Parallel()
 		bundle := setupReceiver(t, nil)
@@ -135,7 +140,10 @@ func TestDownEndpoint(t *testing.T) {
 		host := newSwitchHost(t, strings.TrimPrefix(bundle.srv.URL, "https://"))
 		down, up := make(chan struct{}), make(chan struct{})
 		policy := fastPolicy(6)
-		sender := bundle.srv.Sender(&webhook.SenderOptions{Retry: policy, AttemptTimeout: 150 * time.Millisecond,
+		// As above: the attempt timeout leaves room for the handshakes once
+		// the host is back, so that two of them timing out on a loaded
+		// machine never mark it down again.
+		sender := bundle.srv.Sender(&webhook.SenderOptions{Retry: policy, AttemptTimeout: 2 * time.Second,
 			Health: &webhook.HealthOptions{DownAfter: 2, ProbeInterval: 300 * time.Millisecond, MaxProbeInterval: 300 * time.Millisecond,
 				OnChange: func(_ context.Context, h webhook.EndpointHealth) {
 					if h.Down {
@@ -224,14 +232,17 @@ func TestDownEndpoint(t *testing.T) {
 		}
 		_, err := client.InsertMany(context.Background(), params)
 		require.NoError(t, err)
-		waiting := map[int64]bool{} // each queued delivery ran once, and waits
-		timeout := time.After(30 * time.Second)
+		// Each queued delivery ran once, and waits. The deadline is not what
+		// is tested: 2000 runs take a while under the race detector on a
+		// slow machine.
+		waiting := map[int64]bool{}
+		timeout := time.After(120 * time.Second)
 		for len(waiting) < backlog {
 			select {
 			case ev := <-snoozed:
 				waiting[ev.Job.ID] = true
 			case <-timeout:
-				t.Fatalf("%d of %d queued deliveries ran once within 30 s", len(waiting), backlog)
+				t.Fatalf("%d of %d queued deliveries ran once within 120 s", len(waiting), backlog)
 			}
 		}
 		h := sender.Health()

@@ -248,10 +248,11 @@ func TestRiver(t *testing.T) {
 	t.Run("Wake", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()
-		// d0 to d4 of crm: snoozed briefly (available, due in 100 ms),
-		// snoozed far (scheduled), snoozed briefly (due in 500 ms), waiting
-		// for the policy's retry (retryable), and snoozed a minute; d5 is
-		// erp's.
+		// d0 to d4 of crm: snoozed briefly (available, due in 30 s),
+		// snoozed far (scheduled), snoozed briefly (due in 45 s), waiting
+		// for the policy's retry (retryable), and snoozed 10 minutes; d5 is
+		// erp's. The times are long next to the statements' own time, so
+		// that a slow machine runs the same case.
 		ids := map[string]int64{}
 		for _, d := range []string{"d0", "d1", "d2", "d3", "d4", "d5"} {
 			conn := "crm"
@@ -266,8 +267,8 @@ func TestRiver(t *testing.T) {
 		// keeps).
 		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(),
 			state = (CASE args->>'delivery_id' WHEN 'd1' THEN 'scheduled' WHEN 'd3' THEN 'retryable' WHEN 'd5' THEN 'scheduled' ELSE 'available' END)::"`+client.Schema()+`".river_job_state,
-			scheduled_at = now() + (CASE args->>'delivery_id' WHEN 'd1' THEN interval '1 hour' WHEN 'd2' THEN interval '500 milliseconds'
-				WHEN 'd3' THEN interval '1 hour' WHEN 'd4' THEN interval '1 minute' WHEN 'd0' THEN interval '100 milliseconds' ELSE interval '1 hour' END)`)
+			scheduled_at = now() + (CASE args->>'delivery_id' WHEN 'd1' THEN interval '1 hour' WHEN 'd2' THEN interval '45 seconds'
+				WHEN 'd3' THEN interval '1 hour' WHEN 'd4' THEN interval '10 minutes' WHEN 'd0' THEN interval '30 seconds' ELSE interval '1 hour' END)`)
 		require.NoError(t, err)
 		// d6 of crm was inserted to be sent in an hour
 		// (InsertOptions.InsertOpts.ScheduledAt), and never ran: its time is
@@ -277,26 +278,37 @@ func TestRiver(t *testing.T) {
 			&river.InsertOpts{ScheduledAt: later})
 		require.NoError(t, err)
 		ids["d6"] = res.Job.ID
-		before := time.Now()
-		var end time.Time
-		n, err := wake(ctx, pool, client.Schema(), "crm", time.Second, &end)
-		require.NoError(t, err)
-		assert.Equal(t, 3, n, "in line d0 (its turn now), d2 (1 s: it stays, due before its turn), d4 (2 s), d1 (3 s); d3 waits for its retry")
-		assert.WithinDuration(t, before.Add(3*time.Second), end, 500*time.Millisecond, "the last waiting: where the connection's slots go on")
 		get := func(d string) *rivertype.JobRow {
 			job, err := client.JobGet(ctx, ids[d])
 			require.NoError(t, err)
 			return job
 		}
+		d2Due := get("d2").ScheduledAt
+		// The wake's clock is read between before and after. A second is
+		// allowed either side for the database's clock; the turns are a
+		// minute apart.
+		const every, slack = time.Minute, time.Second
+		before := time.Now()
+		var end time.Time
+		n, err := wake(ctx, pool, client.Schema(), "crm", every, &end)
+		after := time.Now()
+		require.NoError(t, err)
+		turn := func(k int, got time.Time, msg string) {
+			t.Helper()
+			lo, hi := before.Add(time.Duration(k)*every-slack), after.Add(time.Duration(k)*every+slack)
+			assert.True(t, !got.Before(lo) && !got.After(hi), "%s: %v not within [%v, %v]", msg, got, lo, hi)
+		}
+		assert.Equal(t, 3, n, "in line d0 (its turn now), d2 (1 min: it stays, due before its turn), d4 (2 min), d1 (3 min); d3 waits for its retry")
+		turn(3, end, "the last waiting: where the connection's slots go on")
 		d0, d2, d4, d1 := get("d0"), get("d2"), get("d4"), get("d1")
 		assert.Equal(t, rivertype.JobStateAvailable, d0.State)
-		assert.WithinDuration(t, before, d0.ScheduledAt, 250*time.Millisecond, "the first in line: now")
+		turn(0, d0.ScheduledAt, "the first in line: now")
 		assert.Equal(t, rivertype.JobStateAvailable, d2.State)
-		assert.WithinDuration(t, before.Add(500*time.Millisecond), d2.ScheduledAt, 250*time.Millisecond, "kept: never later than due")
+		assert.True(t, d2.ScheduledAt.Equal(d2Due), "kept: never later than due, %v, not %v", d2Due, d2.ScheduledAt)
 		assert.Equal(t, rivertype.JobStateAvailable, d4.State)
-		assert.WithinDuration(t, before.Add(2*time.Second), d4.ScheduledAt, 500*time.Millisecond, "the third in line: 2 s from now")
+		turn(2, d4.ScheduledAt, "the third in line: 2 min from now")
 		assert.Equal(t, rivertype.JobStateAvailable, d1.State, "made available, as River's own short snooze is: fetched at its time")
-		assert.WithinDuration(t, before.Add(3*time.Second), d1.ScheduledAt, 500*time.Millisecond, "the fourth: 3 s from now")
+		turn(3, d1.ScheduledAt, "the fourth: 3 min from now")
 		assert.Equal(t, rivertype.JobStateRetryable, get("d3").State)
 		assert.Equal(t, rivertype.JobStateScheduled, get("d5").State, "another connection's")
 		d6 := get("d6")
@@ -824,10 +836,12 @@ func TestDue_ReadsTheDeliveriesDueNotTheBacklog(t *testing.T) {
 	client, pool := pinClient(t)
 	ctx := context.Background()
 	table := jobTable(client.Schema())
-	// 20,000 deliveries snoozed over the next hours, 5 due within 2 s.
+	// 20,000 deliveries snoozed over the next hours, 5 due within 2 s. The
+	// backlog starts an hour out, so that however long the insert and
+	// ANALYZE take, none of it is due yet.
 	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state, scheduled_at, attempted_at)
 		SELECT jsonb_build_object('connection_id', 'c' || g % 50, 'delivery_id', 'd' || g), $1, 10, 'default', 'scheduled',
-			now() + CASE WHEN g <= 5 THEN interval '1 second' ELSE g * interval '1 second' END, now()
+			now() + CASE WHEN g <= 5 THEN interval '1 second' ELSE interval '1 hour' + g * interval '1 second' END, now()
 		FROM generate_series(1, 20000) AS g`, Kind)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `ANALYZE `+table)

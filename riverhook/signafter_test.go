@@ -41,7 +41,9 @@ func TestWorker_AnInterruptedRunIsToldOnceWhenTheRunWaitsToSign(t *testing.T) {
 		require.NoError(t, err)
 		return got
 	}
-	job = setTimestamp(time.Now().Add(time.Second).UnixMilli()) // signed by a clock a second ahead
+	// Signed by a clock a minute ahead: still ahead when the run below
+	// signs, however slow the statements between.
+	job = setTimestamp(time.Now().Add(time.Minute).UnixMilli())
 	res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "waits to sign after the last attempt")

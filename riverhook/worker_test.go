@@ -355,10 +355,14 @@ func TestWorker(t *testing.T) {
 		}})
 		ctx := context.Background()
 		p := firstParams(t, "d1", nil)
+		before := time.Now()
 		res, err := bundle.tw.Work(ctx, t, bundle.tx, p.Args.(riverhook.Args), p.InsertOpts)
 		require.ErrorIs(t, err, errDown, "for a river.ErrorHandler")
 		assert.Equal(t, `riverhook: connection "crm" did not resolve (the Resolver's error is logged, not kept here)`, res.Job.Errors[0].Error)
-		assert.True(t, res.Job.ScheduledAt.After(time.Now()), "River's client retry policy waits")
+		// River's default policy waits 1 s ±10% after a first error, counted
+		// from the run's end: at least 0.9 s after before, however slow the
+		// run. Half a second is well clear of no wait at all.
+		assert.True(t, res.Job.ScheduledAt.After(before.Add(500*time.Millisecond)), "River's client retry policy waits: %v, run at %v", res.Job.ScheduledAt, before)
 		res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, res.Job)
 		require.ErrorContains(t, err, `riverhook: connection "crm" did not resolve: the Resolver panicked`)
 		assert.Equal(t, `riverhook: connection "crm" did not resolve: the Resolver panicked (logged, not kept here)`, res.Job.Errors[1].Error)
@@ -480,13 +484,19 @@ func TestWorker(t *testing.T) {
 			t.Fatal("the first attempt did not arrive")
 		}
 		p := firstParams(t, "d2", nil)
+		before := time.Now()
 		res, err := bundle.tw.Work(ctx, t, bundle.tx, p.Args.(riverhook.Args), p.InsertOpts)
+		after := time.Now()
 		require.NoError(t, err)
 		assert.Equal(t, river.EventKindJobSnoozed, res.EventKind, "one delivery to crm in flight already")
 		assert.Equal(t, 0, res.Job.Attempt, "a snooze is no attempt")
 		// Its slot: one attempt's time (SnoozeFor, before any has ended) over
-		// the bound; woken River's scheduler interval early.
-		assert.WithinDuration(t, time.Now().Add(time.Minute-5*time.Second), res.Job.ScheduledAt, 5*time.Second)
+		// the bound; woken River's scheduler interval early. That is 55 s
+		// from a moment during Work: between before and after (the row
+		// keeps microseconds).
+		slot := time.Minute - 5*time.Second
+		lo, hi := before.Add(slot).Truncate(time.Microsecond), after.Add(slot)
+		assert.True(t, !res.Job.ScheduledAt.Before(lo) && !res.Job.ScheduledAt.After(hi), "%v not within [%v, %v]", res.Job.ScheduledAt, lo, hi)
 		close(release)
 		assert.Equal(t, river.EventKindJobCompleted, (<-first).EventKind)
 		res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, res.Job)
@@ -710,7 +720,9 @@ func TestWorker(t *testing.T) {
 			}
 		})
 		_, bundle := setupWorker(t, &workerOpts{secret: secretToken, handler: handler,
-			sender: webhook.SenderOptions{Retry: fastPolicy(3), AttemptTimeout: 300 * time.Millisecond}, record: true})
+			// 3 s: ample for the attempts that must not time out (TLS
+			// included) on a slow machine; the timeout case waits it out.
+			sender: webhook.SenderOptions{Retry: fastPolicy(3), AttemptTimeout: 3 * time.Second}, record: true})
 		conn := bundle.srv.Connection()
 		conn.URL += "/services/T0001/" + pathToken + "?key=" + queryToken
 		conn.Headers = map[string]string{"Authorization": "Bearer " + headerToken}
