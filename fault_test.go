@@ -139,17 +139,33 @@ func resetConn(conn net.Conn) {
 	conn.Close()
 }
 
-const faultTimeout = 400 * time.Millisecond
+// The attempt timeouts of the fault tests. An attempt that must get an
+// answer (or fail its handshake) has faultAnswerTimeout: far more than a TLS
+// handshake and an answer take on a slow, loaded machine under -race. Only
+// a case that expects its attempts to time out has faultTimeout: short, so
+// the test stays quick, but still long enough for the handshake and the
+// request, which the receiver must read first.
+const (
+	faultTimeout       = time.Second
+	faultAnswerTimeout = 10 * time.Second
+)
 
 // faultSender uses the library's own transport, trusting the hostile
-// receiver's certificate, with a short attempt timeout and one fast retry.
+// receiver's certificate, with the attempt timeout faultAnswerTimeout and
+// one fast retry.
 func faultSender(t *testing.T, pool *x509.CertPool, retry *webhook.RetryPolicy) *webhook.Sender {
+	t.Helper()
+	return faultSenderTimeout(t, pool, retry, faultAnswerTimeout)
+}
+
+// faultSenderTimeout is faultSender with the attempt timeout given.
+func faultSenderTimeout(t *testing.T, pool *x509.CertPool, retry *webhook.RetryPolicy, timeout time.Duration) *webhook.Sender {
 	t.Helper()
 	if retry == nil {
 		retry = shortPolicy(1)
 	}
 	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
-	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: faultTimeout, Retry: retry})
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: timeout, Retry: retry})
 	require.NoError(t, err)
 	t.Cleanup(tr.CloseIdleConnections)
 	return s
@@ -161,6 +177,7 @@ func TestSend_HostileReceivers(t *testing.T) {
 		name       string
 		script     func(h *hostile, conn net.Conn, req *http.Request)
 		retry      *webhook.RetryPolicy
+		timeout    time.Duration // the attempt timeout: faultAnswerTimeout if 0
 		wantKinds  []webhook.FailureKind
 		wantStatus int
 		wantErr    string // part of the last attempt's error
@@ -223,6 +240,7 @@ func TestSend_HostileReceivers(t *testing.T) {
 			script: func(h *hostile, conn net.Conn, _ *http.Request) {
 				h.trickle(conn, "HTTP/1.1 200 OK\r\nX-Slow: "+strings.Repeat("a", 1000)+"\r\n\r\n")
 			},
+			timeout:   faultTimeout,
 			wantKinds: []webhook.FailureKind{webhook.KindTimeout, webhook.KindTimeout},
 		},
 		{
@@ -231,6 +249,7 @@ func TestSend_HostileReceivers(t *testing.T) {
 				io.WriteString(conn, "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 1000\r\n\r\n")
 				h.trickle(conn, strings.Repeat("x", 1000))
 			},
+			timeout:   faultTimeout,
 			wantKinds: []webhook.FailureKind{webhook.KindStatus, webhook.KindStatus}, wantStatus: 500,
 			check: func(t *testing.T, a webhook.Attempt) {
 				assert.GreaterOrEqual(t, a.Duration, faultTimeout, "read until the attempt timed out")
@@ -254,6 +273,7 @@ func TestSend_HostileReceivers(t *testing.T) {
 		{
 			name:      "hang without answering",
 			script:    func(h *hostile, _ net.Conn, _ *http.Request) { h.hold() },
+			timeout:   faultTimeout,
 			wantKinds: []webhook.FailureKind{webhook.KindTimeout, webhook.KindTimeout},
 		},
 		{
@@ -289,9 +309,13 @@ func TestSend_HostileReceivers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			timeout := tc.timeout
+			if timeout == 0 {
+				timeout = faultAnswerTimeout
+			}
 			var h *hostile
 			h = newHostile(t, func(conn net.Conn, req *http.Request) { tc.script(h, conn, req) })
-			s := faultSender(t, h.pool, tc.retry)
+			s := faultSenderTimeout(t, h.pool, tc.retry, timeout)
 			start := time.Now()
 			res, err := s.Send(context.Background(), h.conn(), samplePayload())
 			elapsed := time.Since(start)
@@ -300,7 +324,7 @@ func TestSend_HostileReceivers(t *testing.T) {
 			assert.Equal(t, len(tc.wantKinds), h.requests(), "requests the receiver read")
 			// Each attempt ends by its timeout at the latest: a generous
 			// bound, never a tight timing assert.
-			assert.Less(t, elapsed, time.Duration(len(tc.wantKinds))*faultTimeout+5*time.Second)
+			assert.Less(t, elapsed, time.Duration(len(tc.wantKinds))*timeout+5*time.Second)
 			last := res.Attempts[len(res.Attempts)-1]
 			assert.Equal(t, tc.wantStatus, last.StatusCode)
 			if tc.wantKinds[len(tc.wantKinds)-1] == webhook.KindNone {

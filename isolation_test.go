@@ -228,7 +228,11 @@ func TestHealth_AttemptsInFlightToASilentURLAreBounded(t *testing.T) {
 // time from attempts made one after another.
 func TestSend_NoHandshakeOutlivesItsAttempt(t *testing.T) {
 	host := newDeadHost(t)
-	s, err := webhook.NewSender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 100 * time.Millisecond,
+	// Attempts start 500 ms apart: the host may still hold the last one's
+	// connection for a moment when the next arrives (so a peak of 2), but
+	// not for 500 ms, even on a slow machine. 5 attempts take 2.5 s, far
+	// below the 10 s a handshake outliving its attempt would go on for.
+	s, err := webhook.NewSender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 500 * time.Millisecond,
 		AllowPrivateNetworks: true})
 	require.NoError(t, err)
 	conn := webhook.Connection{Name: "dead", URL: host.url(), Secret: testSecret}

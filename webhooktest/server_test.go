@@ -87,7 +87,10 @@ func TestServer_ScriptedAnswers(t *testing.T) {
 		webhooktest.Hang(),
 		webhooktest.Slow(5*time.Millisecond, 500),
 	)
-	s := srv.Sender(&webhook.SenderOptions{Retry: fastRetries(6), AttemptTimeout: 300 * time.Millisecond})
+	// Hang costs the whole attempt timeout. The other six answers, with the
+	// new handshakes after Reset and Hang, must come within it: 3 s leaves a
+	// slow machine ample time.
+	s := srv.Sender(&webhook.SenderOptions{Retry: fastRetries(6), AttemptTimeout: 3 * time.Second})
 	res, err := s.Send(context.Background(), srv.Connection(), payload())
 	require.NoError(t, err, "the seventh answer is the default 200")
 	assert.Equal(t, []webhook.FailureKind{webhook.KindStatus, webhook.KindStatus, webhook.KindRedirect, webhook.KindReset,
