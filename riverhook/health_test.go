@@ -204,7 +204,9 @@ func TestDownEndpoint(t *testing.T) {
 		deadURL := refusingURL(t)
 
 		down := make(chan struct{}, 1)
-		sender := bundle.srv.Sender(&webhook.SenderOptions{AttemptTimeout: time.Second,
+		// The dead URL refuses at once; the timeout is the healthy
+		// deliveries', long for a slow machine (DownAfter is 1).
+		sender := bundle.srv.Sender(&webhook.SenderOptions{AttemptTimeout: 5 * time.Second,
 			Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: 2 * time.Second, MaxProbeInterval: 2 * time.Second,
 				OnChange: func(_ context.Context, h webhook.EndpointHealth) {
 					if h.Down {
