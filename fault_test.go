@@ -146,7 +146,7 @@ func resetConn(conn net.Conn) {
 // the test stays quick, but still long enough for the handshake and the
 // request, which the receiver must read first.
 const (
-	faultTimeout       = time.Second
+	faultTimeout       = 3 * time.Second
 	faultAnswerTimeout = 10 * time.Second
 )
 

@@ -57,7 +57,7 @@ func TestNewRequest_ManyAtOneInstant(t *testing.T) {
 		webhooktest.SignedHeader(secret, webhook.EventUserIdentified, other, at.Add(time.Duration(i+1)*time.Hour))
 		fresh = min(fresh, time.Since(start))
 	}
-	assert.Less(t, crowded, 4*fresh, "a request after %d at one instant took %v, one at a new instant %v", n, crowded, fresh)
+	assert.LessOrEqual(t, crowded, 4*fresh, "a request after %d at one instant took %v, one at a new instant %v", n, crowded, fresh)
 }
 
 // TestDuplicate_OfADeliveryServedAlready makes the copy of a request after

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -259,6 +260,7 @@ func TestConsole_APIRecoversGivenUpDeliveriesWithADryRunAndALimit(t *testing.T) 
 	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
 	assert.Equal(t, recovered{DryRun: true, GivenUp: 2, Resent: 2, Jobs: []int64{}}, decode[recovered](t, got.Body.String()))
 
+	ran := time.Now()
 	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h")
 	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
 	r := decode[recovered](t, got.Body.String())
@@ -267,7 +269,7 @@ func TestConsole_APIRecoversGivenUpDeliveriesWithADryRunAndALimit(t *testing.T) 
 
 	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h")
 	assert.Equal(t, http.StatusTooManyRequests, got.Code)
-	assertRetryAfter(t, got.Header(), console.DefaultRateInterval)
+	assertRetryAfter(t, got.Header(), console.DefaultRateInterval, ran)
 	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run=true")
 	assert.Equal(t, http.StatusTooManyRequests, got.Code, "a dry run is limited too")
 }
@@ -276,6 +278,7 @@ func TestConsole_APISendsATestThroughTheWorkerRateLimitedPerConnection(t *testin
 	t.Parallel()
 	f := newFixture(t, nil, false)
 	before := len(f.srv.Deliveries())
+	ran := time.Now()
 	got := f.do(t, "POST", "/api/connections/crm/test", "")
 	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
 	v := decode[map[string]any](t, got.Body.String())
@@ -290,7 +293,7 @@ func TestConsole_APISendsATestThroughTheWorkerRateLimitedPerConnection(t *testin
 
 	got = f.do(t, "POST", "/api/connections/crm/test", "")
 	assert.Equal(t, http.StatusTooManyRequests, got.Code)
-	assertRetryAfter(t, got.Header(), console.DefaultRateInterval)
+	assertRetryAfter(t, got.Header(), console.DefaultRateInterval, ran)
 	got = f.do(t, "POST", "/api/connections/erp/test", "", "X-Customer", "both")
 	assert.Equal(t, http.StatusOK, got.Code, "per connection")
 	got = f.do(t, "POST", "/connections/crm/test", "")
@@ -304,14 +307,15 @@ func TestConsole_APISendsATestThroughTheWorkerRateLimitedPerConnection(t *testin
 }
 
 // assertRetryAfter asserts that h's Retry-After is the rest of a wait of
-// every, in whole seconds: at least 1 and at most every. It counts down
-// from the request that ran, and a loaded machine can take more than a
-// second before the next one.
-func assertRetryAfter(t *testing.T, h http.Header, every time.Duration) {
+// every, rounded up to whole seconds, for a request that ran after ran:
+// every itself (10) on a machine that took under a second since ran, and
+// less by the whole seconds a loaded machine took, never less than 1.
+func assertRetryAfter(t *testing.T, h http.Header, every time.Duration, ran time.Time) {
 	t.Helper()
+	least := max(int(math.Ceil((every - time.Since(ran)).Seconds())), 1)
 	secs, err := strconv.Atoi(h.Get("Retry-After"))
 	if assert.NoError(t, err, "Retry-After in whole seconds") {
-		assert.GreaterOrEqual(t, secs, 1)
+		assert.GreaterOrEqual(t, secs, least, "the rest of the wait, rounded up")
 		assert.LessOrEqual(t, secs, int(every/time.Second))
 	}
 }
