@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -369,6 +370,19 @@ func TestSend_EchoedSecretsInOtherFormsAreScrubbed(t *testing.T) {
 		"lowered":              {"/hooks/" + hex, func(r *http.Request) string { return "unknown hook " + strings.ToLower(r.URL.Path) }, []string{strings.ToLower(hex)}},
 		"basic credentials":    {"/hook", func(r *http.Request) string { return "bad credentials: " + r.Header.Get("Authorization") }, []string{"YWxpY2U6czNjcmV0UGFzc3dvcmQ"}},
 		"cut by the 4 KiB cut": {"/hooks/" + cutTok, func(r *http.Request) string { return strings.Repeat("x", 4096-40) + "no route " + r.URL.Path }, []string{cutTok}},
+		// Go's encoder writes & as \u0026: the raw query whole is then
+		// not in the answer, and its value is percent-escaped as written.
+		"query in Go's JSON": {"/hook?sv=2024&sig=Zk9PYmFy%2BcXV4%3D", func(r *http.Request) string {
+			b, _ := json.Marshal(map[string]string{"error": "bad query", "query": r.URL.RawQuery})
+			return string(b)
+		}, []string{"Zk9PYmFy%2BcXV4%3D", "Zk9PYmFy+cXV4="}},
+		"header in Go's JSON": {"/hook", func(r *http.Request) string {
+			b, _ := json.Marshal(map[string]string{"error": "bad token", "got": r.Header.Get("X-Api-Key")})
+			return string(b)
+		}, []string{"abc\\u003cdef", "abc<def"}},
+		"path in PHP's JSON": {"/hooks/catch/" + short1 + "/" + short2, func(r *http.Request) string {
+			return `{"error":"no route","path":"` + strings.ReplaceAll(r.URL.Path, "/", `\/`) + `"}`
+		}, []string{`catch\/` + short1, short1 + `\/`}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rv := newReceiver(t)
@@ -379,6 +393,7 @@ func TestSend_EchoedSecretsInOtherFormsAreScrubbed(t *testing.T) {
 			}
 			conn := rv.conn(tc.path)
 			conn.URL = strings.Replace(conn.URL, "https://", "https://alice:s3cretPassword@", 1)
+			conn.Headers = map[string]string{"X-Api-Key": "abc<def>&ghi-0123"}
 			res, err := newTestSender(t, rv, &webhook.SenderOptions{Retry: shortPolicy(0)}).Send(context.Background(), conn, samplePayload())
 			require.Error(t, err)
 			require.Len(t, rv.deliveries(), 1, "the receiver saw it: %v", err)

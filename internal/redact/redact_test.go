@@ -112,6 +112,33 @@ func TestSecrets_Scrub(t *testing.T) {
 	}
 }
 
+// TestSecrets_ScrubsEscapedEchoes pins that a secret echoed as a receiver's
+// JSON encoder or its query parser writes it is hidden too: Go's encoder
+// writes <, > and & as \u003c, \u003e and \u0026, PHP's writes / as \/,
+// and a query's value arrives percent-escaped as the URL has it.
+func TestSecrets_ScrubsEscapedEchoes(t *testing.T) {
+	x := NewSecrets("https://crm.example.com/hooks/abcdefgh12?sv=2024&sig=Zk9PYmFy%2BcXV4%3D",
+		[]string{"Bearer abc<def>&ghi", `tok"en\value99`}, "whsec_SECRETTOKEN4f2d")
+	tests := []struct {
+		name, in, want string
+	}{
+		{"a query pair as written", `{"query":"sig=Zk9PYmFy%2BcXV4%3D"}`, `{"query":"…"}`},
+		{"a query value as written", `bad signature Zk9PYmFy%2BcXV4%3D`, `bad signature …`},
+		{"the query, JSON-escaped by Go", `{"query":"sv=2024\u0026sig=Zk9PYmFy%2BcXV4%3D"}`, `{"query":"…"}`},
+		{"in upper-case hex", `sv=2024\u0026SIG=Zk9PYmFy%2bcXV4%3d`, `…`},
+		{"a header value, JSON-escaped by Go", `{"auth":"Bearer abc\u003cdef\u003e\u0026ghi"}`, `{"auth":"…"}`},
+		{"quotes and backslashes escaped", `{"h":"tok\"en\\value99"}`, `{"h":"…"}`},
+		{"slashes escaped by PHP", `{"path":"\/hooks\/abcdefgh12"}`, `{"path":"…"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := x.Scrub(tc.in); got != tc.want {
+				t.Errorf("Scrub(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
 // TestSecrets_EveryRunOfSegmentsIsHiddenWhole pins that any run of up to 8
 // segments of the path at least MinLen long, with slashes or query-escaped,
 // is hidden whole, as one mark, though only the shortest runs are secret

@@ -33,7 +33,11 @@ type Secrets struct {
 // run of short segments may be the credential (Zapier), which a 404 page
 // quotes with or without the slashes at its ends. A receiver may echo any of
 // them. They are matched in any ASCII case: a receiver may echo a hex token
-// lowered.
+// lowered. Each is also matched as JSON encoders write it in a string:
+// with quotes, backslashes and control characters escaped, as Go's
+// encoding/json does (also <, > and & as \u003c, \u003e and \u0026), and
+// as PHP's json_encode does (also / as \/); and the query's values as the
+// URL writes them, percent-escaped: a receiver may echo its raw query.
 //
 // The work is linear in the length of the inputs: each run of segments is
 // hidden by the shortest runs at least [MinLen] long that start or end
@@ -42,10 +46,12 @@ func NewSecrets(rawURL string, headerValues []string, secret string) *Secrets {
 	x := &Secrets{}
 	seen := make(map[string]bool)
 	add := func(t string) {
-		t = asciiLower(t)
-		if len(t) >= MinLen && !seen[t] {
-			seen[t] = true
-			x.texts = append(x.texts, t)
+		for _, v := range [...]string{t, jsonEscape(t, true, false), jsonEscape(t, false, true)} {
+			v = asciiLower(v)
+			if len(v) >= MinLen && !seen[v] {
+				seen[v] = true
+				x.texts = append(x.texts, v)
+			}
 		}
 	}
 	add(secret)
@@ -61,6 +67,12 @@ func NewSecrets(rawURL string, headerValues []string, secret string) *Secrets {
 			addPath(add, u.EscapedPath())
 		}
 		add(u.RawQuery)
+		for _, pair := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+			add(pair) // as written, percent-escapes and all
+			if _, value, ok := strings.Cut(pair, "="); ok {
+				add(value)
+			}
+		}
 		for _, values := range u.Query() {
 			for _, v := range values {
 				add(v)
@@ -70,6 +82,38 @@ func NewSecrets(rawURL string, headerValues []string, secret string) *Secrets {
 	}
 	x.m = newMatcher(x.texts)
 	return x
+}
+
+// jsonEscape returns t as a JSON encoder writes it inside a string: quotes,
+// backslashes and control characters escaped, and also <, > and & as
+// \u003c, \u003e and \u0026 (html, as Go's encoding/json does) or / as \/
+// (slash, as PHP's json_encode does).
+func jsonEscape(t string, html, slash bool) string {
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '\r':
+			b.WriteString(`\r`)
+		case c == '\t':
+			b.WriteString(`\t`)
+		case c < 0x20 || html && (c == '<' || c == '>' || c == '&'):
+			b.WriteString(`\u00`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+		case slash && c == '/':
+			b.WriteString(`\/`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // addPath adds path, with and without the slashes at its ends, and the runs
