@@ -37,6 +37,7 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	loaded         *redact.Secrets // the secrets loaded, hidden from what fail prints; nil before
 }
 
 // usageError is an error of the command line: exit status 2.
@@ -149,7 +150,13 @@ func topUsage(w io.Writer) {
 // fail reports err and returns its exit status: 2 for a usage error, 1
 // otherwise.
 func (e *env) fail(name string, err error) int {
-	fmt.Fprintf(e.stderr, "webhook %s: %s\n", name, redact.Printable(err.Error()))
+	msg := err.Error()
+	if e.loaded != nil {
+		// A parser's error quotes its input, which may be a secrets file
+		// given as a capture.
+		msg = e.loaded.Scrub(msg)
+	}
+	fmt.Fprintf(e.stderr, "webhook %s: %s\n", name, redact.Printable(msg))
 	var ue usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(e.stderr, "run 'webhook %s -h' for usage\n", name)
@@ -176,8 +183,18 @@ func (s *secretFlags) register(fs *flag.FlagSet, several bool) {
 
 // load returns the secrets: the lines of the file (blank lines and lines
 // starting with # skipped), or the environment variable's value. Its errors
-// name where it looked, never what it found.
+// name where it looked, never what it found. It notes them in e: fail never
+// prints them.
 func (s *secretFlags) load(e *env, several bool) ([]string, error) {
+	secrets, err := s.read(e, several)
+	if err == nil {
+		e.loaded = redact.NewSecrets("", secrets, "")
+	}
+	return secrets, err
+}
+
+// read is load, without noting the secrets.
+func (s *secretFlags) read(e *env, several bool) ([]string, error) {
 	if s.file != "" {
 		data, err := os.ReadFile(s.file)
 		if err != nil {
@@ -222,17 +239,34 @@ func (e *env) readInput(name string) ([]byte, error) {
 	return data, nil
 }
 
-// headerFlags collects repeated -H "Name: value" flags.
-type headerFlags map[string]string
+// headerFlags collects repeated -H "Name: value" flags. One without a name
+// and colon is counted, not refused: the flag package would quote it, and a
+// header's value may be a credential (check refuses it).
+type headerFlags struct {
+	m         map[string]string
+	malformed int
+}
 
-func (h headerFlags) String() string { return "" }
+func (h *headerFlags) String() string { return "" }
 
-func (h headerFlags) Set(v string) error {
+func (h *headerFlags) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
 	if !ok || strings.TrimSpace(name) == "" {
-		return errors.New("want Name: value")
+		h.malformed++
+		return nil
 	}
-	h[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	if h.m == nil {
+		h.m = make(map[string]string)
+	}
+	h.m[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	return nil
+}
+
+// check refuses the flags when one of them was malformed, without its text.
+func (h *headerFlags) check() error {
+	if h.malformed > 0 {
+		return usagef(`-H wants "Name: value": %d of them has no name and colon (not shown: a header's value may be a credential)`, h.malformed)
+	}
 	return nil
 }
 

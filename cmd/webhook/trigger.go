@@ -39,7 +39,7 @@ loopback and private addresses, such as a receiver on this machine.`,
 	flags: func(fs *flag.FlagSet, e *env) func(context.Context, []string) int {
 		var secrets secretFlags
 		secrets.register(fs, false)
-		headers := headerFlags{}
+		headers := &headerFlags{}
 		payload := fs.String("payload", "", "send this `file`'s body (- for standard input) instead of the sample payload")
 		raw := fs.Bool("raw", false, "send -payload as given, without checking that it is a payload")
 		event := fs.String("event", "", "the X-Service-Event header (default: the payload's event)")
@@ -54,7 +54,10 @@ loopback and private addresses, such as a receiver on this machine.`,
 			if len(args) != 1 {
 				return e.fail("trigger", usagef("want one URL, got %d arguments", len(args)))
 			}
-			t := trigger{e: e, url: args[0], method: *method, headers: headers, event: *event,
+			if err := headers.check(); err != nil {
+				return e.fail("trigger", err)
+			}
+			t := trigger{e: e, url: args[0], method: *method, headers: headers.m, event: *event,
 				payload: *payload, raw: *raw, retry: *retry, allowHTTP: *allowHTTP,
 				allowPrivate: *allowPrivate, cacert: *cacert, timeout: *timeout}
 			code, err := t.run(ctx, &secrets)

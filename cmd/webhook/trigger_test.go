@@ -201,6 +201,15 @@ func TestTrigger_UsageErrorPrintsOnlyToStderr(t *testing.T) {
 	}
 }
 
+// A -H without its colon is refused without quoting it: the flag package
+// would print the value, and a header's value may be a credential.
+func TestTrigger_AMalformedHeaderFlagIsNotQuoted(t *testing.T) {
+	res := runCmd(t, "", "trigger", "-allow-private", "-H", "Authorization Bearer sk_live_SUPERSECRET", "https://127.0.0.1:1/x")
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, `-H wants "Name: value"`)
+	assert.NotContains(t, res.stdout+res.stderr, "SUPERSECRET")
+}
+
 func TestTrigger_InterruptedWhileWaitingForARetryPrintsItsResultOnce(t *testing.T) {
 	retryPolicy = func() *webhook.RetryPolicy {
 		p := webhook.DefaultRetryPolicy()

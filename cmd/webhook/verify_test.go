@@ -185,3 +185,24 @@ func TestVerify_EscapesOfHostileTextArePrintable(t *testing.T) {
 	assert.NotContains(t, res.stdout, "\x1b")
 	assert.NotContains(t, res.stdout, "\u202e")
 }
+
+// A capture file mixed up with the secrets file: the parsers' errors quote
+// its first line, which is then the secret just loaded. runCmd checks
+// WEBHOOK_SECRET; the secrets file's, the old one, is checked here.
+func TestVerify_ACaptureThatIsTheSecretFileShowsNoSecret(t *testing.T) {
+	const old = "whsec_old_secret_in_the_file_42"
+	secrets := writeFile(t, "secrets", []byte(old+"\n"+testSecret+"\n"))
+	body := writeFile(t, "body.json", []byte(`{}`))
+	for name, args := range map[string][]string{
+		"-request":                              {"verify", "-secret-file", secrets, "-request", secrets},
+		"-headers":                              {"verify", "-secret-file", secrets, "-headers", secrets, "-body", body},
+		"-request, a secret of the environment": {"verify", "-request", writeFile(t, "env-secret", []byte(testSecret+"\n"))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := runCmd(t, "", args...)
+			assert.Equal(t, exitUsage, res.code, res.stderr)
+			assert.NotContains(t, res.stdout+res.stderr, old)
+			assert.Contains(t, res.stderr, "…", "the parser's quote stays, the secret hidden: %s", res.stderr)
+		})
+	}
+}

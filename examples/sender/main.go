@@ -23,16 +23,23 @@ import (
 	"github.com/signedhook/webhook"
 )
 
-type headerFlags map[string]string
+// headerFlags collects -H flags. One without a colon is counted, not
+// refused: the flag package would print it, and a header's value may be a
+// credential.
+type headerFlags struct {
+	m         map[string]string
+	malformed int
+}
 
-func (h headerFlags) String() string { return "" }
+func (h *headerFlags) String() string { return "" }
 
-func (h headerFlags) Set(v string) error {
+func (h *headerFlags) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
 	if !ok {
-		return fmt.Errorf("want Name: value, got %q", v)
+		h.malformed++
+		return nil
 	}
-	h[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	h.m[strings.TrimSpace(name)] = strings.TrimSpace(value)
 	return nil
 }
 
@@ -44,8 +51,8 @@ func main() {
 // library's guarded default, and a nil policy the service's schedule; tests
 // pass a client that trusts their server and a fast policy.
 func run(args []string, stdout, stderr io.Writer, client *http.Client, policy *webhook.RetryPolicy) int {
-	headers := headerFlags{}
-	conn := webhook.Connection{Name: "command line", Headers: headers}
+	headers := &headerFlags{m: map[string]string{}}
+	conn := webhook.Connection{Name: "command line", Headers: headers.m}
 	fs := flag.NewFlagSet("sender", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&conn.URL, "url", "", "the endpoint's https:// URL")
@@ -56,6 +63,10 @@ func run(args []string, stdout, stderr io.Writer, client *http.Client, policy *w
 	fs.Var(headers, "H", "a custom header, `Name: value` (repeatable)")
 	retry := fs.Bool("retry", false, "deliver with retries (1 s, 2 s, 4 s) instead of a single Send Test attempt")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if headers.malformed > 0 {
+		fmt.Fprintln(stderr, "-H wants a header as Name: value (the one given is not shown: it may be a credential)")
 		return 2
 	}
 	if conn.Secret == "" {

@@ -79,3 +79,16 @@ func TestRetryPrintsEachAttempt(t *testing.T) {
 		t.Errorf("the first line does not say when the retry comes: %q", lines[0])
 	}
 }
+
+// A -H without its colon is refused without quoting it: a header's value
+// may be a credential.
+func TestMalformedHeaderIsNotQuoted(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-url", "https://crm.example.com/hook", "-H", "Authorization Bearer sk_live_SUPERSECRET"}, &stdout, &stderr, nil, nil)
+	if code != 2 {
+		t.Errorf("exit code %d, want 2", code)
+	}
+	if out := stdout.String() + stderr.String(); strings.Contains(out, "SUPERSECRET") || !strings.Contains(out, "Name: value") {
+		t.Errorf("output:\n%s", out)
+	}
+}
