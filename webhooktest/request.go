@@ -71,9 +71,9 @@ func SignedHeader(secret, event string, body []byte, at time.Time) http.Header {
 // and body, so the same signature. It is what a proxy's or a load
 // balancer's retry, or a queue that stored the request, sends again: a
 // receiver acknowledges it without handling it twice. r's body is read and
-// restored, so r can still be served; of a request of this package's that
-// was served already (its body read), the copy has the body it was built
-// with.
+// restored, so r can still be served; of a request of this package's (its
+// NewRequest's, or a copy Duplicate made) that was served already (its body
+// read), the copy has the body it was built with.
 func Duplicate(r *http.Request) *http.Request {
 	var body []byte
 	if r.Body != nil {
@@ -94,6 +94,7 @@ func Duplicate(r *http.Request) *http.Request {
 	}
 	c := httptest.NewRequest(r.Method, r.URL.String(), bytes.NewReader(body))
 	c.Header = r.Header.Clone()
+	c.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil } // a copy of it, once served
 	return c
 }
 

@@ -77,6 +77,10 @@ func TestDuplicate_OfADeliveryServedAlready(t *testing.T) {
 			var c *http.Request
 			require.NotPanics(t, func() { c = webhooktest.Duplicate(r) })
 			assert.Equal(t, r.Header, c.Header)
+			// A copy is a request of this package's too: served, it can
+			// be copied again, with its body.
+			h.ServeHTTP(httptest.NewRecorder(), c)
+			require.NotPanics(t, func() { c = webhooktest.Duplicate(c) })
 			_, err := v.VerifyRequest(c)
 			if name == "NewHandler" {
 				assert.ErrorIs(t, err, webhook.ErrReplayed, "the copy carries the served request's signature and body")

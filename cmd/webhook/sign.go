@@ -87,10 +87,12 @@ func sign(e *env, sf *secretFlags, bodyFile, event string, ts int64, target, met
 	switch {
 	case bodyFile != "" && bodyFile != "-" && printableLine(bodyFile):
 		data = "@" + bodyFile
-	case printableBody(body) && !strings.HasPrefix(string(body), "@"):
-		data = string(body)
-	default:
+	case !printableBody(body):
 		return usagef("the body has control characters and cannot be shown on a terminal; save it to a file and give -body FILE")
+	case strings.HasPrefix(string(body), "@"):
+		return usagef("the body starts with @, which curl's --data-binary reads as a file's name; save it to a file and give -body FILE")
+	default:
+		data = string(body)
 	}
 	// Everything is checked: print it all, or nothing.
 	var out bytes.Buffer

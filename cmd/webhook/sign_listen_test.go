@@ -147,6 +147,14 @@ func TestSign_CurlCommandVerifies(t *testing.T) {
 	res := runCmd(t, "ok\x1b[2J", "sign", "-body", "-")
 	assert.Equal(t, exitUsage, res.code, "a body with terminal escapes is not printed")
 	assert.NotContains(t, res.stdout+res.stderr, "\x1b")
+	assert.Contains(t, res.stderr, "control characters")
+
+	// curl reads a --data-binary starting with @ as a file's name: such a
+	// body is sent from its file too, and the error says why.
+	res = runCmd(t, "@/etc/hostname", "sign", "-body", "-")
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, "starts with @")
+	assert.NotContains(t, res.stderr, "control characters")
 }
 
 // target is the customer's application behind listen -forward: it records

@@ -42,7 +42,7 @@ loopback and private addresses, such as a receiver on this machine.`,
 		headers := &headerFlags{}
 		payload := fs.String("payload", "", "send this `file`'s body (- for standard input) instead of the sample payload")
 		raw := fs.Bool("raw", false, "send -payload as given, without checking that it is a payload")
-		event := fs.String("event", "", "the X-Service-Event header (default: the payload's event)")
+		event := fs.String("event", "", "the X-Service-Event header (default: the payload's \"event\", or user.identified)")
 		method := fs.String("method", "POST", "the connection's method: POST, PUT or PATCH")
 		fs.Var(headers, "H", "a custom `header` of the connection, \"Name: value\" (repeatable)")
 		retry := fs.Bool("retry", false, "retry failures on the service's schedule (1 s, 2 s, 4 s)")
@@ -169,7 +169,9 @@ func (t *trigger) body() (string, []byte, error) {
 		return "", nil, err
 	}
 	if t.raw {
-		return firstOf(t.event, webhook.EventUserIdentified), body, nil
+		var named struct{ Event string }
+		_ = json.Unmarshal(body, &named) // any body: only a JSON object's "event" names the event
+		return firstOf(t.event, named.Event, webhook.EventUserIdentified), body, nil
 	}
 	p, err := webhook.ParsePayload(body)
 	if err == nil {
@@ -181,11 +183,14 @@ func (t *trigger) body() (string, []byte, error) {
 	return firstOf(t.event, p.Event), body, nil
 }
 
-func firstOf(a, b string) string {
-	if a != "" {
-		return a
+// firstOf returns the first of texts that is not empty.
+func firstOf(texts ...string) string {
+	for _, t := range texts {
+		if t != "" {
+			return t
+		}
 	}
-	return b
+	return ""
 }
 
 // client returns the Sender's client: on the library's guarded transport,

@@ -73,6 +73,20 @@ func TestTrigger_PayloadIsCheckedUnlessRaw(t *testing.T) {
 	assert.NoError(t, got[0].Err)
 	assert.Equal(t, `{"hello":"world"}`, string(got[0].Body))
 	assert.Equal(t, "custom.event", got[0].Header.Get(webhook.HeaderEvent))
+
+	// Without -event, the event is the body's "event", as -event's help
+	// says; user.identified when it has none.
+	srv.Clear()
+	deal := writeFile(t, "deal.json", []byte(`{"event":"deal.closed","dealId":"d1"}`))
+	for _, tc := range []struct{ file, want string }{{deal, "deal.closed"}, {notPayload, webhook.EventUserIdentified}} {
+		res = runCmd(t, "", "trigger", "-allow-private", "-cacert", caFile(t, srv), "-payload", tc.file, "-raw", srv.URL)
+		require.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+		assert.Contains(t, res.stdout, "("+tc.want+", ")
+	}
+	got = srv.Deliveries()
+	require.Len(t, got, 2)
+	assert.Equal(t, "deal.closed", got[0].Header.Get(webhook.HeaderEvent))
+	assert.Equal(t, webhook.EventUserIdentified, got[1].Header.Get(webhook.HeaderEvent))
 }
 
 func TestTrigger_PlainHTTPAndPrivateAddressesOnlyWhenAsked(t *testing.T) {
