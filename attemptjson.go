@@ -37,8 +37,8 @@ func (a Attempt) Outcome() FailureKind {
 // Times are RFC 3339 in UTC with milliseconds; durations are milliseconds,
 // to the microsecond. Error and response are printable text (see
 // [Attempt.ResponseText]); they, status and retry_in_ms are left out when
-// there is none, and start when it is unknown (an interrupted attempt whose
-// start was not recorded).
+// there is none, start when it is unknown (an interrupted attempt whose
+// start was not recorded), and probe when false.
 type AttemptJSON struct {
 	N          int         `json:"n"`
 	Outcome    FailureKind `json:"outcome"` // "delivered" or the failure kind
@@ -50,6 +50,7 @@ type AttemptJSON struct {
 	Response   string      `json:"response,omitempty"`
 	Retry      bool        `json:"retry"`
 	RetryInMs  float64     `json:"retry_in_ms,omitempty"`
+	Probe      bool        `json:"probe,omitempty"` // the probe of an endpoint held back
 }
 
 // JSON returns the attempt as its JSON shape: see [AttemptJSON].
@@ -63,6 +64,7 @@ func (a Attempt) JSON() AttemptJSON {
 		Response:   a.ResponseText(),
 		Retry:      a.Retry,
 		RetryInMs:  milliseconds(a.RetryIn),
+		Probe:      a.Probe,
 	}
 	if !a.Start.IsZero() {
 		t := NewTime(a.Start)

@@ -282,6 +282,7 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 		N:         d.first + len(d.attempts),
 		Start:     cur.start,
 		Timestamp: cur.ts,
+		Probe:     cur.ticket.lease != 0 || cur.ticket.urlLease != 0,
 	}
 	if resp != nil {
 		a.StatusCode = resp.StatusCode

@@ -141,7 +141,9 @@ func TestHealth_DownAfterARunOfFailuresThenProbedUntilItAnswers(t *testing.T) {
 		}
 		t0 := time.Now()
 		for range 3 {
-			require.ErrorIs(t, send(), syscall.ECONNREFUSED)
+			res, err := s.Send(context.Background(), fakeConn, samplePayload())
+			require.ErrorIs(t, err, syscall.ECONNREFUSED)
+			assert.False(t, res.Attempts[0].Probe, "failing is not down yet")
 		}
 		require.EqualValues(t, 3, ep.requests.Load())
 		require.Len(t, ch.settled(), 1, "reported down once")
@@ -166,7 +168,10 @@ func TestHealth_DownAfterARunOfFailuresThenProbedUntilItAnswers(t *testing.T) {
 			time.Sleep(time.Until(t0.Add(at)) - time.Millisecond)
 			require.ErrorIs(t, send(), webhook.ErrEndpointDown, "probe %d is not due yet", i+1)
 			time.Sleep(time.Millisecond)
-			require.ErrorIs(t, send(), syscall.ECONNREFUSED, "probe %d is sent", i+1)
+			res, err := s.Send(context.Background(), fakeConn, samplePayload())
+			require.ErrorIs(t, err, syscall.ECONNREFUSED, "probe %d is sent", i+1)
+			require.Len(t, res.Attempts, 1)
+			assert.True(t, res.Attempts[0].Probe, "probe %d says so", i+1)
 			require.EqualValues(t, 4+i, ep.requests.Load())
 			require.ErrorIs(t, send(), webhook.ErrEndpointDown, "one probe, then waiting again")
 		}
@@ -179,9 +184,11 @@ func TestHealth_DownAfterARunOfFailuresThenProbedUntilItAnswers(t *testing.T) {
 		res, err = s.Send(context.Background(), fakeConn, samplePayload())
 		require.Error(t, err)
 		assert.Equal(t, webhook.KindStatus, res.Attempts[0].Kind, "the probe got an answer")
+		assert.True(t, res.Attempts[0].Probe)
 		ep.set(http.StatusOK, false)
-		_, err = s.Send(context.Background(), fakeConn, samplePayload())
+		res, err = s.Send(context.Background(), fakeConn, samplePayload())
 		require.NoError(t, err)
+		assert.False(t, res.Attempts[0].Probe, "up: no attempt is a probe")
 		got := ch.settled()
 		require.Len(t, got, 2, "reported down, then up: once each")
 		up := got[1]
