@@ -3,7 +3,7 @@ module github.com/signedhook/webhook/otelhook
 go 1.26.0
 
 require (
-	github.com/signedhook/webhook v0.0.0-20261125201540-3a40d62f209b
+	github.com/signedhook/webhook v0.0.0-20261126031544-963efb10786a
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

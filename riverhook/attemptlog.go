@@ -33,13 +33,14 @@ type logEntry struct {
 	RetryIn   string    `json:"retry_in,omitempty"`  // present when a retry follows, "0s" included
 	Error     string    `json:"error,omitempty"`
 	Response  string    `json:"response,omitempty"`
+	Probe     bool      `json:"probe,omitempty"` // the probe of a down endpoint that found it still down: no attempt of the policy
 }
 
 // logKept are the JSON names of logEntry's fields that an erasure keeps:
 // numbers, riverhook's words, times and durations. The others, Error and
 // Response, may quote the body: an erasure replaces them (erasedText).
 // TestLogKept holds it to logEntry's fields.
-var logKept = []string{"n", "run", "kind", "start", "status", "took", "timestamp", "retry_in"}
+var logKept = []string{"n", "run", "kind", "start", "status", "took", "timestamp", "retry_in", "probe"}
 
 const (
 	// maxEntryBytes bounds one entry of the log, as JSON, also as
@@ -100,7 +101,7 @@ func jsonLen(r rune) int {
 // attempt returns the entry as the webhook.Attempt it records. The
 // response excerpt comes back as ResponseBody.
 func (e logEntry) attempt() webhook.Attempt {
-	a := webhook.Attempt{N: e.N, Start: e.Start, StatusCode: e.Status, Timestamp: e.Timestamp}
+	a := webhook.Attempt{N: e.N, Start: e.Start, StatusCode: e.Status, Timestamp: e.Timestamp, Probe: e.Probe}
 	a.Duration, _ = time.ParseDuration(e.Took)
 	if e.RetryIn != "" {
 		a.Retry = true
@@ -167,7 +168,7 @@ func interrupted(job *rivertype.JobRow, entries []logEntry, last int) []logEntry
 func attemptsMade(entries []logEntry) int {
 	n := 0
 	for _, e := range entries {
-		if e.Kind != string(webhook.KindInterrupted) && e.Kind != string(webhook.KindDown) {
+		if e.Kind != string(webhook.KindInterrupted) && e.Kind != string(webhook.KindDown) && !e.Probe {
 			n++
 		}
 	}

@@ -272,6 +272,56 @@ func TestDownEndpoint(t *testing.T) {
 	// A delivery waits for a down endpoint at most WorkerOptions.MaxWait, from
 	// when it was inserted: then its job is discarded, its log and Reason say
 	// why, and OnAttempt hears of it; before, it is snoozed, costing nothing.
+	// The probe of a down endpoint is a real delivery's attempt: when it
+	// finds the endpoint still down, it is logged but costs the delivery no
+	// attempt of its policy, as the README and the console's banner say of a
+	// delivery waiting for its endpoint. (Before, a delivery picked as the
+	// probe again and again was given up while the endpoint was down.)
+	t.Run("AProbeThatFindsItStillDownCostsNoAttempt", func(t *testing.T) {
+		t.Parallel()
+		// Every run is the probe: one is due at once.
+		_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
+			ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}}, record: true})
+		working := bundle.srv.Connection()
+		bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
+		ctx := context.Background()
+		policy := fastPolicy(1) // two attempts
+
+		res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+		require.Error(t, err)
+		require.True(t, bundle.sender.Health()[0].Down, "refused once: down")
+
+		job := insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy))
+		for i := range 3 {
+			res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+			require.NoError(t, err, "probe %d", i+1)
+			require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "probe %d found it down: the delivery waits", i+1)
+			job = res.Job
+		}
+		told := bundle.rec.attempts()
+		require.Len(t, told, 4, "d1's attempt, then d2's three probes")
+		for _, a := range told[1:] {
+			assert.True(t, a.Probe)
+			assert.Equal(t, webhook.KindRefused, a.Kind)
+			assert.Equal(t, 1, a.N, "the probes cost no attempt: each is the first's")
+		}
+
+		bundle.conns.set("crm", working) // its endpoint answers
+		res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+		require.NoError(t, err)
+		require.Equal(t, rivertype.JobStateCompleted, res.Job.State)
+		d, err := riverhook.DeliveryOf(res.Job)
+		require.NoError(t, err)
+		require.Len(t, d.Attempts, 4, "the probes are in the log")
+		for _, a := range d.Attempts[:3] {
+			assert.True(t, a.Probe)
+		}
+		last := d.Attempts[3]
+		assert.True(t, last.OK())
+		assert.Equal(t, 1, last.N, "delivered at the policy's first attempt")
+		assert.False(t, last.Probe)
+	})
+
 	t.Run("GivesUpWaitingForADownEndpointAfterMaxWait", func(t *testing.T) {
 		t.Parallel()
 		w, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}},

@@ -295,23 +295,57 @@ func (w *Worker) sweepPacers() {
 	}
 }
 
+// stillDown reports whether a was the probe of a down endpoint (origin or
+// URL) that found it still down: no connection, or no answer. Such a probe
+// is a wait for the endpoint, as a refusal to send is (KindDown), not an
+// attempt of the delivery's policy.
+func stillDown(a webhook.Attempt) bool {
+	if !a.Probe {
+		return false
+	}
+	switch a.Kind {
+	case webhook.KindDNS, webhook.KindRefused, webhook.KindReset, webhook.KindTLS, webhook.KindTimeout, webhook.KindUnreachable:
+		return true
+	}
+	return false
+}
+
+// probeEntry is the log entry of a, a probe that found its endpoint still
+// down (or a refusal to send, KindDown): attemptsMade does not count it.
+func probeEntry(a webhook.Attempt, run int) logEntry {
+	e := newLogEntry(a, run)
+	e.Probe = a.Probe
+	return e
+}
+
 // waitForEndpoint snoozes the job of run r, whose attempt a was not sent
-// because its endpoint is down, after the other jobs waiting for it (see
+// because its endpoint is down, or was its probe and found it still down
+// (logged, telling OnAttempt), after the other jobs waiting for it (see
 // pacer.downSlot); or, once the delivery has waited MaxWait, discards it
 // with a log entry and a reason that say so, telling OnAttempt. A snooze
 // costs no attempt, River's or the policy's.
 func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt) error {
 	job := r.job
 	now := w.now()
+	wait := a.RetryIn // KindDown's: until the endpoint's next probe
+	if a.Probe {
+		// The policy's retry is not what follows: the delivery waits.
+		a.Retry, a.RetryIn, wait = false, 0, 0
+	}
 	if waited := now.Sub(job.CreatedAt); waited >= w.maxWait {
 		a.Err = fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait): %w", waited.Round(time.Minute).String(), a.Err)
-		r.entries = append(r.entries, newLogEntry(a, job.Attempt))
+		r.entries = append(r.entries, probeEntry(a, job.Attempt))
 		w.record(ctx, job, r.entries)
 		w.notify(ctx, r.hooked, a)
 		discardAfterThisRun(job)
 		return &runError{a: a, next: "gave up waiting for the endpoint"}
 	}
-	if r.cut > 0 {
+	switch {
+	case a.Probe: // sent, and logged; it costs no attempt (probeEntry)
+		r.entries = append(r.entries, probeEntry(a, job.Attempt))
+		w.record(ctx, job, r.entries)
+		w.notify(ctx, r.hooked, a)
+	case r.cut > 0:
 		w.record(ctx, job, r.entries) // the log has nothing new but interrupted runs
 	}
 	w.mu.Lock()
@@ -325,5 +359,5 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 		p.frontNext = slot
 		return river.JobSnooze(slot.Sub(now))
 	}
-	return river.JobSnooze(p.downSlot(now, a.RetryIn, w.snooze/time.Duration(max(w.maxPerCon, 1))))
+	return river.JobSnooze(p.downSlot(now, wait, w.snooze/time.Duration(max(w.maxPerCon, 1))))
 }

@@ -58,8 +58,12 @@ type Resolver func(ctx context.Context, connectionID string) (webhook.Connection
 //     snoozed, costing no attempt, at least until the endpoint's next probe
 //     and after the jobs already waiting for it (see
 //     [WorkerOptions.SnoozeFor]); once a probe finds it up, the job's
-//     attempt goes out. A delivery that has waited [WorkerOptions.MaxWait]
-//     is discarded, its log and [Delivery].Reason saying so;
+//     attempt goes out. The job whose run is the probe waits the same way
+//     when the probe finds the endpoint still down (no connection, or no
+//     answer): its log shows the probe ("probe": true), which costs it no
+//     attempt of its policy. A delivery that has waited
+//     [WorkerOptions.MaxWait] is discarded, its log and [Delivery].Reason
+//     saying so;
 //   - the client stopping during the attempt: River puts the job back
 //     without counting the run;
 //   - the job cancelled in River during the attempt (client.JobCancel,
@@ -282,6 +286,9 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 			w.storeRetry(job, pendingRetry{client: true})
 		}
 		return fmt.Errorf("riverhook: attempt %d not made: %w", r.n, context.Cause(ctx))
+	}
+	if stillDown(a) {
+		return w.waitForEndpoint(ctx, r, a)
 	}
 	r.entries = append(r.entries, newLogEntry(a, job.Attempt))
 	w.record(ctx, job, r.entries)

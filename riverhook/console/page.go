@@ -143,6 +143,7 @@ type attemptRow struct {
 	RetryIn     time.Duration
 	Retry       bool
 	Interrupted bool
+	Probe       bool // a probe of the down endpoint that found it still down
 }
 
 var funcs = template.FuncMap{
@@ -291,11 +292,12 @@ func rowOf(conn string, d *riverhook.Delivery) row {
 	rw := row{JobID: d.JobID, Status: d.Status, Event: d.Event, Created: d.CreatedAt, NextAt: d.NextAt,
 		Link: url.PathEscape(conn) + "/deliveries/" + strconv.FormatInt(d.JobID, 10), LastAnswer: "no attempt yet"}
 	for _, a := range d.Attempts {
-		if a.Kind == webhook.KindInterrupted {
+		switch {
+		case a.Kind == webhook.KindInterrupted:
 			rw.Interrupted = true
-			continue
+		case !a.Probe: // a probe that found the endpoint down costs no attempt
+			rw.Attempts++
 		}
-		rw.Attempts++
 	}
 	if n := len(d.Attempts); n > 0 {
 		last := d.Attempts[n-1]
@@ -336,7 +338,7 @@ func (c *console) deliveryPage(w http.ResponseWriter, r *http.Request, req reque
 	for _, a := range d.Attempts {
 		p.Attempts = append(p.Attempts, attemptRow{N: a.N, Run: a.Run, Outcome: string(a.Outcome()), Answer: answer(a.Attempt),
 			Start: a.Start, Took: a.Duration, Response: a.ResponseText(), Diagnosis: a.Diagnosis(), Retry: a.Retry,
-			RetryIn: a.RetryIn, Interrupted: a.Kind == webhook.KindInterrupted})
+			RetryIn: a.RetryIn, Interrupted: a.Kind == webhook.KindInterrupted, Probe: a.Probe})
 	}
 	if body := c.payload(job); body != nil {
 		var buf bytes.Buffer

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
 )
 
 // The pages round an attempt's duration by the one rule the attempt log
@@ -53,5 +54,20 @@ func TestCut(t *testing.T) {
 		if got := cut(tc.in, tc.n); got != tc.want {
 			t.Errorf("cut(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
+	}
+}
+
+// A delivery's row counts the attempts of its policy: neither an
+// interrupted run nor a probe that found the endpoint still down is one.
+func TestRowOf_CountsNoProbeThatFoundTheEndpointDown(t *testing.T) {
+	refused := webhook.Attempt{N: 1, Kind: webhook.KindRefused, Err: webhook.ErrEndpointDown}
+	probe := refused
+	probe.Probe = true
+	d := &riverhook.Delivery{Attempts: []riverhook.Attempt{
+		{Attempt: refused}, {Attempt: probe}, {Attempt: probe}, {Attempt: webhook.Attempt{N: 2, Kind: webhook.KindInterrupted}},
+	}}
+	rw := rowOf("crm", d)
+	if rw.Attempts != 1 || !rw.Interrupted {
+		t.Errorf("row: %d attempts, interrupted %v; want 1, true", rw.Attempts, rw.Interrupted)
 	}
 }
