@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertest"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -287,11 +288,12 @@ func TestDownEndpoint(t *testing.T) {
 		ctx := context.Background()
 		policy := fastPolicy(1) // two attempts
 
-		res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+		_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
 		require.Error(t, err)
 		require.True(t, bundle.sender.Health()[0].Down, "refused once: down")
 
 		job := insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy))
+		var res *rivertest.WorkResult
 		for i := range 3 {
 			res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
 			require.NoError(t, err, "probe %d", i+1)
