@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -162,8 +163,9 @@ type Verifier struct {
 }
 
 // NewVerifier returns a Verifier that accepts deliveries signed with any of
-// secrets. It fails when secrets is empty, when one of them is empty, or when
-// an option is out of range. opts may be nil.
+// secrets. It fails when secrets is empty, when one of them is empty, when
+// an option is out of range, or when ReplayStore is a nil pointer. opts may
+// be nil.
 func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 	if opts == nil {
 		opts = &VerifierOptions{}
@@ -186,6 +188,9 @@ func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 			v.mem = st
 		default:
 			v.store = st
+		}
+		if rv := reflect.ValueOf(opts.ReplayStore); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return nil, fmt.Errorf("webhook: VerifierOptions.ReplayStore is a nil %T; leave it nil for the default memory store", opts.ReplayStore)
 		}
 	}
 	if err := v.SetSecrets(secrets); err != nil {

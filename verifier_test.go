@@ -201,6 +201,10 @@ func TestNewVerifier_RefusesBadOptions(t *testing.T) {
 		{"only an empty secret", []string{""}, nil, "secret 1 of 1 is empty"},
 		{"negative tolerance", []string{"a"}, &webhook.VerifierOptions{Tolerance: -time.Second}, "Tolerance"},
 		{"negative body limit", []string{"a"}, &webhook.VerifierOptions{MaxBodyBytes: -1}, "MaxBodyBytes"},
+		// A store declared and never made: it would panic on the first
+		// request, not say what is wrong.
+		{"a nil memory store", []string{"a"}, &webhook.VerifierOptions{ReplayStore: (*webhook.MemoryReplayStore)(nil)}, "ReplayStore is a nil *webhook.MemoryReplayStore"},
+		{"a nil store of the caller's", []string{"a"}, &webhook.VerifierOptions{ReplayStore: (*nilStore)(nil)}, "ReplayStore is a nil *webhook_test.nilStore"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -391,3 +395,6 @@ func TestVerifier_SetSecretsWhileServing(t *testing.T) {
 	assert.ErrorContains(t, v.SetSecrets([]string{"whsec_x", ""}), "secret 2 of 2 is empty")
 	assert.Equal(t, http.StatusOK, serve("whsec_new"), "a refused SetSecrets changes nothing")
 }
+
+// nilStore is a ReplayStore of a caller's, given as a nil pointer.
+type nilStore struct{ webhook.ReplayStore }

@@ -270,6 +270,8 @@ func validateURL(raw string) (*url.URL, error) {
 		return nil, connError("url", "is not a URL")
 	}
 	switch {
+	case u.Scheme == "":
+		return nil, connError("url", "has no scheme; want an absolute https:// URL")
 	case u.Scheme != "https":
 		return nil, connError("url", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
 	case u.Host == "" || u.Hostname() == "":

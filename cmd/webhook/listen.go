@@ -139,7 +139,10 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward, cacert 
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return usagef("%v", err)
+		if _, _, perr := net.SplitHostPort(addr); perr != nil {
+			return usagef("%v", err) // -addr is no host:port
+		}
+		return err // a port in use, or not this command's to take: no usage error
 	}
 	srv := &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
 	scheme := "http"

@@ -426,3 +426,18 @@ func mustReadFile(t *testing.T, name string) []byte {
 	require.NoError(t, err)
 	return data
 }
+
+// A port in use is a failure to listen, not a usage error: exit 1, without
+// the usage hint; an -addr that is no address is one.
+func TestListen_APortInUseIsNoUsageError(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	res := runCmd(t, "", "listen", "-addr", busy.Addr().String())
+	assert.Equal(t, exitFailed, res.code, res.stderr)
+	assert.Contains(t, res.stderr, "address already in use")
+	assert.NotContains(t, res.stderr, "for usage")
+
+	res = runCmd(t, "", "listen", "-addr", "no-port-here")
+	assert.Equal(t, exitUsage, res.code, res.stderr)
+}

@@ -364,7 +364,10 @@ func age(h http.Header, now time.Time) string {
 func windowText(h http.Header, now time.Time, tolerance time.Duration) string {
 	ts, _ := strconv.ParseInt(h.Get(webhook.HeaderTimestamp), 10, 64)
 	ms, tol := now.UnixMilli()-ts, tolerance.Milliseconds()
-	if ms < 0 {
+	switch {
+	case looksLikeSeconds(ts, now):
+		return fmt.Sprintf("read as milliseconds, it is %s old; it was signed in seconds (see above), not captured long ago", durationText(ms))
+	case ms < 0:
 		return fmt.Sprintf("it is %s ahead of this clock, %s past the %v tolerance; check both clocks (NTP)", durationText(-ms), durationText(-ms-tol), tolerance)
 	}
 	return fmt.Sprintf("it is %s old, %s past the %v window; a captured delivery can only be checked within it, or with -now", durationText(ms), durationText(ms-tol), tolerance)

@@ -77,6 +77,10 @@ func TestVerify_NamesTheCause(t *testing.T) {
 	}
 	secrets := writeFile(t, "secrets", []byte("whsec_the_old_secret\n"+testSecret+"\n"))
 	at := strconv.FormatInt(now.UnixMilli(), 10)
+	// A delivery signed in seconds is no old capture: -now cannot help it.
+	res := runCmd(t, "", "verify", "-secret-file", secrets, "-now", at, "-request", writeFile(t, "req.http", captured(t, inSeconds, body)))
+	assert.NotContains(t, res.stdout, "-now", res.stdout)
+	assert.Contains(t, res.stdout, "signed in seconds", res.stdout)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			res := runCmd(t, "", "verify", "-secret-file", secrets, "-now", at, "-request", writeFile(t, "req.http", captured(t, tc.header, tc.body)))
