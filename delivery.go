@@ -247,11 +247,14 @@ func newRequestBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReade
 // The timestamp is later than the attempt before's, also when a retry
 // follows in the same millisecond (Retry-After: 0) or the clock stepped
 // back: a receiver that refuses a repeated signature never refuses a
-// retry. Both values are cut from one string and stored in vals, which has
-// room for two.
+// retry. It is also one no other call of the Sender signed (issued): the
+// same body for the same secret sent twice at one millisecond, by Attempt or
+// by two goroutines, goes out as two signatures. Both values are cut from
+// one string and stored in vals, which has room for two.
 func (d *delivery) sign(h http.Header, vals []string) {
 	d.cur.start = d.s.now() // the attempt starts as it is signed
-	d.cur.ts = max(d.cur.start.UnixMilli(), d.lastTS+1)
+	nowMs := d.cur.start.UnixMilli()
+	d.cur.ts = d.s.issued.next(d.conn.Secret, d.body, max(nowMs, d.lastTS+1), nowMs)
 	d.lastTS = d.cur.ts
 	var buf [20 + signatureLen]byte
 	b := strconv.AppendInt(buf[:0], d.cur.ts, 10)

@@ -96,6 +96,7 @@ type Sender struct {
 	timeout   time.Duration // per attempt
 	health    *health       // nil unless SenderOptions.Health
 	keys      *keyCache     // the keyed states of the connections' secrets
+	issued    *issued       // the timestamps signed lately, per secret and body: none signed twice
 
 	deliveries sync.Pool // of *delivery
 }
@@ -113,6 +114,7 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 		maxConc:   opts.MaxConcurrency,
 		maxBody:   opts.MaxBodyBytes,
 		keys:      newKeyCache(),
+		issued:    newIssued(),
 	}
 	policy := opts.Retry
 	if policy == nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -474,4 +475,48 @@ func TestSend_SkipsAnEventTheConnectionDoesNotSubscribeTo(t *testing.T) {
 
 	c.Events = []string{"ok", "bad\nname"}
 	assert.ErrorContains(t, c.Validate(), `events[1]`)
+}
+
+// signingEndpoint answers 200 and keeps each request's signature.
+type signingEndpoint struct {
+	mu   sync.Mutex
+	sigs []string
+}
+
+func (e *signingEndpoint) RoundTrip(r *http.Request) (*http.Response, error) {
+	e.mu.Lock()
+	e.sigs = append(e.sigs, r.Header.Get(webhook.HeaderSignature))
+	e.mu.Unlock()
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+}
+
+// A Sender never signs one body for one secret at one millisecond twice:
+// Attempt keeps no state between calls, and a queue may make two attempts
+// of a delivery in one millisecond (Retry-After: 0), as two goroutines may
+// Send one payload; a receiver refusing repeated signatures would refuse
+// the second, and acknowledge it unhandled as a copy.
+func TestSender_NeverRepeatsASignature(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &signingEndpoint{}
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, Retry: &webhook.RetryPolicy{}})
+		require.NoError(t, err)
+		conn := webhook.Connection{Name: "crm", URL: "https://crm.example.com/hooks", Secret: testSecret}
+		body := []byte(`{"event":"user.identified"}`)
+		var stamps []int64
+		for n := range 3 { // at one instant: the bubble's clock stands still
+			a := s.Attempt(context.Background(), conn, webhook.EventUserIdentified, body, n+1)
+			require.True(t, a.OK(), "%v", a.Err)
+			stamps = append(stamps, a.Timestamp)
+		}
+		_, err = s.SendBytes(context.Background(), conn, webhook.EventUserIdentified, body)
+		require.NoError(t, err)
+		now := time.Now().UnixMilli()
+		assert.Equal(t, []int64{now, now + 1, now + 2}, stamps, "each the first millisecond not signed at")
+		seen := map[string]bool{}
+		for _, sig := range ep.sigs {
+			assert.False(t, seen[sig], "signature %s sent twice", sig)
+			seen[sig] = true
+		}
+		assert.Len(t, seen, 4)
+	})
 }

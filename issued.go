@@ -1,0 +1,69 @@
+package webhook
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// This file holds the timestamps a Sender signed lately, so that it never
+// signs one body for one secret at one millisecond twice: the attempts of
+// one delivery pass each other's timestamps already (delivery.sign), but
+// Attempt keeps no state between calls, and two goroutines may send one
+// payload at once.
+
+const (
+	issuedShards = 16   // locks the bodies signed are spread over
+	issuedKeep   = 1000 // how long a body's last timestamp is kept at least, in ms
+)
+
+// issued is, per secret and body (a 64-bit hash of both), the last
+// timestamp signed in the last second or two, by the Sender's clock. A
+// timestamp is the current millisecond or later, so only those of this
+// millisecond on could be signed again; a second's slack covers a call that
+// read the clock and took the lock a while later. Two pairs whose hashes
+// collide only share their timestamps: one goes out a millisecond later.
+// Memory follows the bodies signed in two seconds at the most; a body sent
+// many times at one instant costs one entry and one lookup each time.
+type issued struct {
+	seed   maphash.Seed
+	shards [issuedShards]issuedShard
+}
+
+type issuedShard struct {
+	mu     sync.Mutex
+	last   map[uint64]int64 // hash of secret and body -> its last timestamp (Unix ms)
+	pruned int64            // the clock's millisecond at the last pruning
+}
+
+func newIssued() *issued { return &issued{seed: maphash.MakeSeed()} }
+
+// next returns the timestamp to sign body with for secret: want, or the
+// first millisecond after the last one signed for them if that is later,
+// and records it. nowMs is the clock's millisecond.
+func (is *issued) next(secret string, body []byte, want, nowMs int64) int64 {
+	var h maphash.Hash
+	h.SetSeed(is.seed)
+	h.WriteString(secret)
+	h.WriteByte(0)
+	h.Write(body)
+	key := h.Sum64()
+	sh := &is.shards[key%issuedShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.last == nil {
+		sh.last = make(map[uint64]int64)
+	}
+	if nowMs >= sh.pruned+issuedKeep { // once a second: O(1) a signature
+		for k, t := range sh.last {
+			if t < nowMs-issuedKeep {
+				delete(sh.last, k)
+			}
+		}
+		sh.pruned = nowMs
+	}
+	if last, ok := sh.last[key]; ok && last >= want {
+		want = last + 1
+	}
+	sh.last[key] = want
+	return want
+}
