@@ -12,8 +12,9 @@ import (
 // payload at once.
 
 const (
-	issuedShards = 16   // locks the bodies signed are spread over
-	issuedKeep   = 1000 // how long a body's last timestamp is kept at least, in ms
+	issuedShards  = 16   // locks the bodies signed are spread over
+	issuedKeep    = 1000 // how long a body's last timestamp is kept at least, in ms
+	issuedMaxLead = 1000 // how far ahead of the clock a timestamp is moved at most, in ms
 )
 
 // issued is, per secret and body (a 64-bit hash of both), the last
@@ -39,7 +40,11 @@ func newIssued() *issued { return &issued{seed: maphash.MakeSeed()} }
 
 // next returns the timestamp to sign body with for secret: want, or the
 // first millisecond after the last one signed for them if that is later,
-// and records it. nowMs is the clock's millisecond.
+// and records it. nowMs is the clock's millisecond. A body signed for one
+// secret more than a thousand times a second, steadily, would run its
+// timestamps ahead without end, out of receivers' windows: past
+// issuedMaxLead ahead of the clock, it is signed at want again, a copy of
+// one signed before rather than a delivery refused as too new.
 func (is *issued) next(secret string, body []byte, want, nowMs int64) int64 {
 	var h maphash.Hash
 	h.SetSeed(is.seed)
@@ -61,9 +66,13 @@ func (is *issued) next(secret string, body []byte, want, nowMs int64) int64 {
 		}
 		sh.pruned = nowMs
 	}
-	if last, ok := sh.last[key]; ok && last >= want {
+	last, ok := sh.last[key]
+	switch {
+	case !ok || last < want:
+		sh.last[key] = want
+	case last+1 <= max(want, nowMs+issuedMaxLead):
 		want = last + 1
+		sh.last[key] = want
 	}
-	sh.last[key] = want
 	return want
 }

@@ -518,5 +518,17 @@ func TestSender_NeverRepeatsASignature(t *testing.T) {
 			seen[sig] = true
 		}
 		assert.Len(t, seen, 4)
+
+		// Sent steadily more than a thousand times a second, one body's
+		// timestamps run a second ahead of the clock at the most: past
+		// that, a copy goes out rather than a delivery a receiver's window
+		// refuses as too new.
+		var latest int64
+		for n := range 1500 {
+			a := s.Attempt(context.Background(), conn, webhook.EventUserIdentified, body, n+1)
+			require.True(t, a.OK(), "%v", a.Err)
+			latest = max(latest, a.Timestamp)
+		}
+		assert.Equal(t, now+1000, latest)
 	})
 }
