@@ -58,7 +58,7 @@ func (is *issued) next(secret string, body []byte, want, nowMs int64) int64 {
 	if sh.last == nil {
 		sh.last = make(map[uint64]int64)
 	}
-	if nowMs >= sh.pruned+issuedKeep { // once a second: O(1) a signature
+	if nowMs >= sh.pruned+issuedKeep || nowMs < sh.pruned { // once a second, O(1) a signature; and after the clock stepped back
 		for k, t := range sh.last {
 			if t < nowMs-issuedKeep {
 				delete(sh.last, k)

@@ -164,8 +164,8 @@ type Verifier struct {
 
 // NewVerifier returns a Verifier that accepts deliveries signed with any of
 // secrets. It fails when secrets is empty, when one of them is empty, when
-// an option is out of range, or when ReplayStore is a nil pointer. opts may
-// be nil.
+// an option is out of range, or when ReplayStore holds a nil pointer (map,
+// func). opts may be nil.
 func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 	if opts == nil {
 		opts = &VerifierOptions{}
@@ -189,7 +189,7 @@ func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 		default:
 			v.store = st
 		}
-		if rv := reflect.ValueOf(opts.ReplayStore); rv.Kind() == reflect.Pointer && rv.IsNil() {
+		if nilValue(opts.ReplayStore) {
 			return nil, fmt.Errorf("webhook: VerifierOptions.ReplayStore is a nil %T; leave it nil for the default memory store", opts.ReplayStore)
 		}
 	}
@@ -221,6 +221,17 @@ func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 		v.logger = slog.New(slog.DiscardHandler)
 	}
 	return v, nil
+}
+
+// nilValue reports whether v, an interface that is not nil, holds a nil
+// pointer, map, func, chan or slice: a store declared and never made.
+func nilValue(v any) bool {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Verify checks that header h and raw body body are a delivery signed with

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -205,6 +206,7 @@ func TestNewVerifier_RefusesBadOptions(t *testing.T) {
 		// request, not say what is wrong.
 		{"a nil memory store", []string{"a"}, &webhook.VerifierOptions{ReplayStore: (*webhook.MemoryReplayStore)(nil)}, "ReplayStore is a nil *webhook.MemoryReplayStore"},
 		{"a nil store of the caller's", []string{"a"}, &webhook.VerifierOptions{ReplayStore: (*nilStore)(nil)}, "ReplayStore is a nil *webhook_test.nilStore"},
+		{"a nil map store", []string{"a"}, &webhook.VerifierOptions{ReplayStore: mapStore(nil)}, "ReplayStore is a nil webhook_test.mapStore"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -398,3 +400,13 @@ func TestVerifier_SetSecretsWhileServing(t *testing.T) {
 
 // nilStore is a ReplayStore of a caller's, given as a nil pointer.
 type nilStore struct{ webhook.ReplayStore }
+
+// mapStore is a ReplayStore of a caller's kept in a map, given nil.
+type mapStore map[string]time.Time
+
+func (mapStore) Add(context.Context, string, time.Duration) (bool, error) { return true, nil }
+func (mapStore) Claim(context.Context, string, time.Duration) (webhook.ReplayState, error) {
+	return webhook.ReplayUnseen, nil
+}
+func (mapStore) Complete(context.Context, string, time.Duration) error { return nil }
+func (mapStore) Release(context.Context, string) error                 { return nil }

@@ -37,7 +37,21 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	loaded         *redact.Secrets // the secrets loaded, hidden from what fail prints; nil before
+	loaded         []string        // the secrets loaded, hidden from what fail prints (hide)
+	loadedSecrets  *redact.Secrets // the same, matched in any case and as JSON escapes them
+}
+
+// hide returns s without the secrets loaded: a parser's error quotes its
+// input, which may be a secrets file given as a capture. Those shorter than
+// redact.MinLen are hidden as they are written.
+func (e *env) hide(s string) string {
+	if e.loadedSecrets != nil {
+		s = e.loadedSecrets.Scrub(s)
+	}
+	for _, secret := range e.loaded {
+		s = strings.ReplaceAll(s, secret, "…")
+	}
+	return s
 }
 
 // usageError is an error of the command line: exit status 2.
@@ -150,13 +164,7 @@ func topUsage(w io.Writer) {
 // fail reports err and returns its exit status: 2 for a usage error, 1
 // otherwise.
 func (e *env) fail(name string, err error) int {
-	msg := err.Error()
-	if e.loaded != nil {
-		// A parser's error quotes its input, which may be a secrets file
-		// given as a capture.
-		msg = e.loaded.Scrub(msg)
-	}
-	fmt.Fprintf(e.stderr, "webhook %s: %s\n", name, redact.Printable(msg))
+	fmt.Fprintf(e.stderr, "webhook %s: %s\n", name, redact.Printable(e.hide(err.Error())))
 	var ue usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(e.stderr, "run 'webhook %s -h' for usage\n", name)
@@ -188,7 +196,7 @@ func (s *secretFlags) register(fs *flag.FlagSet, several bool) {
 func (s *secretFlags) load(e *env, several bool) ([]string, error) {
 	secrets, err := s.read(e, several)
 	if err == nil {
-		e.loaded = redact.NewSecrets("", secrets, "")
+		e.loaded, e.loadedSecrets = secrets, redact.NewSecrets("", secrets, "")
 	}
 	return secrets, err
 }
@@ -251,14 +259,16 @@ func (h *headerFlags) String() string { return "" }
 
 func (h *headerFlags) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
-	if !ok || strings.TrimSpace(name) == "" {
+	if name = strings.TrimSpace(name); !ok || name == "" || strings.ContainsAny(name, " \t") {
+		// No name and colon, or a name with spaces: "Authorization
+		// Bearer tok:en" lacks the colon after its name.
 		h.malformed++
 		return nil
 	}
 	if h.m == nil {
 		h.m = make(map[string]string)
 	}
-	h.m[strings.TrimSpace(name)] = strings.TrimSpace(value)
+	h.m[name] = strings.TrimSpace(value)
 	return nil
 }
 

@@ -139,7 +139,7 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward, cacert 
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		if _, _, perr := net.SplitHostPort(addr); perr != nil {
+		if _, port, perr := net.SplitHostPort(addr); perr != nil || !validPort(port) {
 			return usagef("%v", err) // -addr is no host:port
 		}
 		return err // a port in use, or not this command's to take: no usage error
@@ -287,4 +287,11 @@ func (l *listener) pass(w http.ResponseWriter, r *http.Request, body []byte) (in
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
 	return resp.StatusCode, nil
+}
+
+// validPort reports whether port is a port number, or a service name
+// net.Listen looks up.
+func validPort(port string) bool {
+	n, err := strconv.Atoi(port)
+	return err != nil && port != "" || err == nil && n >= 0 && n <= 65535
 }

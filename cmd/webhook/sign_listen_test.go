@@ -440,4 +440,6 @@ func TestListen_APortInUseIsNoUsageError(t *testing.T) {
 
 	res = runCmd(t, "", "listen", "-addr", "no-port-here")
 	assert.Equal(t, exitUsage, res.code, res.stderr)
+	res = runCmd(t, "", "listen", "-addr", "127.0.0.1:99999")
+	assert.Equal(t, exitUsage, res.code, res.stderr)
 }

@@ -169,9 +169,12 @@ func (t *trigger) body() (string, []byte, error) {
 		return "", nil, err
 	}
 	if t.raw {
-		var named struct{ Event string }
-		_ = json.Unmarshal(body, &named) // any body: only a JSON object's "event" names the event
-		return firstOf(t.event, named.Event, webhook.EventUserIdentified), body, nil
+		var fields map[string]json.RawMessage
+		var named string
+		if json.Unmarshal(body, &fields) == nil { // any body: only a JSON object's "event", exactly, names the event
+			_ = json.Unmarshal(fields["event"], &named)
+		}
+		return firstOf(t.event, named, webhook.EventUserIdentified), body, nil
 	}
 	p, err := webhook.ParsePayload(body)
 	if err == nil {

@@ -77,8 +77,9 @@ func TestTrigger_PayloadIsCheckedUnlessRaw(t *testing.T) {
 	// Without -event, the event is the body's "event", as -event's help
 	// says; user.identified when it has none.
 	srv.Clear()
-	deal := writeFile(t, "deal.json", []byte(`{"event":"deal.closed","dealId":"d1"}`))
-	for _, tc := range []struct{ file, want string }{{deal, "deal.closed"}, {notPayload, webhook.EventUserIdentified}} {
+	deal := writeFile(t, "deal.json", []byte(`{"Event":"other.thing","event":"deal.closed","dealId":"d1"}`))
+	upper := writeFile(t, "upper.json", []byte(`{"EVENT":"not.the.event"}`))
+	for _, tc := range []struct{ file, want string }{{deal, "deal.closed"}, {upper, webhook.EventUserIdentified}} {
 		res = runCmd(t, "", "trigger", "-allow-private", "-cacert", caFile(t, srv), "-payload", tc.file, "-raw", srv.URL)
 		require.Equal(t, exitOK, res.code, res.stdout+res.stderr)
 		assert.Contains(t, res.stdout, "("+tc.want+", ")
@@ -221,6 +222,11 @@ func TestTrigger_AMalformedHeaderFlagIsNotQuoted(t *testing.T) {
 	res := runCmd(t, "", "trigger", "-allow-private", "-H", "Authorization Bearer sk_live_SUPERSECRET", "https://127.0.0.1:1/x")
 	assert.Equal(t, exitUsage, res.code)
 	assert.Contains(t, res.stderr, `-H wants "Name: value"`)
+	assert.NotContains(t, res.stdout+res.stderr, "SUPERSECRET")
+
+	// The colon missing after the name, a colon inside the token.
+	res = runCmd(t, "", "trigger", "-allow-private", "-H", "Authorization Bearer sk_live_SUPERSECRET:x", "https://127.0.0.1:1/x")
+	assert.Equal(t, exitUsage, res.code)
 	assert.NotContains(t, res.stdout+res.stderr, "SUPERSECRET")
 }
 

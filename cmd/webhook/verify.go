@@ -64,7 +64,7 @@ the request verifies, 1 when it does not.`,
 			}
 			d := diagnose(keys, h, body, now, *tolerance)
 			for _, line := range d.lines {
-				fmt.Fprintln(e.stdout, e.loaded.Scrub(line)) // a header of the capture may hold one
+				fmt.Fprintln(e.stdout, e.hide(line)) // a header of the capture may hold one
 			}
 			if !d.ok {
 				return exitFailed

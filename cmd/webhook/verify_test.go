@@ -210,3 +210,11 @@ func TestVerify_ACaptureThatIsTheSecretFileShowsNoSecret(t *testing.T) {
 		})
 	}
 }
+
+// A secret shorter than redact's words is hidden too, as it is written.
+func TestVerify_AShortSecretInTheCaptureIsHidden(t *testing.T) {
+	secrets := writeFile(t, "secrets", []byte("hunter2\n"))
+	res := runCmd(t, "", "verify", "-secret-file", secrets, "-request", secrets)
+	assert.Equal(t, exitUsage, res.code, res.stderr)
+	assert.NotContains(t, res.stdout+res.stderr, "hunter2")
+}

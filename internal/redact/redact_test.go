@@ -139,6 +139,21 @@ func TestSecrets_ScrubsEscapedEchoes(t *testing.T) {
 	}
 }
 
+// A text shorter than MinLen is a word, not a secret, also escaped: its
+// escaped form is longer, but hiding it would hide in a JSON answer what the
+// same answer in plain text shows (a review's finding).
+func TestSecrets_ShortTextsStayShortEscaped(t *testing.T) {
+	x := NewSecrets("https://api.example.com/api/v2", []string{"a&b=c"}, "whsec_x_long_enough")
+	for _, s := range []string{
+		`{"self":"https://api.example.com/api/v2/users"}`, `{"self":"https:\/\/api.example.com\/api\/v2\/users"}`,
+		`{"got":"a&b=c"}`, `{"got":"a\u0026b=c"}`,
+	} {
+		if got := x.Scrub(s); got != s {
+			t.Errorf("Scrub(%s) = %s, want it whole", s, got)
+		}
+	}
+}
+
 // TestSecrets_EveryRunOfSegmentsIsHiddenWhole pins that any run of up to 8
 // segments of the path at least MinLen long, with slashes or query-escaped,
 // is hidden whole, as one mark, though only the shortest runs are secret

@@ -46,9 +46,12 @@ func NewSecrets(rawURL string, headerValues []string, secret string) *Secrets {
 	x := &Secrets{}
 	seen := make(map[string]bool)
 	add := func(t string) {
+		if len(t) < MinLen { // a word, escaped or not
+			return
+		}
 		for _, v := range [...]string{t, jsonEscape(t, true, false), jsonEscape(t, false, true)} {
 			v = asciiLower(v)
-			if len(v) >= MinLen && !seen[v] {
+			if !seen[v] {
 				seen[v] = true
 				x.texts = append(x.texts, v)
 			}
