@@ -300,6 +300,14 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
 	}
+	if a.Err != nil && a.Probe && d.queued {
+		if wait, down := d.s.health.downFor(d.endpoint, d.conn.URL); down {
+			// The probe found its endpoint still down: for the queue, a
+			// wait for the endpoint, as a refusal to send is, whatever the
+			// policy says of its attempts.
+			a.Retry, a.RetryIn = true, wait
+		}
+	}
 	if a.Retry && !d.queued && d.s.health != nil && !d.bypass {
 		// The endpoint went down meanwhile, or it does not answer and
 		// enough wait on such endpoints: the delivery ends now, not after

@@ -339,6 +339,21 @@ func (h *health) holdRetry(origin, url string) (held bool, _ time.Duration, _ er
 	return true, 0, nil
 }
 
+// downFor reports whether origin or its URL url is held back (down, or not
+// answering), and then how long until its next probe may be admitted.
+func (h *health) downFor(origin, url string) (time.Duration, bool) {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.endpoints[origin]; e != nil && e.down {
+		return spread(e.nextProbe.Sub(now), e.interval), true
+	}
+	if u := h.urls[url]; u != nil && u.down {
+		return spread(u.nextProbe.Sub(now), u.interval), true
+	}
+	return 0, false
+}
+
 // grant hands e's probe a new lease. Under h.mu.
 func (h *health) grant(e *endpointState, now time.Time) uint64 {
 	h.leases++

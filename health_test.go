@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -845,5 +846,37 @@ func TestHealth_MemoryFollowsTheEndpointsThatNeedWatching(t *testing.T) {
 		assert.LessOrEqual(t, perURL, int64(100), "bytes of heap per URL delivered to")
 		assert.Empty(t, s.Health())
 		t.Logf("%d URLs: %d bytes of heap each", urls, perURL)
+	})
+}
+
+// For a queue (Sender.Attempt), the probe that finds its endpoint still
+// down is a wait for the endpoint, as a refusal to send is: Retry, until
+// the next probe, whatever the policy. Send's probe stays an attempt of its
+// policy.
+func TestHealth_AQueuesProbeThatFindsItDownIsAWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &flakyEndpoint{}
+		var ch changes
+		s := healthSender(t, ep, &ch, nil) // no retries
+		body, err := json.Marshal(samplePayload())
+		require.NoError(t, err)
+		for range 3 {
+			a := s.Attempt(context.Background(), fakeConn, webhook.EventUserIdentified, body, 1)
+			require.Equal(t, webhook.KindRefused, a.Kind)
+			assert.False(t, a.Retry, "the policy gives up")
+		}
+		time.Sleep(10 * time.Second) // the probe is due
+		a := s.Attempt(context.Background(), fakeConn, webhook.EventUserIdentified, body, 1)
+		require.Equal(t, webhook.KindRefused, a.Kind)
+		assert.True(t, a.Probe)
+		assert.True(t, a.Retry, "a wait for the endpoint")
+		assert.GreaterOrEqual(t, a.RetryIn, 20*time.Second, "until the next probe, 20 s on")
+
+		time.Sleep(40 * time.Second)
+		res, err := s.Send(context.Background(), fakeConn, samplePayload())
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		require.Len(t, res.Attempts, 1)
+		assert.True(t, res.Attempts[0].Probe)
+		assert.False(t, res.Attempts[0].Retry, "Send's probe is an attempt of its policy")
 	})
 }

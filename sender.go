@@ -334,7 +334,12 @@ func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Res
 // attempt under a deadline of its own and schedules the retry itself. An
 // invalid connection, event or body gives an attempt of kind [KindInvalid],
 // and a ctx done before sending one of kind [KindCanceled], with nothing
-// sent and no retry.
+// sent and no retry. With endpoint health on, an endpoint held back gives
+// one of kind [KindDown], nothing sent, Retry true and RetryIn the time
+// until its next probe; the probe that finds it still down
+// ([Attempt.Probe]) has the same Retry and RetryIn, whatever the policy:
+// both are waits for the endpoint, which a queue need not count as
+// attempts of the policy (riverhook's Worker does not).
 func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body []byte, n int) Attempt {
 	n = max(n, 1)
 	if s.client == nil {
