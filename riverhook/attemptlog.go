@@ -142,8 +142,13 @@ func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 // carries the number of the attempt it would have made.
 func interrupted(job *rivertype.JobRow, entries []logEntry, last int) []logEntry {
 	from := 1
-	if len(entries) > 0 {
-		from = entries[len(entries)-1].Run + 1
+	if n := len(entries); n > 0 {
+		from = entries[n-1].Run + 1
+		if entries[n-1].Probe {
+			// A probe that found the endpoint down snoozed its job, and
+			// River gave its run's number back: the next run has it too.
+			from = entries[n-1].Run
+		}
 	}
 	if from > last {
 		return nil
@@ -282,7 +287,7 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 		d.Reason = cancelReason(job)
 	case rivertype.JobStateDiscarded:
 		made := attemptsMade(entries)
-		if n := len(entries); n > 0 && entries[n-1].Kind == string(webhook.KindDown) {
+		if n := len(entries); n > 0 && (entries[n-1].Kind == string(webhook.KindDown) || entries[n-1].Probe) {
 			d.Reason = "riverhook: " + strings.TrimPrefix(entries[n-1].Error, "riverhook: ")
 		} else if n := len(entries); n > 0 && entries[n-1].Run == job.Attempt && entries[n-1].Kind != string(webhook.KindInterrupted) &&
 			entries[n-1].RetryIn == "" {

@@ -324,6 +324,71 @@ func TestDownEndpoint(t *testing.T) {
 		assert.False(t, last.Probe)
 	})
 
+	// A delivery that has waited MaxWait when its run is the probe, and the
+	// probe finds the endpoint still down, is given up for the wait: its
+	// Reason says so, not that its policy gave up.
+	t.Run("AProbePastMaxWaitGivesUpForTheWait", func(t *testing.T) {
+		t.Parallel()
+		w, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
+			ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}},
+			worker: riverhook.WorkerOptions{MaxWait: 24 * time.Hour}, record: true})
+		bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
+		ctx := context.Background()
+		policy := fastPolicy(3)
+		_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+		require.Error(t, err)
+		require.True(t, bundle.sender.Health()[0].Down)
+		riverhook.SetClock(w, func() time.Time { return time.Now().Add(25 * time.Hour) })
+		res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
+		require.Error(t, err)
+		require.Equal(t, rivertype.JobStateDiscarded, res.Job.State)
+		d, err := riverhook.DeliveryOf(res.Job)
+		require.NoError(t, err)
+		assert.Contains(t, d.Reason, "gave up after waiting 25h0m0s for the endpoint")
+		told := bundle.rec.attempts()
+		require.Len(t, told, 2)
+		assert.False(t, told[1].Retry, "the delivery ends")
+	})
+
+	// The run after a probe that found the endpoint down has the probe's
+	// run number (River gives a snoozed run's back): when its process dies,
+	// the log shows it interrupted, and OnAttempt is told.
+	t.Run("ARunCutAfterAProbeIsInTheLog", func(t *testing.T) {
+		t.Parallel()
+		_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
+			ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}}, record: true})
+		working := bundle.srv.Connection()
+		bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
+		ctx := context.Background()
+		policy := fastPolicy(3)
+		_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+		require.Error(t, err)
+		res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
+		require.NoError(t, err)
+		require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
+		told := bundle.rec.attempts()
+		require.Len(t, told, 2)
+		assert.True(t, told[1].Probe)
+		assert.True(t, told[1].Retry, "the delivery goes on")
+		assert.Positive(t, told[1].RetryIn, "after its snooze")
+
+		job := crash(t, bundle.tx, bundle.schema, res.Job) // the next run's process dies mid-attempt
+		d, err := riverhook.DeliveryOf(job)
+		require.NoError(t, err)
+		require.Len(t, d.Attempts, 2)
+		assert.True(t, d.Attempts[0].Probe)
+		assert.Equal(t, webhook.KindInterrupted, d.Attempts[1].Kind)
+
+		bundle.conns.set("crm", working)
+		res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+		require.NoError(t, err)
+		require.Equal(t, rivertype.JobStateCompleted, res.Job.State)
+		told = bundle.rec.attempts()
+		require.Len(t, told, 4)
+		assert.Equal(t, webhook.KindInterrupted, told[2].Kind, "OnAttempt is told of the cut run")
+		assert.True(t, told[3].OK())
+	})
+
 	t.Run("GivesUpWaitingForADownEndpointAfterMaxWait", func(t *testing.T) {
 		t.Parallel()
 		w, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1}},

@@ -320,19 +320,15 @@ func probeEntry(a webhook.Attempt, run int) logEntry {
 
 // waitForEndpoint snoozes the job of run r, whose attempt a was not sent
 // because its endpoint is down, or was its probe and found it still down
-// (logged, telling OnAttempt), after the other jobs waiting for it (see
-// pacer.downSlot); or, once the delivery has waited MaxWait, discards it
-// with a log entry and a reason that say so, telling OnAttempt. A snooze
-// costs no attempt, River's or the policy's.
+// (logged, and told to OnAttempt, with the snooze as its retry), after the
+// other jobs waiting for it (see pacer.downSlot); or, once the delivery has
+// waited MaxWait, discards it with a log entry and a reason that say so,
+// telling OnAttempt. A snooze costs no attempt, River's or the policy's.
 func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt) error {
 	job := r.job
 	now := w.now()
-	wait := a.RetryIn // KindDown's: until the endpoint's next probe
-	if a.Probe {
-		// The policy's retry is not what follows: the delivery waits.
-		a.Retry, a.RetryIn, wait = false, 0, 0
-	}
 	if waited := now.Sub(job.CreatedAt); waited >= w.maxWait {
+		a.Retry, a.RetryIn = false, 0
 		a.Err = fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait): %w", waited.Round(time.Minute).String(), a.Err)
 		r.entries = append(r.entries, probeEntry(a, job.Attempt))
 		w.record(ctx, job, r.entries)
@@ -340,24 +336,31 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 		discardAfterThisRun(job)
 		return &runError{a: a, next: "gave up waiting for the endpoint"}
 	}
+	wait := w.endpointSlot(r, a.RetryIn, now) // RetryIn: until the endpoint's next probe
 	switch {
 	case a.Probe: // sent, and logged; it costs no attempt (probeEntry)
+		a.Retry, a.RetryIn = true, wait
 		r.entries = append(r.entries, probeEntry(a, job.Attempt))
 		w.record(ctx, job, r.entries)
 		w.notify(ctx, r.hooked, a)
 	case r.cut > 0:
 		w.record(ctx, job, r.entries) // the log has nothing new but interrupted runs
 	}
+	return river.JobSnooze(wait)
+}
+
+// endpointSlot returns how long the job of run r waits for its endpoint,
+// at least least: to a down slot behind the jobs waiting for it, or, when
+// the endpoint answered while r was under way and they were woken, with
+// them.
+func (w *Worker) endpointSlot(r *run, least time.Duration, now time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := w.pacer(job.Args.ConnectionID)
+	p := w.pacer(r.job.Args.ConnectionID)
 	if p.woke.After(r.began) {
-		// The endpoint answered while this run was under way, and the
-		// deliveries waiting for it were woken: this one goes with them,
-		// rather than to a down slot behind them all.
 		slot := later(now, p.frontNext).Add(w.spacing(p, r.every))
 		p.frontNext = slot
-		return river.JobSnooze(slot.Sub(now))
+		return slot.Sub(now)
 	}
-	return river.JobSnooze(p.downSlot(now, wait, w.snooze/time.Duration(max(w.maxPerCon, 1))))
+	return p.downSlot(now, least, w.snooze/time.Duration(max(w.maxPerCon, 1)))
 }
