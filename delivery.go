@@ -300,7 +300,7 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
 	}
-	if a.Err != nil && a.Probe && d.queued {
+	if a.Probe && d.queued && probeFoundDown(a.Kind) {
 		if wait, down := d.s.health.downFor(d.endpoint, d.conn.URL); down {
 			// The probe found its endpoint still down: for the queue, a
 			// wait for the endpoint, as a refusal to send is, whatever the

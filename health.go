@@ -339,6 +339,19 @@ func (h *health) holdRetry(origin, url string) (held bool, _ time.Duration, _ er
 	return true, 0, nil
 }
 
+// probeFoundDown reports whether a probe that failed with kind k found its
+// endpoint still down: no connection, or (a URL's) no answer. Any other
+// failure (refused by the guard, cut by its context, of no known kind) is
+// the delivery's, not a wait for the endpoint. riverhook's Worker keeps
+// the same list.
+func probeFoundDown(k FailureKind) bool {
+	switch k {
+	case KindDNS, KindRefused, KindReset, KindTLS, KindTimeout, KindUnreachable:
+		return true
+	}
+	return false
+}
+
 // downFor reports whether origin or its URL url is held back (down, or not
 // answering), and then how long until its next probe may be admitted.
 func (h *health) downFor(origin, url string) (time.Duration, bool) {

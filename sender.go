@@ -337,9 +337,10 @@ func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Res
 // sent and no retry. With endpoint health on, an endpoint held back gives
 // one of kind [KindDown], nothing sent, Retry true and RetryIn the time
 // until its next probe; the probe that finds it still down
-// ([Attempt.Probe]) has the same Retry and RetryIn, whatever the policy:
-// both are waits for the endpoint, which a queue need not count as
-// attempts of the policy (riverhook's Worker does not).
+// ([Attempt.Probe]: no connection, or no answer) has the same Retry and
+// RetryIn, whatever the policy: both are waits for the endpoint, which a
+// queue need not count as attempts of the policy (riverhook's Worker does
+// not), and which it bounds itself (riverhook's WorkerOptions.MaxWait).
 func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body []byte, n int) Attempt {
 	n = max(n, 1)
 	if s.client == nil {

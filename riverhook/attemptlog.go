@@ -141,28 +141,33 @@ func readLog(job *rivertype.JobRow) ([]logEntry, error) {
 // fetched it during a rolling deploy: "job kind is not registered"). Each
 // carries the number of the attempt it would have made.
 func interrupted(job *rivertype.JobRow, entries []logEntry, last int) []logEntry {
-	from := 1
+	from, probed := 1, 0
 	if n := len(entries); n > 0 {
 		from = entries[n-1].Run + 1
 		if entries[n-1].Probe {
 			// A probe that found the endpoint down snoozed its job, and
-			// River gave its run's number back: the next run has it too.
-			from = entries[n-1].Run
+			// River gave its run's number back: a next run has it too.
+			// Only River's rescue says one did and was cut (a job
+			// cancelled during the probe's run keeps the number, and no
+			// run followed).
+			from, probed = entries[n-1].Run, entries[n-1].Run
 		}
 	}
 	if from > last {
 		return nil
 	}
-	ended := map[int]bool{}
+	ended, rescued := map[int]bool{}, map[int]bool{}
 	for _, e := range job.Errors {
 		if e.Error != rescuedError {
 			ended[e.Attempt] = true
+		} else {
+			rescued[e.Attempt] = true
 		}
 	}
 	n := attemptsMade(entries) + 1
 	var cut []logEntry
 	for run := from; run <= last; run++ {
-		if !ended[run] {
+		if !ended[run] && (run != probed || rescued[run]) {
 			cut = append(cut, logEntry{N: n, Run: run, Kind: string(webhook.KindInterrupted)})
 		}
 	}
@@ -287,7 +292,7 @@ func DeliveryOf(job *rivertype.JobRow) (*Delivery, error) {
 		d.Reason = cancelReason(job)
 	case rivertype.JobStateDiscarded:
 		made := attemptsMade(entries)
-		if n := len(entries); n > 0 && (entries[n-1].Kind == string(webhook.KindDown) || entries[n-1].Probe) {
+		if n := len(entries); n > 0 && entries[n-1].Kind == string(webhook.KindDown) {
 			d.Reason = "riverhook: " + strings.TrimPrefix(entries[n-1].Error, "riverhook: ")
 		} else if n := len(entries); n > 0 && entries[n-1].Run == job.Attempt && entries[n-1].Kind != string(webhook.KindInterrupted) &&
 			entries[n-1].RetryIn == "" {

@@ -311,11 +311,23 @@ func stillDown(a webhook.Attempt) bool {
 }
 
 // probeEntry is the log entry of a, a probe that found its endpoint still
-// down (or a refusal to send, KindDown): attemptsMade does not count it.
+// down: attemptsMade does not count it.
 func probeEntry(a webhook.Attempt, run int) logEntry {
 	e := newLogEntry(a, run)
-	e.Probe = a.Probe
+	e.Probe = true
 	return e
+}
+
+// appendProbe appends e, a probe's entry, to entries, in place of the
+// probe entry they end with: a delivery waiting days for a dead endpoint,
+// the probe of each of its wakes, keeps the last of a run of probes, so
+// that its log, rewritten at every run, stays the size of its attempts.
+func appendProbe(entries []logEntry, e logEntry) []logEntry {
+	if n := len(entries); n > 0 && entries[n-1].Probe {
+		entries[n-1] = e
+		return entries
+	}
+	return append(entries, e)
 }
 
 // waitForEndpoint snoozes the job of run r, whose attempt a was not sent
@@ -329,8 +341,19 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 	now := w.now()
 	if waited := now.Sub(job.CreatedAt); waited >= w.maxWait {
 		a.Retry, a.RetryIn = false, 0
-		a.Err = fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait): %w", waited.Round(time.Minute).String(), a.Err)
-		r.entries = append(r.entries, probeEntry(a, job.Attempt))
+		gaveUp := fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait)", waited.Round(time.Minute).String())
+		if a.Probe {
+			// The probe is logged as made, then the end, as a refusal to
+			// send: an entry of kind down, whose words an erasure keeps
+			// and Delivery.Reason reads.
+			r.entries = appendProbe(r.entries, probeEntry(a, job.Attempt))
+			end := newLogEntry(webhook.Attempt{N: a.N, Kind: webhook.KindDown, Err: fmt.Errorf("%w; its last probe: %s", gaveUp, a.Kind)}, job.Attempt)
+			r.entries = append(r.entries, end)
+			a.Err = fmt.Errorf("%w: %w", gaveUp, a.Err)
+		} else {
+			a.Err = fmt.Errorf("%w: %w", gaveUp, a.Err)
+			r.entries = append(r.entries, newLogEntry(a, job.Attempt))
+		}
 		w.record(ctx, job, r.entries)
 		w.notify(ctx, r.hooked, a)
 		discardAfterThisRun(job)
@@ -340,7 +363,7 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 	switch {
 	case a.Probe: // sent, and logged; it costs no attempt (probeEntry)
 		a.Retry, a.RetryIn = true, wait
-		r.entries = append(r.entries, probeEntry(a, job.Attempt))
+		r.entries = appendProbe(r.entries, probeEntry(a, job.Attempt))
 		w.record(ctx, job, r.entries)
 		w.notify(ctx, r.hooked, a)
 	case r.cut > 0:

@@ -295,7 +295,7 @@ func rowOf(conn string, d *riverhook.Delivery) row {
 		switch {
 		case a.Kind == webhook.KindInterrupted:
 			rw.Interrupted = true
-		case !a.Probe: // a probe that found the endpoint down costs no attempt
+		case !a.Probe && a.Kind != webhook.KindDown: // neither a probe that found the endpoint down nor a refusal to send is an attempt
 			rw.Attempts++
 		}
 	}

@@ -58,13 +58,15 @@ func TestCut(t *testing.T) {
 }
 
 // A delivery's row counts the attempts of its policy: neither an
-// interrupted run nor a probe that found the endpoint still down is one.
+// interrupted run, nor a probe that found the endpoint still down, nor a
+// refusal to send (the give-up after MaxWait) is one.
 func TestRowOf_CountsNoProbeThatFoundTheEndpointDown(t *testing.T) {
 	refused := webhook.Attempt{N: 1, Kind: webhook.KindRefused, Err: webhook.ErrEndpointDown}
 	probe := refused
 	probe.Probe = true
 	d := &riverhook.Delivery{Attempts: []riverhook.Attempt{
 		{Attempt: refused}, {Attempt: probe}, {Attempt: probe}, {Attempt: webhook.Attempt{N: 2, Kind: webhook.KindInterrupted}},
+		{Attempt: webhook.Attempt{N: 2, Kind: webhook.KindDown, Err: webhook.ErrEndpointDown}}, // gave up waiting: nothing sent
 	}}
 	rw := rowOf("crm", d)
 	if rw.Attempts != 1 || !rw.Interrupted {

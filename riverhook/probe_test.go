@@ -1,0 +1,215 @@
+package riverhook_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
+)
+
+// A delivery given up for the wait at a probe keeps its Reason after an
+// erasure, as Delivery.Erased's doc promises: the give-up is an entry of
+// kind down, whose words an erasure keeps (a review's finding: the probe's
+// own entry held them, and the erasure replaced them).
+func TestProbe_AGiveUpForTheWaitKeepsItsReasonErased(t *testing.T) {
+	w, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
+		ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}},
+		worker: riverhook.WorkerOptions{MaxWait: 24 * time.Hour}})
+	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
+	ctx := context.Background()
+	policy := fastPolicy(3)
+	_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+	require.Error(t, err)
+	riverhook.SetClock(w, func() time.Time { return time.Now().Add(25 * time.Hour) })
+	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
+	require.Error(t, err)
+	require.Equal(t, rivertype.JobStateDiscarded, res.Job.State)
+	d, err := riverhook.DeliveryOf(res.Job)
+	require.NoError(t, err)
+	require.Contains(t, d.Reason, "gave up after waiting")
+
+	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: bundle.schema, Logger: quietLogger()})
+	require.NoError(t, err)
+	n, err := riverhook.EraseBodies(ctx, client, bundle.tx, []string{"d2"})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	job, err := client.JobGetTx(ctx, bundle.tx, res.Job.ID)
+	require.NoError(t, err)
+	d, err = riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	assert.Contains(t, d.Reason, "gave up after waiting", "Reason is kept by an erasure")
+}
+
+// After a probe that found the endpoint down, a job whose runs then fail
+// (the Resolver failing) until River's MaxAttempts is discarded for
+// MaxAttempts, and its Reason says so, not the probe's network error (a
+// review's finding).
+func TestProbe_DiscardedByRiverAfterAProbeSaysSo(t *testing.T) {
+	var failing atomic.Bool
+	_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
+		ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}},
+		resolve: func(conns riverhook.Resolver) riverhook.Resolver {
+			return func(ctx context.Context, id string) (webhook.Connection, error) {
+				if failing.Load() {
+					return webhook.Connection{}, errors.New("database unavailable")
+				}
+				return conns(ctx, id)
+			}
+		}})
+	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
+	ctx := context.Background()
+	policy := fastPolicy(0)
+	_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+	require.Error(t, err)
+	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
+	require.NoError(t, err)
+	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
+
+	failing.Store(true)
+	job := res.Job
+	for job.State != rivertype.JobStateDiscarded {
+		res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+		require.Error(t, err)
+		job = res.Job
+		require.LessOrEqual(t, job.Attempt, job.MaxAttempts)
+	}
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	t.Logf("attempt %d of %d; reason %q", job.Attempt, job.MaxAttempts, d.Reason)
+	assert.Contains(t, d.Reason, "MaxAttempts")
+}
+
+// blockingRT refuses connections until blocked is set, then fails as the
+// private-network guard does (the host now resolves to a private address).
+type blockingRT struct{ blocked atomic.Bool }
+
+func (b *blockingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.blocked.Load() {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: webhook.ErrBlockedDestination}
+	}
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+}
+
+// A probe refused by the private-network guard (KindBlocked) cancels the
+// job: no retry follows, in what OnAttempt is told and in the log (a
+// review's finding: Sender.Attempt called any probe that left its endpoint
+// down a wait, with a retry).
+func TestProbe_ABlockedProbeIsNoWait(t *testing.T) {
+	rt := &blockingRT{}
+	_, bundle := setupWorker(t, &workerOpts{guarded: true, record: true, sender: webhook.SenderOptions{Client: &http.Client{Transport: rt},
+		Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}}})
+	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: "https://crm.example.com/hooks", Secret: secret})
+	ctx := context.Background()
+	policy := fastPolicy(3)
+	_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+	require.Error(t, err)
+	rt.blocked.Store(true)
+	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateCancelled, res.Job.State)
+	told := bundle.rec.attempts()
+	require.Len(t, told, 2)
+	require.Equal(t, webhook.KindBlocked, told[1].Kind)
+	require.True(t, told[1].Probe)
+	assert.False(t, told[1].Retry, "the delivery is cancelled: no retry follows (RetryIn %v)", told[1].RetryIn)
+	d, err := riverhook.DeliveryOf(res.Job)
+	require.NoError(t, err)
+	assert.False(t, d.Attempts[len(d.Attempts)-1].Retry, "the log says a retry follows a cancelled delivery")
+}
+
+// otherRT refuses connections until other is set, then fails before
+// connecting with an error of no known kind (KindOther), as a caller's
+// RoundTripper (a breaker, a rate limiter) may.
+type otherRT struct{ other atomic.Bool }
+
+func (o *otherRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	if o.other.Load() {
+		return nil, errors.New("breaker open")
+	}
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+}
+
+// A probe that fails with a failure of its own (KindOther: a caller's
+// RoundTripper, a breaker) is an attempt of the policy, which decides: a
+// policy of no retries makes one attempt (a review's finding: River's
+// MaxAttempts attempts were made).
+func TestProbe_AProbeOfAnotherKindIsAnAttempt(t *testing.T) {
+	rt := &otherRT{}
+	policy := fastPolicy(0)
+	_, bundle := setupWorker(t, &workerOpts{guarded: true, record: true, sender: webhook.SenderOptions{Client: &http.Client{Transport: rt},
+		Retry: policy, Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}}})
+	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: "https://crm.example.com/hooks", Secret: secret})
+	ctx := context.Background()
+	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+	require.Error(t, err)
+	require.Equal(t, rivertype.JobStateDiscarded, res.Job.State, "no retries: the policy gives up")
+	rt.other.Store(true)
+	job := insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy))
+	for i := 0; i < 10 && job.State != rivertype.JobStateDiscarded; i++ {
+		res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+		require.Error(t, err)
+		job = res.Job
+	}
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	for _, a := range d.Attempts {
+		t.Logf("n=%d run=%d kind=%s probe=%v retry=%v", a.N, a.Run, a.Kind, a.Probe, a.Retry)
+	}
+	t.Logf("reason %q", d.Reason)
+	assert.Len(t, d.Attempts, 1, "a policy of no retries makes one attempt")
+}
+
+// A job cancelled in River (client.JobCancel, River UI, EraseSubject)
+// while its probe run is under way: River turns the snooze into the cancel
+// and keeps the run's number; no interrupted run is made up for it (a
+// review's finding).
+func TestProbe_CancelledDuringAProbeRunInventsNoInterruptedRun(t *testing.T) {
+	var tx pgx.Tx
+	var schema string
+	var cancelID atomic.Int64
+	_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
+		ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}},
+		worker: riverhook.WorkerOptions{OnAttempt: func(ctx context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
+			if job.ID != cancelID.Load() {
+				return nil
+			}
+			client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: quietLogger()})
+			if err != nil {
+				return err
+			}
+			_, err = client.JobCancelTx(ctx, tx, job.ID) // someone cancels it in River meanwhile
+			return err
+		}}})
+	tx, schema = bundle.tx, bundle.schema
+	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
+	ctx := context.Background()
+	policy := fastPolicy(3)
+	_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
+	require.Error(t, err)
+	job := insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy))
+	cancelID.Store(job.ID)
+	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateCancelled, res.Job.State)
+	d, err := riverhook.DeliveryOf(res.Job)
+	require.NoError(t, err)
+	for _, a := range d.Attempts {
+		t.Logf("n=%d run=%d kind=%s probe=%v", a.N, a.Run, a.Kind, a.Probe)
+	}
+	t.Logf("reason %q", d.Reason)
+	require.Len(t, d.Attempts, 1, "the probe, and no interrupted run")
+}
