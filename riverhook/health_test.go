@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertest"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -281,21 +281,18 @@ func TestDownEndpoint(t *testing.T) {
 	t.Run("AProbeThatFindsItStillDownCostsNoAttempt", func(t *testing.T) {
 		t.Parallel()
 		// Every run is the probe: one is due at once.
-		_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
-			ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}}, record: true})
+		_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: probeEveryRun()}, record: true})
 		working := bundle.srv.Connection()
 		bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
 		ctx := context.Background()
 		policy := fastPolicy(1) // two attempts
 
-		_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
-		require.Error(t, err)
+		markDown(t, bundle, policy)
 		require.True(t, bundle.sender.Health()[0].Down, "refused once: down")
 
 		job := insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy))
-		var res *rivertest.WorkResult
 		for i := range 3 {
-			res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+			res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, job)
 			require.NoError(t, err, "probe %d", i+1)
 			require.Equal(t, river.EventKindJobSnoozed, res.EventKind, "probe %d found it down: the delivery waits", i+1)
 			job = res.Job
@@ -309,7 +306,7 @@ func TestDownEndpoint(t *testing.T) {
 		}
 
 		bundle.conns.set("crm", working) // its endpoint answers
-		res, err = bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+		res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, job)
 		require.NoError(t, err)
 		require.Equal(t, rivertype.JobStateCompleted, res.Job.State)
 		d, err := riverhook.DeliveryOf(res.Job)
@@ -327,14 +324,12 @@ func TestDownEndpoint(t *testing.T) {
 	// Reason says so, not that its policy gave up.
 	t.Run("AProbePastMaxWaitGivesUpForTheWait", func(t *testing.T) {
 		t.Parallel()
-		w, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
-			ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}},
+		w, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: probeEveryRun()},
 			worker: riverhook.WorkerOptions{MaxWait: 24 * time.Hour}, record: true})
 		bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
 		ctx := context.Background()
 		policy := fastPolicy(3)
-		_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
-		require.Error(t, err)
+		markDown(t, bundle, policy)
 		require.True(t, bundle.sender.Health()[0].Down)
 		riverhook.SetClock(w, func() time.Time { return time.Now().Add(25 * time.Hour) })
 		res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
@@ -346,6 +341,20 @@ func TestDownEndpoint(t *testing.T) {
 		told := bundle.rec.attempts()
 		require.Len(t, told, 2)
 		assert.False(t, told[1].Retry, "the delivery ends")
+
+		// The give-up is an entry of kind down, whose words an erasure
+		// keeps: the Reason stays (a review's finding: the probe's own
+		// entry held them, and the erasure replaced them).
+		client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: bundle.schema, Logger: quietLogger()})
+		require.NoError(t, err)
+		n, err := riverhook.EraseBodies(ctx, client, bundle.tx, []string{"d2"})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		job, err := client.JobGetTx(ctx, bundle.tx, res.Job.ID)
+		require.NoError(t, err)
+		d, err = riverhook.DeliveryOf(job)
+		require.NoError(t, err)
+		assert.Contains(t, d.Reason, "gave up after waiting", "Reason is kept by an erasure")
 	})
 
 	// The run after a probe that found the endpoint down has the probe's
@@ -353,14 +362,12 @@ func TestDownEndpoint(t *testing.T) {
 	// the log shows it interrupted, and OnAttempt is told.
 	t.Run("ARunCutAfterAProbeIsInTheLog", func(t *testing.T) {
 		t.Parallel()
-		_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
-			ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}}, record: true})
+		_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: probeEveryRun()}, record: true})
 		working := bundle.srv.Connection()
 		bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
 		ctx := context.Background()
 		policy := fastPolicy(3)
-		_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
-		require.Error(t, err)
+		markDown(t, bundle, policy)
 		res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobSnoozed, res.EventKind)

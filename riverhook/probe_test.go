@@ -21,47 +21,13 @@ import (
 	"github.com/signedhook/webhook/riverhook"
 )
 
-// A delivery given up for the wait at a probe keeps its Reason after an
-// erasure, as Delivery.Erased's doc promises: the give-up is an entry of
-// kind down, whose words an erasure keeps (a review's finding: the probe's
-// own entry held them, and the erasure replaced them).
-func TestProbe_AGiveUpForTheWaitKeepsItsReasonErased(t *testing.T) {
-	w, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
-		ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}},
-		worker: riverhook.WorkerOptions{MaxWait: 24 * time.Hour}})
-	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
-	ctx := context.Background()
-	policy := fastPolicy(3)
-	_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
-	require.Error(t, err)
-	riverhook.SetClock(w, func() time.Time { return time.Now().Add(25 * time.Hour) })
-	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
-	require.Error(t, err)
-	require.Equal(t, rivertype.JobStateDiscarded, res.Job.State)
-	d, err := riverhook.DeliveryOf(res.Job)
-	require.NoError(t, err)
-	require.Contains(t, d.Reason, "gave up after waiting")
-
-	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{Schema: bundle.schema, Logger: quietLogger()})
-	require.NoError(t, err)
-	n, err := riverhook.EraseBodies(ctx, client, bundle.tx, []string{"d2"})
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	job, err := client.JobGetTx(ctx, bundle.tx, res.Job.ID)
-	require.NoError(t, err)
-	d, err = riverhook.DeliveryOf(job)
-	require.NoError(t, err)
-	assert.Contains(t, d.Reason, "gave up after waiting", "Reason is kept by an erasure")
-}
-
 // After a probe that found the endpoint down, a job whose runs then fail
 // (the Resolver failing) until River's MaxAttempts is discarded for
 // MaxAttempts, and its Reason says so, not the probe's network error (a
 // review's finding).
 func TestProbe_DiscardedByRiverAfterAProbeSaysSo(t *testing.T) {
 	var failing atomic.Bool
-	_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
-		ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}},
+	_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: probeEveryRun()},
 		resolve: func(conns riverhook.Resolver) riverhook.Resolver {
 			return func(ctx context.Context, id string) (webhook.Connection, error) {
 				if failing.Load() {
@@ -73,8 +39,7 @@ func TestProbe_DiscardedByRiverAfterAProbeSaysSo(t *testing.T) {
 	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
 	ctx := context.Background()
 	policy := fastPolicy(0)
-	_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
-	require.Error(t, err)
+	markDown(t, bundle, policy)
 	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
 	require.NoError(t, err)
 	require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
@@ -111,12 +76,11 @@ func (b *blockingRT) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestProbe_ABlockedProbeIsNoWait(t *testing.T) {
 	rt := &blockingRT{}
 	_, bundle := setupWorker(t, &workerOpts{guarded: true, record: true, sender: webhook.SenderOptions{Client: &http.Client{Transport: rt},
-		Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}}})
+		Health: probeEveryRun()}})
 	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: "https://crm.example.com/hooks", Secret: secret})
 	ctx := context.Background()
 	policy := fastPolicy(3)
-	_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
-	require.Error(t, err)
+	markDown(t, bundle, policy)
 	rt.blocked.Store(true)
 	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy)))
 	require.NoError(t, err)
@@ -151,7 +115,7 @@ func TestProbe_AProbeOfAnotherKindIsAnAttempt(t *testing.T) {
 	rt := &otherRT{}
 	policy := fastPolicy(0)
 	_, bundle := setupWorker(t, &workerOpts{guarded: true, record: true, sender: webhook.SenderOptions{Client: &http.Client{Transport: rt},
-		Retry: policy, Health: &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}}})
+		Retry: policy, Health: probeEveryRun()}})
 	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: "https://crm.example.com/hooks", Secret: secret})
 	ctx := context.Background()
 	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
@@ -181,8 +145,7 @@ func TestProbe_CancelledDuringAProbeRunInventsNoInterruptedRun(t *testing.T) {
 	var tx pgx.Tx
 	var schema string
 	var cancelID atomic.Int64
-	_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: &webhook.HealthOptions{DownAfter: 1,
-		ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}},
+	_, bundle := setupWorker(t, &workerOpts{sender: webhook.SenderOptions{Health: probeEveryRun()},
 		worker: riverhook.WorkerOptions{OnAttempt: func(ctx context.Context, job *river.Job[riverhook.Args], a webhook.Attempt) error {
 			if job.ID != cancelID.Load() {
 				return nil
@@ -198,8 +161,7 @@ func TestProbe_CancelledDuringAProbeRunInventsNoInterruptedRun(t *testing.T) {
 	bundle.conns.set("crm", webhook.Connection{Name: "crm", URL: refusingURL(t), Secret: secret})
 	ctx := context.Background()
 	policy := fastPolicy(3)
-	_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d1", policy)))
-	require.Error(t, err)
+	markDown(t, bundle, policy)
 	job := insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy))
 	cancelID.Store(job.ID)
 	res, err := bundle.tw.WorkJob(ctx, t, bundle.tx, job)
@@ -212,4 +174,18 @@ func TestProbe_CancelledDuringAProbeRunInventsNoInterruptedRun(t *testing.T) {
 	}
 	t.Logf("reason %q", d.Reason)
 	require.Len(t, d.Attempts, 1, "the probe, and no interrupted run")
+}
+
+// probeEveryRun is endpoint health that marks an endpoint down at its
+// first failure, with a probe due at every run after.
+func probeEveryRun() *webhook.HealthOptions {
+	return &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond}
+}
+
+// markDown marks the endpoint of connection crm down: its first delivery,
+// d1 under policy, fails.
+func markDown(t *testing.T, b *workerBundle, policy *webhook.RetryPolicy) {
+	t.Helper()
+	_, err := b.tw.WorkJob(context.Background(), t, b.tx, insertTx(t, b.tx, b.schema, firstParams(t, "d1", policy)))
+	require.Error(t, err)
 }
