@@ -50,7 +50,7 @@ type AttemptJSON struct {
 	Response   string      `json:"response,omitempty"`
 	Retry      bool        `json:"retry"`
 	RetryInMs  float64     `json:"retry_in_ms,omitempty"`
-	Probe      bool        `json:"probe,omitempty"` // the probe of an endpoint held back
+	Probe      bool        `json:"probe,omitempty"` // the probe of an endpoint held back, which found it still held back
 }
 
 // JSON returns the attempt as its JSON shape: see [AttemptJSON].

@@ -69,7 +69,7 @@ type Attempt struct {
 	ResponseBody []byte        // at most the first 4 KiB of the answer's body, without the connection's secrets
 	Retry        bool          // whether a retry was scheduled (Send) or is due (Sender.Attempt)
 	RetryIn      time.Duration // the wait before that retry; 0 when Retry is false
-	Probe        bool          // the probe of an endpoint held back (HealthOptions): the one attempt let through to learn whether it answers again
+	Probe        bool          // the probe of an endpoint held back (HealthOptions), which found it still held back: no connection, or no answer
 }
 
 // OK reports whether the attempt succeeded: a 2xx answer.

@@ -285,7 +285,6 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 		N:         d.first + len(d.attempts),
 		Start:     cur.start,
 		Timestamp: cur.ts,
-		Probe:     cur.ticket.lease != 0 || cur.ticket.urlLease != 0,
 	}
 	if resp != nil {
 		a.StatusCode = resp.StatusCode
@@ -300,12 +299,15 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 	if a.Err != nil {
 		a.Retry, a.RetryIn = d.decide(ctx, resp, &a)
 	}
-	if a.Probe && d.queued && probeFoundDown(a.Kind) {
+	if (cur.ticket.lease != 0 || cur.ticket.urlLease != 0) && probeFoundDown(a.Kind) {
+		// The probe of an endpoint held back: when it leaves the endpoint
+		// held back, it says so, and for a queue it is a wait for the
+		// endpoint, as a refusal to send is, whatever the policy says.
 		if wait, down := d.s.health.downFor(d.endpoint, d.conn.URL); down {
-			// The probe found its endpoint still down: for the queue, a
-			// wait for the endpoint, as a refusal to send is, whatever the
-			// policy says of its attempts.
-			a.Retry, a.RetryIn = true, wait
+			a.Probe = true
+			if d.queued {
+				a.Retry, a.RetryIn = true, wait
+			}
 		}
 	}
 	if a.Retry && !d.queued && d.s.health != nil && !d.bypass {

@@ -185,7 +185,7 @@ func TestHealth_DownAfterARunOfFailuresThenProbedUntilItAnswers(t *testing.T) {
 		res, err = s.Send(context.Background(), fakeConn, samplePayload())
 		require.Error(t, err)
 		assert.Equal(t, webhook.KindStatus, res.Attempts[0].Kind, "the probe got an answer")
-		assert.True(t, res.Attempts[0].Probe)
+		assert.False(t, res.Attempts[0].Probe, "a probe that finds the endpoint up is an attempt as any")
 		ep.set(http.StatusOK, false)
 		res, err = s.Send(context.Background(), fakeConn, samplePayload())
 		require.NoError(t, err)

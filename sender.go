@@ -336,7 +336,7 @@ func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Res
 // and a ctx done before sending one of kind [KindCanceled], with nothing
 // sent and no retry. With endpoint health on, an endpoint held back gives
 // one of kind [KindDown], nothing sent, Retry true and RetryIn the time
-// until its next probe; the probe that finds it still down
+// until its next probe; the probe that finds it still held back
 // ([Attempt.Probe]: no connection, or no answer) has the same Retry and
 // RetryIn, whatever the policy: both are waits for the endpoint, which a
 // queue need not count as attempts of the policy (riverhook's Worker does

@@ -71,3 +71,19 @@ func TestLogKept(t *testing.T) {
 	}
 	assert.ElementsMatch(t, append(slices.Clone(logKept), "error", "response"), names)
 }
+
+// A run of probes keeps its last entry, but never one signed after the one
+// it would replace (another process's clock behind): signAfter reads the
+// latest timestamp sent from the log (a review's finding).
+func TestAppendProbe_KeepsTheLatestTimestampSent(t *testing.T) {
+	attempt := logEntry{N: 1, Kind: "status", Timestamp: 50}
+	entries := appendProbe([]logEntry{attempt}, logEntry{N: 2, Probe: true, Timestamp: 100})
+	entries = appendProbe(entries, logEntry{N: 2, Probe: true, Timestamp: 120})
+	if len(entries) != 2 || entries[1].Timestamp != 120 {
+		t.Fatalf("a later probe replaces the one before: %+v", entries)
+	}
+	entries = appendProbe(entries, logEntry{N: 2, Probe: true, Timestamp: 90})
+	if len(entries) != 3 || entries[1].Timestamp != 120 || entries[2].Timestamp != 90 {
+		t.Fatalf("a probe signed earlier is kept beside it: %+v", entries)
+	}
+}

@@ -296,19 +296,11 @@ func (w *Worker) sweepPacers() {
 }
 
 // stillDown reports whether a was the probe of a down endpoint (origin or
-// URL) that found it still down: no connection, or no answer. Such a probe
-// is a wait for the endpoint, as a refusal to send is (KindDown), not an
-// attempt of the delivery's policy.
-func stillDown(a webhook.Attempt) bool {
-	if !a.Probe {
-		return false
-	}
-	switch a.Kind {
-	case webhook.KindDNS, webhook.KindRefused, webhook.KindReset, webhook.KindTLS, webhook.KindTimeout, webhook.KindUnreachable:
-		return true
-	}
-	return false
-}
+// URL) that found it still down, as the Sender saw it (webhook.Attempt.Probe:
+// no connection, or no answer, and the endpoint still held back). Such a
+// probe is a wait for the endpoint, as a refusal to send is (KindDown), not
+// an attempt of the delivery's policy.
+func stillDown(a webhook.Attempt) bool { return a.Probe }
 
 // probeEntry is the log entry of a, a probe that found its endpoint still
 // down: attemptsMade does not count it.
@@ -323,7 +315,10 @@ func probeEntry(a webhook.Attempt, run int) logEntry {
 // the probe of each of its wakes, keeps the last of a run of probes, so
 // that its log, rewritten at every run, stays the size of its attempts.
 func appendProbe(entries []logEntry, e logEntry) []logEntry {
-	if n := len(entries); n > 0 && entries[n-1].Probe {
+	// A probe signed before the one it follows (another process's clock
+	// behind) does not replace it: signAfter reads the latest timestamp
+	// sent from the log.
+	if n := len(entries); n > 0 && entries[n-1].Probe && e.Timestamp >= entries[n-1].Timestamp {
 		entries[n-1] = e
 		return entries
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -88,7 +89,7 @@ func TestProbe_ABlockedProbeIsNoWait(t *testing.T) {
 	told := bundle.rec.attempts()
 	require.Len(t, told, 2)
 	require.Equal(t, webhook.KindBlocked, told[1].Kind)
-	require.True(t, told[1].Probe)
+	assert.False(t, told[1].Probe, "no wait for the endpoint")
 	assert.False(t, told[1].Retry, "the delivery is cancelled: no retry follows (RetryIn %v)", told[1].RetryIn)
 	d, err := riverhook.DeliveryOf(res.Job)
 	require.NoError(t, err)
@@ -188,4 +189,69 @@ func markDown(t *testing.T, b *workerBundle, policy *webhook.RetryPolicy) {
 	t.Helper()
 	_, err := b.tw.WorkJob(context.Background(), t, b.tx, insertTx(t, b.tx, b.schema, firstParams(t, "d1", policy)))
 	require.Error(t, err)
+}
+
+// switchRT refuses connections until next is set, then goes through next.
+type switchRT struct{ next atomic.Pointer[http.Client] }
+
+func (s *switchRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	if c := s.next.Load(); c != nil {
+		return c.Transport.RoundTrip(r)
+	}
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+}
+
+// A probe of a down origin that connects, and then gets no answer, finds the
+// origin up (it connected): the Sender decides it by the policy (no retry
+// here), but the Worker takes it for a wait (stillDown checks the kind
+// alone), so that a policy of no retries sends the delivery twice.
+// A probe that connected and got no answer brings its origin back up (its
+// URL is not down yet): the Sender says so (no Probe, the policy's Retry),
+// and the Worker counts it as the attempt it is; a policy of no retries
+// makes one (a review's finding: the Worker took it for a wait from its
+// kind alone, and the receiver got the delivery twice).
+func TestProbe_AProbeThatConnectedIsAnAttempt(t *testing.T) {
+	rt := &switchRT{}
+	var mu sync.Mutex
+	var senderSaw []webhook.Attempt
+	policy := fastPolicy(0)
+	var hits atomic.Int32
+	hang := func(w http.ResponseWriter, r *http.Request) { hits.Add(1); <-r.Context().Done() }
+	_, bundle := setupWorker(t, &workerOpts{guarded: true, record: true, handler: http.HandlerFunc(hang),
+		sender: webhook.SenderOptions{Client: &http.Client{Transport: rt}, Retry: policy, AttemptTimeout: 300 * time.Millisecond,
+			Health: &webhook.HealthOptions{DownAfter: 2, ProbeInterval: time.Nanosecond, MaxProbeInterval: time.Nanosecond},
+			OnAttempt: func(_ context.Context, _ webhook.Connection, a webhook.Attempt) {
+				mu.Lock()
+				senderSaw = append(senderSaw, a)
+				mu.Unlock()
+			}}})
+	ctx := context.Background()
+	for _, id := range []string{"d0", "d1"} { // refused twice: the origin is down
+		_, err := bundle.tw.WorkJob(ctx, t, bundle.tx, insertTx(t, bundle.tx, bundle.schema, firstParams(t, id, policy)))
+		require.Error(t, err)
+	}
+	require.True(t, bundle.sender.Health()[0].Down)
+	rt.next.Store(bundle.srv.Client()) // it now accepts, and hangs
+
+	job := insertTx(t, bundle.tx, bundle.schema, firstParams(t, "d2", policy))
+	for i := 0; i < 5 && job.State != rivertype.JobStateDiscarded; i++ {
+		res, _ := bundle.tw.WorkJob(ctx, t, bundle.tx, job)
+		job = res.Job
+	}
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	for _, a := range d.Attempts {
+		t.Logf("log n=%d run=%d kind=%s probe=%v retry=%v", a.N, a.Run, a.Kind, a.Probe, a.Retry)
+	}
+	mu.Lock()
+	for _, a := range senderSaw[2:] {
+		t.Logf("Sender.OnAttempt: n=%d kind=%s probe=%v retry=%v", a.N, a.Kind, a.Probe, a.Retry)
+	}
+	mu.Unlock()
+	for _, a := range bundle.rec.attempts()[2:] {
+		t.Logf("Worker OnAttempt: n=%d kind=%s probe=%v retry=%v", a.N, a.Kind, a.Probe, a.Retry)
+	}
+	t.Logf("health after: %+v", bundle.sender.Health())
+	assert.EqualValues(t, 1, hits.Load(), "requests the receiver got for d2 under a policy of no retries")
+	assert.Len(t, d.Attempts, 1, "a policy of no retries makes one attempt; the probe connected: the origin is up")
 }
