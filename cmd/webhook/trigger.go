@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -85,9 +87,16 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if t.timeout < 0 {
+		return 0, usagef("-timeout must not be negative, got %v", t.timeout)
+	}
 	u, err := url.Parse(t.url)
-	if err != nil || u.Host == "" {
-		return 0, usagef("%s is not an absolute URL", redact.PrintableCut(t.url, 80))
+	switch {
+	case err != nil:
+		// Not shown: its path or query may be a credential.
+		return 0, usagef("the URL does not parse as a URL (not shown: its path may be a credential); want an absolute https:// URL")
+	case u.Host == "":
+		return 0, usagef("the URL has no scheme and host (not shown: its path may be a credential); want an absolute https:// URL, such as https://example.com/webhooks")
 	}
 	plain := false
 	switch u.Scheme {
@@ -99,8 +108,8 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 		// The library's Sender sends only to https:// URLs: it is given
 		// the URL as https://, and the transport below sends it as http://.
 		plain, u.Scheme = true, "https"
-		if u.Port() == "" {
-			u.Host += ":80"
+		if u.Port() == "" { // also "host:", whose port is empty
+			u.Host = net.JoinHostPort(u.Hostname(), "80")
 		}
 	default:
 		return 0, usagef("%s: want an https:// URL", redact.URL(t.url))
@@ -142,11 +151,19 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 	defer s.CloseIdleConnections()
 	fmt.Fprintf(t.e.stdout, "sending %s to %s (%s, %d bytes)\n", redact.Printable(conn.Method), redact.URL(t.url), redact.Printable(event), len(body))
 	res, err := s.SendBytes(ctx, conn, event, body)
-	if len(res.Attempts) == 0 { // nothing sent: an invalid connection or body
-		return 0, usagef("%v", err)
+	if len(res.Attempts) == 0 { // nothing sent: an invalid connection or body, or interrupted
+		if errors.Is(err, webhook.ErrInvalidConnection) || errors.Is(err, webhook.ErrInvalidPayload) {
+			return 0, usagef("%v", err)
+		}
+		return 0, err
 	}
 	fmt.Fprintln(t.e.stdout)
-	res.WriteTable(t.e.stdout) // ends with the result: the last attempt's diagnosis
+	// Ends with the result: the last attempt's diagnosis. The library
+	// scrubs the answer of secret texts of redact.MinLen bytes or more;
+	// hide takes the shorter loaded ones too.
+	var table strings.Builder
+	res.WriteTable(&table)
+	io.WriteString(t.e.stdout, t.e.hide(table.String()))
 	if err != nil {
 		if errors.Is(res.Attempts[len(res.Attempts)-1].Err, webhook.ErrBlockedDestination) {
 			fmt.Fprintln(t.e.stdout, "give -allow-private to send to a receiver on this machine or your network")
