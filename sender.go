@@ -49,7 +49,10 @@ type SenderOptions struct {
 	MaxBodyBytes int64
 
 	// Logger receives each attempt: failures at level Warn, successes at
-	// Debug. Nil means no logging; nothing is ever printed to stderr.
+	// Debug. Nil means no logging: the Sender prints nothing to stderr.
+	// (net/http's transport itself writes a few protocol violations of a
+	// receiver to the standard library's log package, such as bytes sent
+	// after an answer on a kept-alive connection, quoted with %q.)
 	Logger *slog.Logger
 
 	// OnAttempt, if not nil, is called after each attempt with the
