@@ -1,6 +1,7 @@
 package riverhook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,6 +247,95 @@ func TestEraseSubject_LeavesNoTrace(t *testing.T) {
 	res, err = riverhook.EraseSubject(ctx, client, b.pool, erasedUser.ID)
 	require.NoError(t, err)
 	assert.Equal(t, &riverhook.EraseResult{}, res, "its cancel quotes nothing")
+}
+
+// answerAfterCancel is the RoundTripper of a Sender whose first request is
+// answered 500 quoting the body back, which the attempt log keeps, and whose
+// second is answered 200 once its context is done: the answer net/http's
+// Transport returns when it reads one while it closes the connection of a
+// cancelled request (persistConn.roundTrip: "Check for a response racing
+// the context close, and use the response if available"), as a receiver
+// answering the close of that connection gives it
+// (TestEraseSubject_LeavesNoTrace's echoReceiver does).
+type answerAfterCancel struct {
+	n       atomic.Int32
+	entered chan struct{} // closed when the second request waits for its cancel
+}
+
+func (rt *answerAfterCancel) RoundTrip(r *http.Request) (*http.Response, error) {
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp := &http.Response{Status: "500 Internal Server Error", StatusCode: http.StatusInternalServerError,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: r}
+	if rt.n.Add(1) == 2 {
+		close(rt.entered)
+		<-r.Context().Done()
+		resp.Status, resp.StatusCode, resp.Body, resp.ContentLength = "200 OK", http.StatusOK, http.NoBody, 0
+	}
+	return resp, nil
+}
+
+// TestEraseSubject_AnswerReadAfterTheCancel erases the subject of a delivery
+// whose running attempt is answered after EraseSubject's cancel reached the
+// run: the run writes nothing as it ends (its log, loaded before the
+// erasure, would bring the first answer's quote back), and River cancels the
+// job. It is the interleaving that made TestEraseSubject_LeavesNoTrace fail
+// now and then under load, forced.
+func TestEraseSubject_AnswerReadAfterTheCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testDB(t)
+	rt := &answerAfterCancel{entered: make(chan struct{})}
+	sender, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, Retry: fastPolicy(1)})
+	require.NoError(t, err)
+	conns := newResolver(map[string]webhook.Connection{"crm": {Name: "crm", URL: "https://receiver.example/webhooks", Secret: secret}})
+	w := newWorker(t, sender, conns.resolve, nil)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	// The end of a cancelled run waits for the test, so that its final
+	// write lands after the erasure, as it may in production.
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	hold := river.WorkerMiddlewareFunc(func(ctx context.Context, _ *rivertype.JobRow, doInner func(context.Context) error) error {
+		err := doInner(ctx)
+		if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+			<-release
+		}
+		return err
+	})
+	client := newClient(t, pool, schema, workers, func(c *river.Config) { c.Middleware = []rivertype.Middleware{hold} })
+	events := finalEvents(t, client)
+	start(t, client)
+	t.Cleanup(releaseOnce) // before the client stops, which waits for the run
+
+	params, err := riverhook.InsertParams("racing", []string{"crm"}, userPayload(erasedUser, "racing", "running"), w.InsertOptions(nil))
+	require.NoError(t, err)
+	inserted, err := client.InsertMany(ctx, params)
+	require.NoError(t, err)
+	id := inserted[0].Job.ID
+	select {
+	case <-rt.entered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the delivery's second attempt did not start within 60 s")
+	}
+
+	res, err := riverhook.EraseSubject(ctx, client, pool, erasedUser.ID)
+	require.NoError(t, err)
+	require.Equal(t, &riverhook.EraseResult{Erased: 1, Cancelled: 1, UnderWay: 1}, res, "the running delivery, its first answer quoting the body")
+	releaseOnce()
+	ended := waitFinal(t, events, 1)
+	require.Contains(t, ended, id)
+	assert.Equal(t, rivertype.JobStateCancelled, ended[id].State, "the delivery cancelled in River is cancelled, whatever answer its run read after the cancel")
+	var row string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT row_to_json(j)::text FROM "+schema+".river_job AS j WHERE id = $1", id).Scan(&row))
+	assertNoTraces(t, row, erasedUser, "the job's row after the cancelled run's final write")
+	res, err = riverhook.EraseSubject(ctx, client, pool, erasedUser.ID)
+	require.NoError(t, err)
+	assert.Equal(t, &riverhook.EraseResult{}, res, "nothing left")
 }
 
 // dumpSchema returns the data of schema's tables as pg_dump writes them.

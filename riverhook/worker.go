@@ -67,8 +67,8 @@ type Resolver func(ctx context.Context, connectionID string) (webhook.Connection
 //   - the client stopping during the attempt: River puts the job back
 //     without counting the run;
 //   - the job cancelled in River during the attempt (client.JobCancel,
-//     River UI, [EraseSubject]): River cancels it; the run adds nothing to
-//     its log;
+//     River UI, [EraseSubject]), also when the attempt's answer is read
+//     after the cancel: River cancels it; the run adds nothing to its log;
 //   - an erased job ([Args.Erased]) run again, by River UI's Retry: the job
 //     is cancelled with [ErrErased], and nothing is sent;
 //   - the process dying during the attempt: once River's rescuer finds the
@@ -286,6 +286,17 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 			w.storeRetry(job, pendingRetry{client: true})
 		}
 		return fmt.Errorf("riverhook: attempt %d not made: %w", r.n, context.Cause(ctx))
+	}
+	if cancelledRemotely(ctx) {
+		// The job was cancelled in River before the attempt's answer was
+		// read: net/http returns an answer that races the cancel, such as
+		// one a receiver gives as the cancelled request's connection
+		// closes. As any run cancelled in River, it writes no log (an
+		// erasure may have rewritten the row since it was loaded), and
+		// River cancels the job, whatever the answer: a success would
+		// complete it.
+		w.notify(ctx, r.hooked, a)
+		return fmt.Errorf("riverhook: attempt %d answered after the job was cancelled in River: %w", r.n, context.Cause(ctx))
 	}
 	if stillDown(a) {
 		return w.waitForEndpoint(ctx, r, a)
