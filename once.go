@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"time"
 )
@@ -88,7 +89,11 @@ func (w *statusWriter) succeeded() bool { return w.status == 0 || w.status >= 20
 // ms), verified at now with tolerance tol, lives: until ts leaves the
 // window, which checkWindow accepts at an age of exactly tol.
 func replayTTL(ts int64, now time.Time, tol time.Duration) time.Duration {
-	return time.Duration(ts+tol.Milliseconds()+1-now.UnixMilli()) * time.Millisecond
+	ms := ts + tol.Milliseconds() + 1 - now.UnixMilli() // cannot overflow: ts has at most 18 digits
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		return math.MaxInt64 // a Tolerance of centuries: the entry outlives the process
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // checkReplay records the accepted delivery d as handled, and refuses it
@@ -98,7 +103,7 @@ func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
 	var added bool
 	if v.mem != nil {
 		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
-		added = sh.claim(k, index, now, newStamp(now+int64(ttl), false)) == ReplayUnseen
+		added = sh.claim(k, index, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen
 	} else {
 		var err error
 		added, err = v.store.Add(ctx, hex.EncodeToString(d.sig[:]), ttl)
@@ -119,7 +124,7 @@ func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
 	if v.mem != nil {
 		k, sh, index, now := v.mem.delivery(&d.sig, d.ts)
 		d.claimed = now
-		return sh.claim(k, index, now, newStamp(now+int64(lease), true)), nil
+		return sh.claim(k, index, now, newStamp(expiryAt(now, lease), true)), nil
 	}
 	st, err := v.store.Claim(ctx, hex.EncodeToString(d.sig[:]), lease)
 	if err != nil {
@@ -140,7 +145,7 @@ func (v *Verifier) settle(ctx context.Context, d *signed, handled bool) {
 		k, sh, index := v.mem.at(&d.sig, d.ts)
 		now := d.claimed
 		if handled {
-			sh.complete(k, index, now, newStamp(now+int64(ttl), false))
+			sh.complete(k, index, now, newStamp(expiryAt(now, ttl), false))
 		} else {
 			sh.release(k, index, now)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -182,6 +183,15 @@ func newStamp(expiry int64, handling bool) stamp {
 	return s
 }
 
+// expiryAt is now (Unix ns) plus d, saturated: a huge TTL or lease never
+// wraps round into an expiry in the past.
+func expiryAt(now int64, d time.Duration) int64 {
+	if d > 0 && now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
+}
+
 func (s stamp) expiry() int64 { return int64(s &^ 1) }
 
 func (s stamp) state() ReplayState {
@@ -244,20 +254,20 @@ func NewMemoryReplayStore(opts *MemoryReplayStoreOptions) (*MemoryReplayStore, e
 // keys collide with a probability of 2^-128.
 func (s *MemoryReplayStore) Add(_ context.Context, key string, ttl time.Duration) (bool, error) {
 	k, sh, now := s.locate(key)
-	return sh.claim(k, noIndex, now, newStamp(now+int64(ttl), false)) == ReplayUnseen, nil
+	return sh.claim(k, noIndex, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen, nil
 }
 
 // Claim records key as being handled for lease unless it is recorded
 // already and has not expired, and returns what it held. It never fails.
 func (s *MemoryReplayStore) Claim(_ context.Context, key string, lease time.Duration) (ReplayState, error) {
 	k, sh, now := s.locate(key)
-	return sh.claim(k, noIndex, now, newStamp(now+int64(lease), true)), nil
+	return sh.claim(k, noIndex, now, newStamp(expiryAt(now, lease), true)), nil
 }
 
 // Complete records key as handled for ttl. It never fails.
 func (s *MemoryReplayStore) Complete(_ context.Context, key string, ttl time.Duration) error {
 	k, sh, now := s.locate(key)
-	sh.complete(k, noIndex, now, newStamp(now+int64(ttl), false))
+	sh.complete(k, noIndex, now, newStamp(expiryAt(now, ttl), false))
 	return nil
 }
 
