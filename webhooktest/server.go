@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -216,6 +217,17 @@ func (s *Server) Close() {
 		s.client.CloseIdleConnections()
 	})
 }
+
+// String returns "webhooktest.Server(<URL>)": fmt and slog print a Server
+// by it, never its fields (the secret among them), and read no field but
+// URL, which is set before the Server serves.
+func (s *Server) String() string { return "webhooktest.Server(" + s.URL + ")" }
+
+// GoString is String, for %#v.
+func (s *Server) GoString() string { return s.String() }
+
+// LogValue is String, for slog.
+func (s *Server) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // Connection returns a valid connection to the Server's path "/webhooks"
 // with its secret, named "webhooktest". Its URL is valid once the Server
