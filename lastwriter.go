@@ -63,8 +63,9 @@ type LastWriterWinsOptions[T any] struct {
 //
 //	webhook.NewHandler(v, webhook.LastWriterWins(onUser, nil), nil)
 //
-// LastWriterWins panics if fn is nil, or if Version is nil for a T other
-// than Payload, as a programming error.
+// LastWriterWins panics if fn is nil, if Version is nil for a T other
+// than Payload, or if Store holds a nil pointer (map, func), as a
+// programming error.
 func LastWriterWins[T any](fn func(ctx context.Context, event T) error, opts *LastWriterWinsOptions[T]) func(ctx context.Context, event T) error {
 	if opts == nil {
 		opts = &LastWriterWinsOptions[T]{}
@@ -84,6 +85,9 @@ func LastWriterWins[T any](fn func(ctx context.Context, event T) error, opts *La
 		panic("webhook: LastWriterWins needs a function")
 	}
 	store := opts.Store
+	if store != nil && nilValue(store) {
+		panic(fmt.Sprintf("webhook: LastWriterWinsOptions.Store is a nil %T; leave it nil for the default memory store", store))
+	}
 	if store == nil {
 		store, _ = NewMemoryVersionStore(nil) // cannot fail
 	}
@@ -173,7 +177,8 @@ type MemoryVersionStoreOptions struct {
 // version, so size MaxKeys above the keys whose events can arrive out of
 // order at once (the users updated within the sender's retry schedule, 7
 // seconds, is a floor). A key takes about 100 bytes with its string. A
-// MemoryVersionStore is safe for concurrent use; no method fails.
+// MemoryVersionStore is safe for concurrent use; no method fails. The zero
+// MemoryVersionStore is ready to use, with the default bound.
 type MemoryVersionStore struct {
 	mu       sync.Mutex
 	max      int  // per generation: half of MaxKeys
@@ -212,6 +217,12 @@ func (s *MemoryVersionStore) Newer(_ context.Context, key string, version time.T
 func (s *MemoryVersionStore) Record(_ context.Context, key string, version time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.max == 0 { // the zero MemoryVersionStore: the default bound
+		s.max = DefaultMaxVersions / 2
+	}
+	if s.cur == nil {
+		s.cur = make(map[string]time.Time)
+	}
 	if last, ok := s.cur[key]; ok {
 		if version.After(last) {
 			s.cur[key] = version

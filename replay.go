@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -139,7 +140,8 @@ type MemoryReplayStoreOptions struct {
 
 // MemoryReplayStore is the [ReplayStore] of one process, the default of a
 // [Verifier]: entries spread over 64 shards, each with its own lock, and
-// expire by time.
+// expire by time. The zero MemoryReplayStore is ready to use, with the
+// defaults of NewMemoryReplayStore(nil).
 //
 // Memory is bounded by MaxEntries, whatever the arrival rate. Each key is
 // kept as 128 bits (see Add) with its expiry, in maps of 5 seconds of
@@ -157,9 +159,11 @@ type MemoryReplayStoreOptions struct {
 // A MemoryReplayStore is safe for concurrent use. No method blocks on
 // anything but a shard's lock, and none fails.
 type MemoryReplayStore struct {
-	now    func() time.Time
-	used   int // shards in use: replayShards, or MaxEntries when fewer
-	shards [replayShards]replayShard
+	ready   atomic.Bool // set up: by NewMemoryReplayStore, or on first use of a zero store
+	setupMu sync.Mutex  // held to set a zero store up
+	now     func() time.Time
+	used    int // shards in use: replayShards, or MaxEntries when fewer
+	shards  [replayShards]replayShard
 }
 
 const (
@@ -231,7 +235,15 @@ func NewMemoryReplayStore(opts *MemoryReplayStoreOptions) (*MemoryReplayStore, e
 	case maxEntries == 0:
 		maxEntries = DefaultMaxReplayEntries
 	}
-	s := &MemoryReplayStore{now: opts.Now}
+	s := &MemoryReplayStore{}
+	s.setup(maxEntries, opts.Now)
+	s.ready.Store(true)
+	return s, nil
+}
+
+// setup configures s for maxEntries and the clock now (nil: time.Now).
+func (s *MemoryReplayStore) setup(maxEntries int, now func() time.Time) {
+	s.now = now
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -244,7 +256,20 @@ func NewMemoryReplayStore(opts *MemoryReplayStoreOptions) (*MemoryReplayStore, e
 			s.shards[i].max++
 		}
 	}
-	return s, nil
+}
+
+// init sets a zero MemoryReplayStore (a literal, not made by
+// NewMemoryReplayStore) up with the defaults on its first use.
+func (s *MemoryReplayStore) init() {
+	if s.ready.Load() {
+		return
+	}
+	s.setupMu.Lock()
+	defer s.setupMu.Unlock()
+	if !s.ready.Load() {
+		s.setup(DefaultMaxReplayEntries, nil)
+		s.ready.Store(true)
+	}
 }
 
 // Add records key as handled for ttl unless it is recorded already and
@@ -280,6 +305,7 @@ func (s *MemoryReplayStore) Release(_ context.Context, key string) error {
 
 // locate returns key's entry key, its shard and the current time.
 func (s *MemoryReplayStore) locate(key string) (replayKey, *replayShard, int64) {
+	s.init()
 	var digest [sha256.Size]byte
 	if len(key) == 2*sha256.Size && hexDigits(key) {
 		hex.Decode(digest[:], []byte(key))
@@ -303,6 +329,7 @@ func hexDigits(s string) bool {
 // Len returns how many keys the store holds that have not expired. It
 // looks at every entry, taking every shard's lock in turn.
 func (s *MemoryReplayStore) Len() int {
+	s.init()
 	now := s.now().UnixNano()
 	n := 0
 	for i := range s.shards {
@@ -335,6 +362,7 @@ func (s *MemoryReplayStore) delivery(sig *[sha256.Size]byte, tsMillis int64) (re
 
 // at is delivery without the clock.
 func (s *MemoryReplayStore) at(sig *[sha256.Size]byte, tsMillis int64) (replayKey, *replayShard, int64) {
+	s.init()
 	var k replayKey
 	copy(k[:], sig[:])
 	return k, s.shard(k), tsMillis * int64(time.Millisecond) / replaySpan
