@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -68,12 +69,13 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 }
 
 // Flush flushes the writer underneath, if it can: a flush before any
-// status sends 200.
+// status sends 200. A writer that cannot flush sent nothing, and the status
+// is still the handler's to choose.
 func (w *statusWriter) Flush() {
-	if w.status == 0 {
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if w.status == 0 && !errors.Is(err, http.ErrNotSupported) {
 		w.status = http.StatusOK
 	}
-	http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
