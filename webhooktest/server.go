@@ -410,6 +410,16 @@ func (r *statusRecorder) Write(p []byte) (int, error) {
 	return r.ResponseWriter.Write(p)
 }
 
+// FlushError flushes the writer underneath, for http.NewResponseController:
+// a flush before any status answers 200.
+func (r *statusRecorder) FlushError() error {
+	err := http.NewResponseController(r.ResponseWriter).Flush()
+	if r.status == 0 && !errors.Is(err, http.ErrNotSupported) {
+		r.status = http.StatusOK
+	}
+	return err
+}
+
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // Answer is a scripted answer of a [Server] to one delivery. Build one with
