@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"sync"
 )
 
@@ -30,15 +31,31 @@ func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 		return nil, errZeroVerifier
 	}
 	body, err := readBody(nil, r.Body, r.ContentLength, v.maxBodyBytes())
-	r.Body = &bodyReader{Reader: bytes.NewReader(body)}
+	br := &bodyReader{Reader: bytes.NewReader(body)}
+	r.Body = br
 	if err != nil {
 		return body, err
 	}
-	return body, v.verify(r.Context(), r.Header, body)
+	var d signed
+	if err := v.authenticate(r.Header, body, &d); err != nil || v.allowReplays {
+		return body, err
+	}
+	if err := v.checkReplay(r.Context(), &d); err != nil {
+		return body, err
+	}
+	// Recorded as handled: NewHandler or the Middleware of a Verifier on
+	// this store, further in, serves this request rather than take it for
+	// a copy of itself.
+	br.mark = claimMark{by: v, sig: d.sig}
+	return body, nil
 }
 
-// bodyReader is the restored r.Body: the bytes read, in one allocation.
-type bodyReader struct{ *bytes.Reader }
+// bodyReader is the restored r.Body: the bytes read, in one allocation,
+// and the delivery VerifyRequest recorded, if it did.
+type bodyReader struct {
+	*bytes.Reader
+	mark claimMark
+}
 
 func (*bodyReader) Close() error { return nil }
 
@@ -54,7 +71,7 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 		v.refuse(w, r, errZeroVerifier)
 		return
 	}
-	outer, _ := r.Body.(*recycledBody) // set when v's middleware is on the way already
+	outer := r.Body // a Verifier's further out may have marked it (recordedOutside)
 	buf := bodyPool.Get().(*[]byte)
 	body, err := readBody((*buf)[:0], r.Body, r.ContentLength, v.maxBodyBytes())
 	sv := &serving{} // one allocation for both: user code may keep either
@@ -75,14 +92,15 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	switch {
 	case err != nil:
 		v.refuse(w, r, err)
-	case v.allowReplays, outer != nil && outer.claimer == v && outer.sig == d.sig:
-		// Replays allowed, or v's middleware further out claimed this very
-		// request (a router's group middleware around NewHandler(v, ...)):
-		// it settles the outcome by what is answered here.
+	case v.allowReplays, v.recordedOutside(w, outer, &d.sig):
+		// Replays allowed, or a Verifier on v's store further out recorded
+		// this very request (a router's group middleware around
+		// NewHandler(v, ...)): it settles the outcome by what is answered
+		// here.
 		serve(w, body)
 	default:
-		sv.w.ResponseWriter = w
-		rd.claimer, rd.sig = v, d.sig
+		sv.w.ResponseWriter, sv.w.mark = w, &rd.mark
+		rd.mark = claimMark{by: v, sig: d.sig}
 		v.serveOnce(&sv.w, r, &d, body, serve)
 	}
 }
@@ -105,10 +123,74 @@ type recycledBody struct {
 	r        bytes.Reader
 	released bool
 
-	// claimer claimed sig for the handler this body is read by; set before
-	// the handler runs, never after.
-	claimer *Verifier
-	sig     [32]byte
+	// mark is the delivery claimed for the handler this body is read by;
+	// set before the handler runs, never after.
+	mark claimMark
+}
+
+// claimMark is a delivery a Verifier recorded for the request at hand,
+// claimed by its middleware or NewHandler (on the request's body, and on
+// the writer the handler is given) or recorded as handled by VerifyRequest
+// (on the body). A Verifier further in that shares the store finds it and
+// serves the request, rather than take it for a copy of itself: a router
+// may put the middleware of a group around a route's NewHandler, and
+// another middleware between them may wrap the body (a size limit) or the
+// writer (a logger), or both.
+type claimMark struct {
+	by  *Verifier // nil: none
+	sig [32]byte
+}
+
+// maxUnwrap bounds the writers recordedOutside looks through.
+const maxUnwrap = 16
+
+// recordedOutside reports whether a Verifier on v's store, further out,
+// recorded the delivery whose signature's digest is sig for this request:
+// a mark on its body as it came in, or on a writer under w (through Unwrap, as
+// http.ResponseController looks for one).
+func (v *Verifier) recordedOutside(w http.ResponseWriter, body io.ReadCloser, sig *[32]byte) bool {
+	switch b := body.(type) {
+	case *recycledBody:
+		if v.sharesMark(&b.mark, sig) {
+			return true
+		}
+	case *bodyReader:
+		if v.sharesMark(&b.mark, sig) {
+			return true
+		}
+	}
+	for range maxUnwrap {
+		if sw, ok := w.(*statusWriter); ok && sw.mark != nil && v.sharesMark(sw.mark, sig) {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+	return false
+}
+
+// sharesMark reports whether m records sig by a Verifier on v's store.
+func (v *Verifier) sharesMark(m *claimMark, sig *[32]byte) bool {
+	return m.by != nil && m.sig == *sig && v.sharesStore(m.by)
+}
+
+// sharesStore reports whether v and o record deliveries in one store.
+func (v *Verifier) sharesStore(o *Verifier) bool {
+	switch {
+	case v == o:
+		return true
+	case v.mem != nil || o.mem != nil:
+		return v.mem == o.mem
+	case v.store == nil || o.store == nil:
+		return false
+	}
+	// Interfaces of one dynamic type; == panics for a type that is not
+	// comparable (a struct holding a map), which is then no match.
+	t := reflect.TypeOf(v.store)
+	return t == reflect.TypeOf(o.store) && t.Comparable() && v.store == o.store
 }
 
 // errBodyAfterServe is what a read of a recycled body gives once the
@@ -215,6 +297,16 @@ func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte,
 // for another router must run the rest of its chain inside next (see
 // examples/routers for gin): the status next answers decides whether the
 // delivery was handled.
+//
+// Nested, as a router's group middleware around a route's NewHandler (or
+// a second Middleware), of v or of another Verifier sharing its
+// ReplayStore, the inner one hands the request on as the outer claimed it,
+// and the outer records the outcome: one request is handled once, never
+// answered as a copy of itself. The inner one finds the outer's claim on
+// the body it is given, or on the writer, through Unwrap: a middleware
+// between them may wrap either (a body size limit, a logging writer), not
+// both without Unwrap. The same holds for a request v.VerifyRequest
+// recorded, passed on to NewHandler(v, ...).
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v.serveVerified(w, r, func(w http.ResponseWriter, _ []byte) { next.ServeHTTP(w, r) })

@@ -51,7 +51,8 @@ func (v *Verifier) serveOnce(sw *statusWriter, r *http.Request, d *signed, body 
 // Unwrap lets http.ResponseController reach the writer underneath.
 type statusWriter struct {
 	http.ResponseWriter
-	status int // the final status written, 0 before
+	status int        // the final status written, 0 before
+	mark   *claimMark // the delivery claimed for the handler (see recordedOutside)
 }
 
 func (w *statusWriter) WriteHeader(code int) {
