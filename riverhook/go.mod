@@ -9,7 +9,7 @@ require (
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/riverqueue/river/rivertype v0.51.1
-	github.com/signedhook/webhook v0.0.0-20261126042749-18aabe589977
+	github.com/signedhook/webhook v0.0.0-20261126055548-abfeeb468e16
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )
