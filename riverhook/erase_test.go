@@ -137,17 +137,7 @@ func TestEraseSubject_LeavesNoTrace(t *testing.T) {
 	w := newWorker(t, b.srv.Sender(&webhook.SenderOptions{Retry: policy}), b.conns.resolve, nil)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, w)
-	// The end of a cancelled run waits for the test, so that its final
-	// write lands after the erasure, as it may in production.
-	release := make(chan struct{})
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	hold := river.WorkerMiddlewareFunc(func(ctx context.Context, _ *rivertype.JobRow, doInner func(context.Context) error) error {
-		err := doInner(ctx)
-		if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
-			<-release
-		}
-		return err
-	})
+	hold, releaseOnce := holdCancelledRuns()
 	client := newClient(t, b.pool, b.schema, workers, func(c *river.Config) { c.Middleware = []rivertype.Middleware{hold} })
 	events := finalEvents(t, client)
 	start(t, client)
@@ -296,17 +286,7 @@ func TestEraseSubject_AnswerReadAfterTheCancel(t *testing.T) {
 	w := newWorker(t, sender, conns.resolve, nil)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, w)
-	// The end of a cancelled run waits for the test, so that its final
-	// write lands after the erasure, as it may in production.
-	release := make(chan struct{})
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	hold := river.WorkerMiddlewareFunc(func(ctx context.Context, _ *rivertype.JobRow, doInner func(context.Context) error) error {
-		err := doInner(ctx)
-		if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
-			<-release
-		}
-		return err
-	})
+	hold, releaseOnce := holdCancelledRuns()
 	client := newClient(t, pool, schema, workers, func(c *river.Config) { c.Middleware = []rivertype.Middleware{hold} })
 	events := finalEvents(t, client)
 	start(t, client)
@@ -428,4 +408,19 @@ func lineWith(dump, s string) string {
 		}
 	}
 	return "(encoded only)"
+}
+
+// holdCancelledRuns returns a River middleware that holds the end of a run
+// cancelled in River until release is called, so that its final write
+// lands after an erasure, as it may in production.
+func holdCancelledRuns() (hold river.WorkerMiddlewareFunc, release func()) {
+	ch := make(chan struct{})
+	hold = func(ctx context.Context, _ *rivertype.JobRow, doInner func(context.Context) error) error {
+		err := doInner(ctx)
+		if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+			<-ch
+		}
+		return err
+	}
+	return hold, sync.OnceFunc(func() { close(ch) })
 }
