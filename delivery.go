@@ -176,19 +176,38 @@ func (d *delivery) admit() bool {
 	return true
 }
 
-// connTrace notes whether an attempt got a connection (httptrace's
-// GotConn): endpoint health counts only the attempts that did not against
-// their endpoint. One is made per attempt, since net/http may call it from
-// another goroutine.
+// connTrace notes the connection an attempt got (httptrace's GotConn):
+// endpoint health counts only the attempts that got none against their
+// endpoint, and a connection of NewTransport's reads what its attempts
+// lend it (readbudget.go). One is made per attempt, since net/http may
+// call it from another goroutine.
 type connTrace struct {
 	connected atomic.Bool
+	conn      atomic.Pointer[boundedConn] // lent the attempt's allowance
 	trace     httptrace.ClientTrace
 }
 
 func newConnTrace() *connTrace {
 	t := &connTrace{}
-	t.trace.GotConn = func(httptrace.GotConnInfo) { t.connected.Store(true) }
+	t.trace.GotConn = t.gotConn
 	return t
+}
+
+func (t *connTrace) gotConn(info httptrace.GotConnInfo) {
+	t.connected.Store(true)
+	if c := boundedOf(info.Conn); c != nil {
+		c.begin()
+		if old := t.conn.Swap(c); old != nil {
+			old.end() // net/http retried the request on another connection
+		}
+	}
+}
+
+// done ends the attempt's loan to its connection, once its answer is read.
+func (t *connTrace) done() {
+	if c := t.conn.Swap(nil); c != nil {
+		c.end()
+	}
 }
 
 // check returns the connection's parsed URL, or why nothing may be sent and
@@ -224,10 +243,8 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	// Lets NewTransport's dialer bound the dial and TLS handshake by the
 	// attempt, and tell a proxy's connection from a direct one.
 	ctx := withDialScope(d.ctx, deadline)
-	if d.s.health != nil {
-		d.cur.trace = newConnTrace()
-		ctx = httptrace.WithClientTrace(ctx, &d.cur.trace.trace)
-	}
+	d.cur.trace = newConnTrace()
+	ctx = httptrace.WithClientTrace(ctx, &d.cur.trace.trace)
 	if t := httptrace.ContextClientTrace(ctx); t != nil && t.Got1xxResponse != nil {
 		ctx = bound1xx(ctx, t)
 	}
@@ -294,6 +311,7 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 		a.ResponseBody = d.scrubBody(readResponseBody(resp))
 	}
 	cur.cancel() // the attempt ends once its answer is read
+	cur.trace.done()
 	a.Duration = d.s.now().Sub(cur.start)
 	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL, d.scrubText)
 	if d.s.health != nil {

@@ -118,6 +118,13 @@ type TransportOptions struct {
 // call NewTransport again for other TLS settings. It offers HTTP/2 to every
 // server that has it, also for a request that needs HTTP/1.1 (a WebSocket
 // upgrade): it is a transport for deliveries.
+//
+// A connection of its reads at most about 4.2 MiB for each attempt of a
+// Sender that it carries (the answer's header, excerpt and drain, and the
+// window of an HTTP/2 stream the Sender resets once it has read enough),
+// and as much while idle: an HTTP/2 receiver that goes on sending on a
+// reset stream, which net/http would read and discard for the
+// connection's life, has it closed instead.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
@@ -232,6 +239,7 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 	if trace != nil && trace.TLSHandshakeStart != nil {
 		trace.TLSHandshakeStart()
 	}
+	conn = newBoundedConn(conn) // see readbudget.go
 	tc := tls.Client(conn, cfg)
 	err = tc.HandshakeContext(ctx)
 	if trace != nil && trace.TLSHandshakeDone != nil {

@@ -1,0 +1,94 @@
+package webhook
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync/atomic"
+)
+
+// This file holds the bound on what a connection of NewTransport's reads
+// for the attempts it carries. An answer is read up to its excerpt and a
+// bounded drain (readResponseBody); over HTTP/1 net/http then closes a
+// connection whose answer was not read to its end, but over HTTP/2 it
+// resets the stream and keeps the connection, and a receiver that ignores
+// the reset can go on sending DATA on it, which the client reads and
+// discards for as long as the connection lives (a review's finding).
+// Bounded here: each attempt that gets the connection (httptrace's GotConn)
+// lends it readAllowance bytes, and what is lent is cut back to one
+// allowance per attempt still on it when one ends. Past its budget the
+// connection is closed: the answers of the attempts on it are cut, as they
+// would be on a receiver that stops answering.
+
+// h2StreamWindow is the flow-control window net/http's HTTP/2 client opens
+// to a stream (its transportDefaultStreamFlow): what a receiver may have
+// sent on a stream, unread, when the client resets it.
+const h2StreamWindow = 4 << 20
+
+// readAllowance is what an attempt lets its connection read: the answer's
+// header, excerpt and drain, a reset stream's window, and framing.
+const readAllowance = maxResponseHeaderBytes + maxLoggedBody + maxDrainedBody + h2StreamWindow + 64<<10
+
+// errReadBudget ends the reads of a connection past its budget.
+var errReadBudget = errors.New("webhook: the receiver sent more than the attempts on this connection read; connection closed")
+
+// boundedConn is a connection dialTLS made, under the TCP connection and
+// its TLS: its reads count against the budget of the attempts it carries.
+type boundedConn struct {
+	net.Conn
+	inflight atomic.Int64 // attempts on it
+	budget   atomic.Int64 // bytes it may still read
+}
+
+func newBoundedConn(c net.Conn) *boundedConn {
+	b := &boundedConn{Conn: c}
+	b.budget.Store(readAllowance) // the handshake and HTTP/2's settings
+	return b
+}
+
+func (c *boundedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.budget.Add(-int64(n)) < 0 {
+		c.Conn.Close()
+		if err == nil {
+			err = errReadBudget
+		}
+	}
+	return n, err
+}
+
+// begin lends the connection an attempt's allowance.
+func (c *boundedConn) begin() {
+	c.inflight.Add(1)
+	c.budget.Add(readAllowance)
+}
+
+// end takes back what an ended attempt lent: the budget keeps one
+// allowance for each attempt still on the connection, and one for the
+// connection while it is idle.
+func (c *boundedConn) end() {
+	limit := readAllowance * (c.inflight.Add(-1) + 1)
+	for {
+		b := c.budget.Load()
+		if b <= limit || c.budget.CompareAndSwap(b, limit) {
+			return
+		}
+	}
+}
+
+// boundedOf returns the boundedConn under conn, an attempt's connection as
+// GotConn reports it: a TLS connection over it, or over a proxy's TLS
+// connection over it. Nil for a connection another dialer made.
+func boundedOf(conn net.Conn) *boundedConn {
+	for range 3 {
+		switch c := conn.(type) {
+		case *boundedConn:
+			return c
+		case *tls.Conn:
+			conn = c.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
