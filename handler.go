@@ -187,10 +187,11 @@ func (v *Verifier) sharesStore(o *Verifier) bool {
 	case v.store == nil || o.store == nil:
 		return false
 	}
-	// Interfaces of one dynamic type; == panics for a type that is not
-	// comparable (a struct holding a map), which is then no match.
-	t := reflect.TypeOf(v.store)
-	return t == reflect.TypeOf(o.store) && t.Comparable() && v.store == o.store
+	// Interfaces of one dynamic type; == panics for a value that is not
+	// comparable (a struct holding a map, or an interface field holding
+	// one, which reflect.Type.Comparable does not see), then no match.
+	vv, ov := reflect.ValueOf(v.store), reflect.ValueOf(o.store)
+	return vv.Type() == ov.Type() && vv.Comparable() && ov.Comparable() && v.store == o.store
 }
 
 // errBodyAfterServe is what a read of a recycled body gives once the
@@ -305,8 +306,11 @@ func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte,
 // answered as a copy of itself. The inner one finds the outer's claim on
 // the body it is given, or on the writer, through Unwrap: a middleware
 // between them may wrap either (a body size limit, a logging writer), not
-// both without Unwrap. The same holds for a request v.VerifyRequest
-// recorded, passed on to NewHandler(v, ...).
+// both without Unwrap. A request v.VerifyRequest recorded is handed on by
+// NewHandler(v, ...) too when it gets the body VerifyRequest left: a
+// middleware between them that wraps the body hides the record, and the
+// request is then acknowledged as a copy of one handled. Use the
+// Middleware rather than VerifyRequest in front of NewHandler.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v.serveVerified(w, r, func(w http.ResponseWriter, _ []byte) { next.ServeHTTP(w, r) })
