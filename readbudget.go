@@ -15,10 +15,13 @@ import (
 // the reset can go on sending DATA on it, which the client reads and
 // discards for as long as the connection lives (a review's finding).
 // Bounded here: each attempt that gets the connection (httptrace's GotConn)
-// lends it readAllowance bytes, and what is lent is cut back to one
-// allowance per attempt still on it when one ends. Past its budget the
-// connection is closed: the answers of the attempts on it are cut, as they
-// would be on a receiver that stops answering.
+// lends it an allowance, and when one ends what is lent is cut back to one
+// allowance per attempt still on it and idleAllowances more. Those cover
+// what streams reset by ended attempts still had on the way (at most a
+// stream window each, in practice what the link holds), so that another
+// attempt's answer on the connection is never cut for it. Past its budget
+// the connection is closed: the answers of the attempts on it are cut, as
+// they would be on a receiver that stops answering.
 
 // h2StreamWindow is the flow-control window net/http's HTTP/2 client opens
 // to a stream (its transportDefaultStreamFlow): what a receiver may have
@@ -29,6 +32,10 @@ const h2StreamWindow = 4 << 20
 // header, excerpt and drain, a reset stream's window, and framing.
 const readAllowance = maxResponseHeaderBytes + maxLoggedBody + maxDrainedBody + h2StreamWindow + 64<<10
 
+// idleAllowances are the allowances a connection keeps beyond those of the
+// attempts on it: about 34 MiB with net/http's stream window.
+const idleAllowances = 8
+
 // errReadBudget ends the reads of a connection past its budget.
 var errReadBudget = errors.New("webhook: the receiver sent more than the attempts on this connection read; connection closed")
 
@@ -36,13 +43,16 @@ var errReadBudget = errors.New("webhook: the receiver sent more than the attempt
 // its TLS: its reads count against the budget of the attempts it carries.
 type boundedConn struct {
 	net.Conn
-	inflight atomic.Int64 // attempts on it
-	budget   atomic.Int64 // bytes it may still read
+	allowance int64        // readAllowance, with the stream window its transport opens
+	inflight  atomic.Int64 // attempts on it
+	budget    atomic.Int64 // bytes it may still read
 }
 
-func newBoundedConn(c net.Conn) *boundedConn {
-	b := &boundedConn{Conn: c}
-	b.budget.Store(readAllowance) // the handshake and HTTP/2's settings
+// newBoundedConn bounds c, whose transport opens HTTP/2 streams a window
+// of streamWindow bytes (0: net/http's default, h2StreamWindow).
+func newBoundedConn(c net.Conn, streamWindow int64) *boundedConn {
+	b := &boundedConn{Conn: c, allowance: readAllowance + max(0, streamWindow-h2StreamWindow)}
+	b.budget.Store(b.allowance * idleAllowances)
 	return b
 }
 
@@ -60,14 +70,13 @@ func (c *boundedConn) Read(p []byte) (int, error) {
 // begin lends the connection an attempt's allowance.
 func (c *boundedConn) begin() {
 	c.inflight.Add(1)
-	c.budget.Add(readAllowance)
+	c.budget.Add(c.allowance)
 }
 
 // end takes back what an ended attempt lent: the budget keeps one
-// allowance for each attempt still on the connection, and one for the
-// connection while it is idle.
+// allowance for each attempt still on the connection, and idleAllowances.
 func (c *boundedConn) end() {
-	limit := readAllowance * (c.inflight.Add(-1) + 1)
+	limit := c.allowance * (c.inflight.Add(-1) + idleAllowances)
 	for {
 		b := c.budget.Load()
 		if b <= limit || c.budget.CompareAndSwap(b, limit) {

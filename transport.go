@@ -121,7 +121,8 @@ type TransportOptions struct {
 //
 // A connection of its reads at most about 4.2 MiB for each attempt of a
 // Sender that it carries (the answer's header, excerpt and drain, and the
-// window of an HTTP/2 stream the Sender resets once it has read enough),
+// window of an HTTP/2 stream the Sender resets once it has read enough:
+// 4 MiB, or the transport's HTTP2.MaxReceiveBufferPerStream if larger),
 // and as much while idle: an HTTP/2 receiver that goes on sending on a
 // reset stream, which net/http would read and discard for the
 // connection's life, has it closed instead.
@@ -189,11 +190,31 @@ type dialer struct {
 func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	ctx, cancel := boundToAttempt(ctx)
 	defer cancel()
-	if d.guard && !routedToProxy(ctx, addr) {
+	proxied := routedToProxy(ctx, addr)
+	if d.guard && !proxied {
 		return d.guarded.DialContext(ctx, network, addr)
 	}
-	return d.plain.DialContext(ctx, network, addr)
+	conn, err := d.plain.DialContext(ctx, network, addr)
+	if err == nil && proxied && ctx.Value(tlsDialKey{}) == nil {
+		// An http:// proxy's: net/http makes the receiver's TLS handshake
+		// over it itself, so dialTLS never sees it (readbudget.go).
+		conn = newBoundedConn(conn, d.streamWindow())
+	}
+	return conn, err
 }
+
+// streamWindow is the window the transport opens to an HTTP/2 stream when
+// its HTTP2 field sets one (MaxReceiveBufferPerStream), or 0.
+func (d *dialer) streamWindow() int64 {
+	if h := d.t.HTTP2; h != nil {
+		return int64(h.MaxReceiveBufferPerStream)
+	}
+	return 0
+}
+
+// tlsDialKey marks the context of dialTLS's dial, whose connection it
+// bounds itself.
+type tlsDialKey struct{}
 
 // dialTLS dials addr with the transport's DialContext and makes the TLS
 // handshake with its TLSClientConfig, as net/http would, but with the
@@ -212,7 +233,7 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext // as net/http dials then
 	}
-	conn, err := dial(ctx, network, addr)
+	conn, err := dial(context.WithValue(ctx, tlsDialKey{}, true), network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +260,7 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 	if trace != nil && trace.TLSHandshakeStart != nil {
 		trace.TLSHandshakeStart()
 	}
-	conn = newBoundedConn(conn) // see readbudget.go
+	conn = newBoundedConn(conn, d.streamWindow()) // see readbudget.go
 	tc := tls.Client(conn, cfg)
 	err = tc.HandshakeContext(ctx)
 	if trace != nil && trace.TLSHandshakeDone != nil {
