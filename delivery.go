@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -184,12 +185,14 @@ func (d *delivery) admit() bool {
 type connTrace struct {
 	connected atomic.Bool
 	conn      atomic.Pointer[boundedConn] // lent the attempt's allowance
+	got1xx    informational
 	trace     httptrace.ClientTrace
 }
 
 func newConnTrace() *connTrace {
 	t := &connTrace{}
 	t.trace.GotConn = t.gotConn
+	t.trace.Got1xxResponse = func(_ int, h textproto.MIMEHeader) error { return t.got1xx.count(h) }
 	return t
 }
 
@@ -243,10 +246,11 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	// Lets NewTransport's dialer bound the dial and TLS handshake by the
 	// attempt, and tell a proxy's connection from a direct one.
 	ctx := withDialScope(d.ctx, deadline)
+	caller := httptrace.ContextClientTrace(ctx)
 	d.cur.trace = newConnTrace()
 	ctx = httptrace.WithClientTrace(ctx, &d.cur.trace.trace)
-	if t := httptrace.ContextClientTrace(ctx); t != nil && t.Got1xxResponse != nil {
-		ctx = bound1xx(ctx, t)
+	if caller != nil && caller.Got1xxResponse != nil {
+		ctx = bound1xx(ctx, httptrace.ContextClientTrace(ctx), &d.cur.trace.got1xx)
 	}
 	ctx, d.cur.cancel = context.WithDeadline(ctx, deadline)
 	return r.WithContext(ctx)

@@ -8,37 +8,53 @@ import (
 	"sync/atomic"
 )
 
-// This file holds the bound on a receiver's 1xx answers when the caller's
-// context traces them; delivery.go sets it on each attempt.
+// This file holds the bound on a receiver's 1xx answers, which net/http
+// drops when a trace sets Got1xxResponse; delivery.go sets it on each
+// attempt.
 
 // errInformationalTooLarge fails an attempt whose 1xx answers passed the
-// bounds of bound1xx.
-var errInformationalTooLarge = fmt.Errorf("net/http: more than %d 1xx answers, or more than %d bytes of their headers", max1xxAnswers, maxResponseHeaderBytes)
+// bounds of informational.count.
+var errInformationalTooLarge = fmt.Errorf("webhook: the receiver sent more than %d 1xx answers, or more than %d bytes of their headers", max1xxAnswers, maxResponseHeaderBytes)
 
-// max1xxAnswers is how many 1xx answers an attempt reads when the caller
-// traces them (bound1xx): a receiver sends one or two (100, 103).
+// max1xxAnswers is how many 1xx answers an attempt reads, as net/http
+// does when nothing traces them: a receiver sends one or two (100, 103).
 const max1xxAnswers = 5
 
-// bound1xx bounds the 1xx answers of an attempt whose context carries a
-// ClientTrace with Got1xxResponse (a caller's tracing): net/http then
-// leaves them unbounded ("the user is responsible"), each with a header
-// bound of its own, and a receiver could send them without end. The
-// returned context carries a copy of that trace whose Got1xxResponse
-// counts them and their header bytes (a reason phrase does not show: the
-// count bounds those), and fails the attempt past max1xxAnswers or
-// maxResponseHeaderBytes, before calling the caller's.
-func bound1xx(ctx context.Context, caller *httptrace.ClientTrace) context.Context {
-	t := *caller
-	var answers, size atomic.Int64
-	t.Got1xxResponse = func(code int, h textproto.MIMEHeader) error {
-		n := int64(len("HTTP/1.1 100 \r\n\r\n"))
-		for name, vs := range h {
-			for _, v := range vs {
-				n += int64(len(name) + len(v) + len(": \r\n"))
-			}
+// informational counts an attempt's 1xx answers and their header bytes (a
+// reason phrase does not show: the count bounds those). net/http bounds
+// them itself only when no ClientTrace of the request sets Got1xxResponse
+// ("the user is responsible"); a caller's tracing may set one, before the
+// attempt or inside a RoundTripper wrapping the transport (otelhttp's), so
+// every attempt counts them here (connTrace's hook).
+type informational struct {
+	answers, size atomic.Int64
+}
+
+// count fails the attempt past max1xxAnswers answers or
+// maxResponseHeaderBytes of their headers.
+func (c *informational) count(h textproto.MIMEHeader) error {
+	n := int64(len("HTTP/1.1 100 \r\n\r\n"))
+	for name, vs := range h {
+		for _, v := range vs {
+			n += int64(len(name) + len(v) + len(": \r\n"))
 		}
-		if answers.Add(1) > max1xxAnswers || size.Add(n) > maxResponseHeaderBytes {
-			return errInformationalTooLarge
+	}
+	if c.answers.Add(1) > max1xxAnswers || c.size.Add(n) > maxResponseHeaderBytes {
+		return errInformationalTooLarge
+	}
+	return nil
+}
+
+// bound1xx bounds the 1xx answers of an attempt whose caller's context
+// carries a ClientTrace with Got1xxResponse, composed with the attempt's
+// own (caller): httptrace keeps the caller's result of the composed hook,
+// so the count's error would be lost. The returned context carries a copy
+// of the composed trace whose Got1xxResponse counts with c first.
+func bound1xx(ctx context.Context, caller *httptrace.ClientTrace, c *informational) context.Context {
+	t := *caller
+	t.Got1xxResponse = func(code int, h textproto.MIMEHeader) error {
+		if err := c.count(h); err != nil {
+			return err
 		}
 		return caller.Got1xxResponse(code, h)
 	}
