@@ -123,9 +123,10 @@ type TransportOptions struct {
 // Sender that it carries (the answer's header, excerpt and drain, and the
 // window of an HTTP/2 stream the Sender resets once it has read enough:
 // 4 MiB, or the transport's HTTP2.MaxReceiveBufferPerStream if larger),
-// and as much while idle: an HTTP/2 receiver that goes on sending on a
-// reset stream, which net/http would read and discard for the
-// connection's life, has it closed instead.
+// and 8 times as much beyond them, for what reset streams still have on
+// the way: an HTTP/2 receiver that goes on sending on a reset stream,
+// which net/http would read and discard for the connection's life, has it
+// closed instead. Through an http:// proxy too.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
