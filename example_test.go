@@ -425,8 +425,9 @@ func ExampleHealthOptions_notAnswering() {
 	defer srv.Close()
 	s := srv.Sender(&webhook.SenderOptions{
 		// The spec's is 30 s. Each hang costs this much; it is long enough for
-		// a new TLS handshake and an answer even on a slow machine.
-		AttemptTimeout: 2 * time.Second,
+		// a new TLS handshake and an answer even on a slow, loaded machine
+		// (2 s failed once beside another module's tests under -race).
+		AttemptTimeout: 5 * time.Second,
 		Retry:          &webhook.RetryPolicy{}, // one attempt per delivery, for the example
 		Health:         &webhook.HealthOptions{DownAfter: 2, OnChange: func(_ context.Context, h webhook.EndpointHealth) { changes <- h }},
 	})
