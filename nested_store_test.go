@@ -47,4 +47,3 @@ func TestMiddleware_NestedVerifiersOnAWrappedUncomparableStoreDoNotPanic(t *test
 	// inner one claims, and finds the outer's claim), never a panic.
 	assert.NotEqual(t, 0, code, "0: the handler chain panicked (serve recovers it)")
 }
-
