@@ -5,32 +5,21 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
 )
-
-// h2Frame writes one HTTP/2 frame.
-func h2Frame(w io.Writer, typ, flags byte, stream uint32, payload []byte) error {
-	var h [9]byte
-	h[0], h[1], h[2] = byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload))
-	h[3], h[4] = typ, flags
-	binary.BigEndian.PutUint32(h[5:], stream)
-	_, err := w.Write(append(h[:], payload...))
-	return err
-}
 
 // TestSend_HTTP2AnswerKeepsNoReadingAfterTheDelivery proves that what the
 // Sender reads of an HTTP/2 receiver is bounded in bytes: an answer whose
@@ -43,88 +32,43 @@ func h2Frame(w io.Writer, typ, flags byte, stream uint32, payload []byte) error 
 // window for it) for as long as the connection lives: here 64 MiB after
 // the delivery returned.
 func TestSend_HTTP2AnswerKeepsNoReadingAfterTheDelivery(t *testing.T) {
-	srv := httptest.NewUnstartedServer(nil)
-	srv.StartTLS()
-	cfg := srv.TLS.Clone()
-	pool := x509.NewCertPool()
-	pool.AddCert(srv.Certificate())
-	srv.Close()
-	cfg.NextProtos = []string{"h2"}
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-
+	srv := newRawH2(t)
 	const after = 64 << 20 // what the receiver sends after the answer's first 1 MiB
 	written := make(chan error, 1)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		raw, err := ln.Accept()
+	wg.Go(func() {
+		p, err := srv.accept()
 		if err != nil {
 			written <- err
 			return
 		}
-		defer raw.Close()
-		conn := tls.Server(raw, cfg)
-		if err := conn.Handshake(); err != nil {
-			written <- err
-			return
+		defer p.close()
+		s, err := p.next()
+		if err == nil {
+			err = p.stream(s, (1<<20)+after) // an answer whose body goes on
 		}
-		preface := make([]byte, 24)
-		if _, err := io.ReadFull(conn, preface); err != nil {
-			written <- err
-			return
-		}
-		h2Frame(conn, 0x4, 0, 0, nil) // SETTINGS
-		requestEnded := make(chan struct{})
-		go func() { // read the client's frames: ACK its SETTINGS, note the request's end
-			var once sync.Once
-			for {
-				var h [9]byte
-				if _, err := io.ReadFull(conn, h[:]); err != nil {
-					once.Do(func() { close(requestEnded) })
-					return
-				}
-				n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
-				if _, err := io.CopyN(io.Discard, conn, int64(n)); err != nil {
-					once.Do(func() { close(requestEnded) })
-					return
-				}
-				switch {
-				case h[3] == 0x4 && h[4]&0x1 == 0: // SETTINGS
-					h2Frame(conn, 0x4, 0x1, 0, nil)
-				case (h[3] == 0x0 || h[3] == 0x1) && h[4]&0x1 != 0: // DATA or HEADERS ending the stream
-					once.Do(func() { close(requestEnded) })
-				}
-			}
-		}()
-		<-requestEnded
-		h2Frame(conn, 0x1, 0x4, 1, []byte{0x88}) // HEADERS :status 200, END_HEADERS
-		chunk := make([]byte, 16384)
-		for i := range chunk {
-			chunk[i] = 'x'
-		}
-		total := 0
-		for total < (1<<20)+after {
-			conn.SetWriteDeadline(time.Now().Add(10 * time.Second)) // failsafe: a client that reads nothing holds the writer
-			if err := h2Frame(conn, 0x0, 0, 1, chunk); err != nil {
-				written <- err
-				return
-			}
-			total += len(chunk)
-		}
-		written <- nil
-	}()
+		written <- err
+	})
+	testHostileH2(t, srv, nil, written, after)
+	wg.Wait()
+}
 
-	tr, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+// testHostileH2 sends one delivery to srv, whose answer's body goes on
+// after the delivery returned (written tells how its writes ended), through
+// proxy if not nil: the Sender must stop reading it.
+func testHostileH2(t *testing.T, srv *rawH2, proxy *url.URL, written <-chan error, after int) {
+	t.Helper()
+	opts := &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.pool}, AllowPrivateNetworks: true}
+	if proxy != nil {
+		opts.Proxy = http.ProxyURL(proxy)
+	}
+	tr, err := webhook.NewTransport(opts)
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
 	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: faultAnswerTimeout,
 		Retry: &webhook.RetryPolicy{MaxRetries: 0}})
 	require.NoError(t, err)
-	c := webhook.Connection{Name: "h2", URL: "https://" + ln.Addr().String() + "/hooks", Secret: testSecret}
+	c := webhook.Connection{Name: "h2", URL: "https://" + srv.addr() + "/hooks", Secret: testSecret}
 	res, err := s.Send(context.Background(), c, samplePayload())
 	require.NoError(t, err, "delivered: a 2xx came")
 	require.Len(t, res.Attempts, 1)
@@ -138,9 +82,6 @@ func TestSend_HTTP2AnswerKeepsNoReadingAfterTheDelivery(t *testing.T) {
 	if werr != nil && !errors.Is(werr, net.ErrClosed) {
 		t.Logf("the receiver's writes ended with: %v", werr)
 	}
-	tr.CloseIdleConnections()
-	ln.Close()
-	wg.Wait()
 }
 
 // TestSend_HTTP2LargeAnswersKeepTheirConnection: the read budget of a

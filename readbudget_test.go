@@ -3,16 +3,10 @@ package webhook_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/binary"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,132 +27,77 @@ import (
 // not fit in 8.4 MiB, so the connection is closed and the fourth delivery,
 // whose receiver answers 200 right after, fails.
 func TestSend_HTTP2ResetStreamsInFlightDoNotCutAnotherDelivery(t *testing.T) {
-	srv := httptest.NewUnstartedServer(nil)
-	srv.StartTLS()
-	cfg := srv.TLS.Clone()
-	pool := x509.NewCertPool()
-	pool.AddCert(srv.Certificate())
-	srv.Close()
-	cfg.NextProtos = []string{"h2"}
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-
+	srv := newRawH2(t)
 	release := make(chan struct{}) // the three large answers' attempts have returned
 	const sent = 80 << 10          // of each large answer, before the resets: more than excerpt and drain
 	const window = 4 << 20         // the client's initial stream window
+	done := make(chan struct{})    // the test has its answers
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		raw, err := ln.Accept()
+	defer wg.Wait()
+	defer close(done)
+	wg.Go(func() {
+		p, err := srv.accept()
 		if err != nil {
 			return
 		}
-		defer raw.Close()
-		conn := tls.Server(raw, cfg)
-		if conn.Handshake() != nil {
+		defer p.close()
+		first, err := p.next() // the priming delivery
+		if err != nil || p.ok(first) != nil {
 			return
 		}
-		preface := make([]byte, 24)
-		if _, err := io.ReadFull(conn, preface); err != nil {
-			return
-		}
-		var wmu sync.Mutex
-		frame := func(typ, flags byte, stream uint32, payload []byte) error {
-			wmu.Lock()
-			defer wmu.Unlock()
-			conn.SetWriteDeadline(time.Now().Add(10 * time.Second)) // failsafe
-			return h2Frame(conn, typ, flags, stream, payload)
-		}
-		frame(0x4, 0, 0, nil) // SETTINGS
-		ended := make(chan uint32, 16)
-		go func() { // the client's frames: ACK SETTINGS and PING, note each request's end
-			for {
-				var h [9]byte
-				if _, err := io.ReadFull(conn, h[:]); err != nil {
-					close(ended)
-					return
-				}
-				n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
-				payload := make([]byte, n)
-				if _, err := io.ReadFull(conn, payload); err != nil {
-					close(ended)
-					return
-				}
-				stream := binary.BigEndian.Uint32(h[5:]) & 0x7fffffff
-				switch {
-				case h[3] == 0x4 && h[4]&0x1 == 0:
-					frame(0x4, 0x1, 0, nil)
-				case h[3] == 0x6 && h[4]&0x1 == 0:
-					frame(0x6, 0x1, 0, payload)
-				case (h[3] == 0x0 || h[3] == 0x1) && h[4]&0x1 != 0:
-					ended <- stream
-				}
-			}
-		}()
-		first, ok := <-ended // the priming delivery
-		if !ok {
-			return
-		}
-		frame(0x1, 0x5, first, []byte{0x88}) // :status 200, END_STREAM|END_HEADERS
 		var streams []uint32
 		for len(streams) < 4 {
-			s, ok := <-ended
-			if !ok {
+			s, err := p.next()
+			if err != nil {
 				return
 			}
 			streams = append(streams, s)
 		}
-		chunk := make([]byte, 16<<10)
 		for _, s := range streams[:3] { // large answers
-			frame(0x1, 0x4, s, []byte{0x88})
-			for n := 0; n < sent; n += len(chunk) {
-				frame(0x0, 0, s, chunk)
-			}
+			p.stream(s, sent)
 		}
 		<-release
 		// What the receiver sent before it saw the resets, within each
 		// stream's window, arrives now.
 		for _, s := range streams[:3] {
-			for n := sent; n < window; n += len(chunk) {
-				if frame(0x0, 0, s, chunk) != nil {
-					return
-				}
+			if p.data(s, window-sent) != nil {
+				return
 			}
 		}
-		frame(0x1, 0x5, streams[3], []byte{0x88}) // the fourth delivery: 200
-		for range ended {                         // until the client closes
-		}
-	}()
-
-	tr, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
-	require.NoError(t, err)
-	defer tr.CloseIdleConnections()
+		p.ok(streams[3]) // the fourth delivery: 200
+		<-done
+	})
 	var attempts atomic.Int32
-	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: faultAnswerTimeout,
-		Retry: &webhook.RetryPolicy{MaxRetries: 0},
-		OnAttempt: func(context.Context, webhook.Connection, webhook.Attempt) {
-			if attempts.Add(1) == 4 { // the priming one and the three large answers
-				close(release)
-			}
-		}})
+	testSharedH2(t, srv, nil, 4, func(context.Context, webhook.Connection, webhook.Attempt) {
+		if attempts.Add(1) == 4 { // the priming one and the three large answers
+			close(release)
+		}
+	})
+}
+
+// testSharedH2 sends a priming delivery to srv, then n at once over its
+// connection, on a transport whose HTTP/2 settings are h2 (nil: net/http's
+// defaults): every one must be delivered.
+func testSharedH2(t *testing.T, srv *rawH2, h2 *http.HTTP2Config, n int, onAttempt func(context.Context, webhook.Connection, webhook.Attempt)) {
+	t.Helper()
+	tr, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.pool}, AllowPrivateNetworks: true})
 	require.NoError(t, err)
-	c := webhook.Connection{Name: "h2", URL: "https://" + ln.Addr().String() + "/hooks", Secret: testSecret}
+	tr.HTTP2 = h2
+	defer tr.CloseIdleConnections()
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: faultAnswerTimeout,
+		Retry: &webhook.RetryPolicy{MaxRetries: 0}, OnAttempt: onAttempt})
+	require.NoError(t, err)
+	c := webhook.Connection{Name: "h2", URL: "https://" + srv.addr() + "/hooks", Secret: testSecret}
 	_, err = s.Send(context.Background(), c, samplePayload())
 	require.NoError(t, err, "the priming delivery")
-
-	var dwg sync.WaitGroup
-	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
 	for i := range errs {
-		dwg.Go(func() { _, errs[i] = s.Send(context.Background(), c, samplePayload()) })
+		wg.Go(func() { _, errs[i] = s.Send(context.Background(), c, samplePayload()) })
 	}
-	dwg.Wait()
+	wg.Wait()
 	for i, err := range errs {
 		assert.NoError(t, err, "delivery %d: every receiver answered 200 within flow control", i)
 	}
 	tr.CloseIdleConnections()
-	ln.Close()
-	wg.Wait()
 }
