@@ -144,10 +144,4 @@ func (p *h2Peer) data(stream uint32, n int) error {
 	return nil
 }
 
-// drain waits for the client's side to end.
-func (p *h2Peer) drain() {
-	for range p.ended {
-	}
-}
-
 func (p *h2Peer) close() { p.conn.Close() }
