@@ -46,6 +46,18 @@ func (sh *replayShard) claim(k replayKey, index, now int64, st stamp) ReplayStat
 func (sh *replayShard) complete(k replayKey, index, now int64, st stamp) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if index != noIndex { // the Verifier's: its claim is in the bucket of index
+		if b := sh.at(index); b != nil {
+			n := len(b.seen)
+			b.seen[k] = st // one lookup: the claim, or an expired entry, replaced
+			if len(b.seen) == n {
+				b.until = max(b.until, st.expiry())
+				sh.nextDrop = min(sh.nextDrop, b.until)
+				return
+			}
+			delete(b.seen, k) // the claim was evicted: put counts and bounds it
+		}
+	}
 	if b, _, ok := sh.find(k, index, now); ok {
 		b.seen[k] = st
 		b.until = max(b.until, st.expiry())
@@ -103,6 +115,16 @@ func (sh *replayShard) store(b *replayBucket, k replayKey, st stamp) {
 	sh.n++
 	b.until = max(b.until, st.expiry())
 	sh.nextDrop = min(sh.nextDrop, b.until)
+}
+
+// at returns the bucket of index, or nil.
+func (sh *replayShard) at(index int64) *replayBucket {
+	for i := len(sh.buckets) - 1; i >= 0 && sh.buckets[i].index >= index; i-- {
+		if sh.buckets[i].index == index {
+			return sh.buckets[i]
+		}
+	}
+	return nil
 }
 
 // bucket returns the bucket of index, made if need be. Most deliveries are
