@@ -656,3 +656,31 @@ func TestAttributes_PerCustomerBoundedInCardinality(t *testing.T) {
 		t.Error("New accepted a negative MaxAttributeSets")
 	}
 }
+
+// TestAttributes_LeavesTheReturnedSliceAlone: Attributes may return a slice
+// the caller keeps, such as one per customer made once and shared by every
+// delivery, called concurrently: the Instruments only read it.
+func TestAttributes_LeavesTheReturnedSliceAlone(t *testing.T) {
+	shared := []attribute.KeyValue{attribute.String("tenant", "t1"), attribute.String("plan", "pro")}
+	tm := newTelemetry(t, &otelhook.Options{
+		OmitEndpoint: true,
+		Attributes:   func(context.Context, webhook.Connection) []attribute.KeyValue { return shared },
+	})
+	rv := newReceiver(t)
+	s := newSender(t, tm.inst.SenderOptions(&webhook.SenderOptions{Client: &http.Client{Transport: trustingTransport(t, rv)}, Retry: noWait(0)}))
+	conns := make([]webhook.Connection, 8)
+	for i := range conns {
+		conns[i] = rv.connection()
+	}
+	for i, res := range s.SendAll(context.Background(), conns, webhook.SamplePayload(time.Now())) {
+		if res.Err != nil {
+			t.Fatalf("delivery %d: %v", i, res.Err)
+		}
+	}
+	if want := []attribute.KeyValue{attribute.String("tenant", "t1"), attribute.String("plan", "pro")}; !slices.Equal(shared, want) {
+		t.Errorf("the slice Attributes returned is now %v, want %v as it was", shared, want)
+	}
+	if got, want := tm.sums(t, "webhook.deliveries"), map[string]int64{"plan=pro,tenant=t1,webhook.outcome=delivered": 8}; !mapsEqual(got, want) {
+		t.Errorf("webhook.deliveries:\ngot  %v\nwant %v", got, want)
+	}
+}
