@@ -88,6 +88,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 
 	"github.com/signedhook/webhook"
@@ -262,12 +263,13 @@ type boundedSets struct {
 }
 
 // admit returns attrs, or the overflow attribute when attrs is a set past
-// the bound.
+// the bound. It does not modify attrs: Options.Attributes may return a
+// slice it shares among concurrent deliveries.
 func (b *boundedSets) admit(attrs []attribute.KeyValue) []attribute.KeyValue {
 	if len(attrs) == 0 {
 		return nil
 	}
-	set := attribute.NewSet(attrs...)
+	set := attribute.NewSet(slices.Clone(attrs)...) // NewSet sorts and de-duplicates its argument in place
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.seen[set.Equivalent()]; ok {
