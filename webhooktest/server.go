@@ -28,6 +28,7 @@
 package webhooktest
 
 import (
+	"bufio"
 	"cmp"
 	"crypto/tls"
 	"crypto/x509"
@@ -54,7 +55,7 @@ type Delivery struct {
 	Body   []byte      // the raw body
 	At     time.Time   // when it arrived
 	Err    error       // nil when it verified; otherwise why not (matches webhook.ErrVerification)
-	Status int         // the status the Server answered; 0 for a reset, a hang, or while it answers
+	Status int         // the status the Server answered; 0 for a reset, a hang, a Handler's hijack, or while it answers
 }
 
 // Payload decodes the delivery's body; see [webhook.ParsePayload].
@@ -73,7 +74,8 @@ type ServerOptions struct {
 	// reads the identical raw body from r.Body, and its ResponseWriter
 	// unwraps for http.NewResponseController (Flush, deadlines, Hijack).
 	// The delivery records the first status it writes other than a 1xx,
-	// or 200.
+	// or 200; none (0) if it takes the connection (Hijack), whatever it
+	// writes there, or panics before flushing its status.
 	Handler http.Handler
 }
 
@@ -311,15 +313,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.deliveries = append(s.deliveries, d)
 	s.mu.Unlock()
 
-	status := s.answer(w, r, err, answer, scripted)
-	s.mu.Lock()
-	d.Status = status // in the records, or dropped by Clear meanwhile
-	s.mu.Unlock()
+	rw := &statusRecorder{ResponseWriter: w}
+	status, answered := 0, false
+	defer func() {
+		if !answered { // a Handler panicked: the sender got what it flushed before, if anything
+			status = rw.flushedStatus()
+		}
+		s.mu.Lock()
+		d.Status = status // in the records, or dropped by Clear meanwhile
+		s.mu.Unlock()
+	}()
+	status = s.answer(rw, r, err, answer, scripted)
+	answered = true
 }
 
-// answer writes the response and returns its status, or 0 when none was
-// written.
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, verr error, a Answer, scripted bool) int {
+// answer writes the response through w and returns its status, or 0 when
+// none was written.
+func (s *Server) answer(w *statusRecorder, r *http.Request, verr error, a Answer, scripted bool) int {
 	if !scripted {
 		switch {
 		case errors.Is(verr, webhook.ErrBodyTooLarge):
@@ -329,9 +339,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, verr error, a An
 			http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
 			return http.StatusUnauthorized
 		case s.handler != nil:
-			rw := &statusRecorder{ResponseWriter: w}
-			s.handler.ServeHTTP(rw, r)
-			return cmp.Or(rw.status, http.StatusOK) // net/http answers 200 to a handler that wrote nothing
+			s.handler.ServeHTTP(w, r)
+			if w.hijacked {
+				return 0 // what it wrote on the connection is its own
+			}
+			return cmp.Or(w.status, http.StatusOK) // net/http answers 200 to a handler that wrote nothing
 		}
 		return writeStatus(w, http.StatusOK)
 	}
@@ -389,10 +401,32 @@ func writeStatus(w http.ResponseWriter, status int) int {
 
 // statusRecorder notes the status of a Handler's answer. Unwrap lets
 // http.NewResponseController reach the connection's writer (Flush,
-// deadlines, Hijack), as the Handler would without it.
+// deadlines), as the Handler would without it; Hijack notes that the
+// Handler took the connection.
 type statusRecorder struct {
 	http.ResponseWriter
-	status int // the first final status written; 0 until then
+	status   int  // the first final status written; 0 until then
+	flushed  bool // the status is on the wire
+	hijacked bool // the Handler took the connection: what it wrote there is not known
+}
+
+// flushedStatus returns the status that reached the sender, as far as the
+// recorder knows: one flushed, not one still in net/http's buffer.
+func (r *statusRecorder) flushedStatus() int {
+	if r.hijacked || !r.flushed {
+		return 0
+	}
+	return r.status
+}
+
+// Hijack takes the connection, for http.NewResponseController and the
+// http.Hijacker interface.
+func (r *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, buf, err := http.NewResponseController(r.ResponseWriter).Hijack()
+	if err == nil {
+		r.hijacked = true
+	}
+	return conn, buf, err
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -414,8 +448,11 @@ func (r *statusRecorder) Write(p []byte) (int, error) {
 // a flush before any status answers 200.
 func (r *statusRecorder) FlushError() error {
 	err := http.NewResponseController(r.ResponseWriter).Flush()
-	if r.status == 0 && !errors.Is(err, http.ErrNotSupported) {
-		r.status = http.StatusOK
+	if !errors.Is(err, http.ErrNotSupported) {
+		if r.status == 0 {
+			r.status = http.StatusOK
+		}
+		r.flushed = true
 	}
 	return err
 }
