@@ -178,6 +178,12 @@ func base(r *http.Request) string {
 	return strings.Repeat("../", max(strings.Count(r.URL.EscapedPath(), "/")-1, 0))
 }
 
+// relative returns the link, relative to a connection's page, to
+// connection id's page: "./" first, so that an id such as "acme:crm" is
+// not read as a URL's scheme (which html/template would replace by
+// "#ZgotmplZ", and a browser follow elsewhere).
+func relative(id string) string { return "./" + url.PathEscape(id) }
+
 func connOf(id string) connLink {
 	return connLink{ID: id, Path: "connections/" + url.PathEscape(id)}
 }
@@ -256,9 +262,9 @@ func (c *console) connectionPage(w http.ResponseWriter, r *http.Request, req req
 			}
 		}
 		if len(v) == 0 {
-			return url.PathEscape(req.conn)
+			return relative(req.conn)
 		}
-		return url.PathEscape(req.conn) + "?" + v.Encode()
+		return relative(req.conn) + "?" + v.Encode()
 	}
 	status := q.Get("status")
 	p.Filters = append(p.Filters, filter{Label: "all", Link: link(map[string]string{"status": ""}), On: status == ""})
@@ -290,7 +296,7 @@ func (c *console) connectionPage(w http.ResponseWriter, r *http.Request, req req
 
 func rowOf(conn string, d *riverhook.Delivery) row {
 	rw := row{JobID: d.JobID, Status: d.Status, Event: d.Event, Created: d.CreatedAt, NextAt: d.NextAt,
-		Link: url.PathEscape(conn) + "/deliveries/" + strconv.FormatInt(d.JobID, 10), LastAnswer: "no attempt yet"}
+		Link: relative(conn) + "/deliveries/" + strconv.FormatInt(d.JobID, 10), LastAnswer: "no attempt yet"}
 	for _, a := range d.Attempts {
 		switch {
 		case a.Kind == webhook.KindInterrupted:
