@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,5 +78,54 @@ func TestConsole_LinksOfAConnectionWhoseIDHasAColon(t *testing.T) {
 			assert.Equal(t, http.StatusOK, got.Code, u.Path)
 			break
 		}
+	}
+}
+
+// The "Older deliveries" link pages through the listing the page shows:
+// the same filters (every status asked for, the event, the time range)
+// and the same page size. Following it page after page shows exactly the
+// deliveries the JSON API lists for those filters.
+func TestConsole_OlderPagesKeepTheListingsFilters(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	ctx := context.Background()
+	for i := range 2 {
+		params, err := riverhook.InsertBytesParams(fmt.Sprintf("deleted-%d", i), []string{"crm"}, "user.deleted",
+			[]byte(`{"event":"user.deleted","user":{"id":"usr_gone"}}`), f.worker.InsertOptions(nil))
+		require.NoError(t, err)
+		_, err = f.client.InsertMany(ctx, params)
+		require.NoError(t, err)
+	}
+	jobRE := regexp.MustCompile(`<tr data-job="(\d+)"`)
+	for _, query := range []string{
+		"status=given_up&status=retrying",
+		"event=user.deleted",
+		"event=user.identified&status=delivered,given_up",
+	} {
+		api := decode[listJSON](t, f.do(t, "GET", "/api/connections/crm/deliveries?limit=1000&"+query, "").Body.String())
+		var want []string
+		for _, d := range api.Deliveries {
+			want = append(want, fmt.Sprint(d.JobID))
+		}
+		require.NotEmpty(t, want, query)
+
+		var shown []string
+		at, _ := url.Parse("https://service.example/console/connections/crm?limit=1&" + query)
+		for n := 0; at != nil && n < 20; n++ {
+			got := f.do(t, "GET", strings.TrimPrefix(at.RequestURI(), "/console"), "")
+			require.Equal(t, http.StatusOK, got.Code, at.String())
+			page := got.Body.String()
+			rows := jobRE.FindAllStringSubmatch(page, -1)
+			assert.LessOrEqual(t, len(rows), 1, "%s: the page size asked for", at.RequestURI())
+			for _, m := range rows {
+				shown = append(shown, m[1])
+			}
+			next := olderLink(page)
+			if next == "" {
+				break
+			}
+			at, _ = at.Parse(next)
+		}
+		assert.Equal(t, want, slices.Compact(shown), "%s: the deliveries shown page after page", query)
 	}
 }
