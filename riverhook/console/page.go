@@ -247,11 +247,16 @@ func (c *console) connectionPage(w http.ResponseWriter, r *http.Request, req req
 	if err != nil {
 		c.logger.WarnContext(r.Context(), "console: the connection's health", "connection_id", req.conn, "error", err.Error())
 	}
+	// link returns the page's link with set's changes: the listing's
+	// filters and page size kept (every status asked for, the event, the
+	// time range), so that its older pages are of the same listing.
 	link := func(set map[string]string) string {
 		v := url.Values{}
-		for _, k := range []string{"status", "since"} {
-			if s := q.Get(k); s != "" {
-				v.Set(k, s)
+		for _, k := range []string{"status", "event", "since", "until", "limit"} {
+			for _, s := range q[k] {
+				if s != "" {
+					v.Add(k, s)
+				}
 			}
 		}
 		for k, s := range set {
