@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"html"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -129,3 +131,32 @@ func TestConsole_OlderPagesKeepTheListingsFilters(t *testing.T) {
 		assert.Equal(t, want, slices.Compact(shown), "%s: the deliveries shown page after page", query)
 	}
 }
+
+// An event filter no delivery can have (a NUL, bytes that are not UTF-8:
+// what PostgreSQL's text refuses) is the request's error, answered 400 as
+// an unknown status is; not a database error answered 500 and logged as
+// the service's own, which anyone signed in could fill the error log with.
+func TestConsole_AnOddEventFilterIsABadRequest(t *testing.T) {
+	t.Parallel()
+	var logged strings.Builder
+	var mu sync.Mutex
+	f := newFixture(t, &console.Options{Connections: customerConnections,
+		Logger: slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logged.Write(p)
+		}), &slog.HandlerOptions{Level: slog.LevelError}))}, false)
+	for _, q := range []string{"?event=%00", "?event=user%00identified", "?event=%ff", "?event=user.identified%0d%0a"} {
+		got := f.do(t, "GET", "/api/connections/crm/deliveries"+q, "")
+		assert.Equal(t, http.StatusBadRequest, got.Code, "%s: %s", q, got.Body.String())
+		got = f.do(t, "GET", "/connections/crm"+q, "")
+		assert.Equal(t, http.StatusBadRequest, got.Code, q)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Empty(t, logged.String(), "nothing of the service's failed")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
