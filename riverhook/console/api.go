@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/riverqueue/river/rivertype"
 
@@ -47,6 +49,11 @@ func listQuery(q url.Values, now time.Time) (*riverhook.ListParams, error) {
 		if !validStatus(s) {
 			return nil, fmt.Errorf("unknown status %.40q", s)
 		}
+	}
+	if !utf8.ValidString(p.Event) || strings.ContainsFunc(p.Event, unicode.IsControl) {
+		// No delivery has it (riverhook refuses it too), and PostgreSQL's
+		// text cannot hold a NUL: the request's error, not a 500.
+		return nil, fmt.Errorf("event %.40q is not an event name", p.Event)
 	}
 	var err error
 	if p.Since, err = timeParam(q, "since", now); err != nil {
