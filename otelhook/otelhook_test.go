@@ -684,3 +684,101 @@ func TestAttributes_LeavesTheReturnedSliceAlone(t *testing.T) {
 		t.Errorf("webhook.deliveries:\ngot  %v\nwant %v", got, want)
 	}
 }
+
+// memoryMarks is a deployment's store of endpoint health marks, in memory:
+// the last mark of each origin.
+type memoryMarks struct {
+	mu    sync.Mutex
+	marks map[string]webhook.EndpointHealth
+	at    map[string]time.Time
+}
+
+func (m *memoryMarks) Mark(_ context.Context, h webhook.EndpointHealth) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.marks == nil {
+		m.marks, m.at = map[string]webhook.EndpointHealth{}, map[string]time.Time{}
+	}
+	if old, ok := m.marks[h.Endpoint]; ok && old.Changed.After(h.Changed) {
+		return nil
+	}
+	m.marks[h.Endpoint], m.at[h.Endpoint] = h, time.Now()
+	return nil
+}
+
+func (m *memoryMarks) Since(_ context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []webhook.EndpointHealth
+	next := after
+	for key, h := range m.marks {
+		if at := m.at[key]; !at.Before(after) {
+			out = append(out, h)
+			if at.After(next) {
+				next = at
+			}
+		}
+	}
+	return out, next, nil
+}
+
+// TestOnChange_CountsWhatThisProcessHoldsDownWithMarks runs two processes'
+// Senders on one store of marks (HealthOptions.Marks, as riverhook's
+// workers share them): A finds the endpoint down; B, starting up, holds it
+// down from A's mark, then its own probe finds it up. B's count is B's
+// view: one endpoint down while B holds it down, none once it is up, never
+// fewer than none.
+func TestOnChange_CountsWhatThisProcessHoldsDownWithMarks(t *testing.T) {
+	ctx := context.Background()
+	rv := newReceiver(t)
+	conn := rv.connection()
+	marks := &memoryMarks{}
+	health := func() *webhook.HealthOptions {
+		return &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, Marks: marks}
+	}
+
+	// A's transport trusts no certificate: its attempt fails its TLS
+	// handshake, which takes the origin down.
+	tmA := newTelemetry(t, nil)
+	a := newSender(t, tmA.inst.SenderOptions(&webhook.SenderOptions{
+		Client: &http.Client{Transport: trustingTransport(t, nil)}, Retry: noWait(0), Health: health(),
+	}))
+	if res, _ := a.Send(ctx, conn, webhook.SamplePayload(time.Now())); len(res.Attempts) != 1 || res.Attempts[0].Kind != webhook.KindTLS {
+		t.Fatalf("A's delivery: %v, want one attempt of kind tls", res.Attempts)
+	}
+	if err := a.Flush(ctx); err != nil { // A's mark is written
+		t.Fatal(err)
+	}
+	if got, want := tmA.sums(t, "webhook.endpoints.down"), map[string]int64{"webhook.endpoint.scope=origin": 1}; !mapsEqual(got, want) {
+		t.Fatalf("A's webhook.endpoints.down: got %v, want %v", got, want)
+	}
+
+	// B starts from the marks, and holds the endpoint down.
+	tmB := newTelemetry(t, nil)
+	b := newSender(t, tmB.inst.SenderOptions(&webhook.SenderOptions{
+		Client: &http.Client{Transport: trustingTransport(t, rv)}, Retry: noWait(0), Health: health(),
+	}))
+	if err := b.Flush(ctx); err != nil { // B's first read of the marks
+		t.Fatal(err)
+	}
+	if h := b.Health(); len(h) != 1 || !h[0].Down {
+		t.Fatalf("B's Health() = %v, want the endpoint down from A's mark", h)
+	}
+	if got, want := tmB.sums(t, "webhook.endpoints.down"), map[string]int64{"webhook.endpoint.scope=origin": 1}; !mapsEqual(got, want) {
+		t.Errorf("B's webhook.endpoints.down while B holds the endpoint down: got %v, want %v", got, want)
+	}
+
+	// B's probe finds it up.
+	if _, err := b.Send(ctx, conn, webhook.SamplePayload(time.Now())); err != nil {
+		t.Fatalf("B's probe: %v", err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := b.Health(); len(h) != 0 {
+		t.Fatalf("B's Health() = %v, want none failing once its probe answered", h)
+	}
+	if got, want := tmB.sums(t, "webhook.endpoints.down"), map[string]int64{"webhook.endpoint.scope=origin": 0}; !mapsEqual(got, want) {
+		t.Errorf("B's webhook.endpoints.down once up: got %v, want %v", got, want)
+	}
+}
