@@ -42,10 +42,12 @@
 //   - webhook.attempts.active (up-down counter): attempts in flight, from
 //     sending the request to the end of reading the answer.
 //   - webhook.endpoints.down (up-down counter): endpoints that endpoint
-//     health holds down, by webhook.endpoint.scope: "origin" for a host
+//     health found down, by webhook.endpoint.scope: "origin" for a host
 //     that cannot be connected to, "url" for one URL that connects and does
 //     not answer. Fed by [webhook.HealthOptions].OnChange; zero when health
-//     is off.
+//     is off. With HealthOptions.Marks, each endpoint is counted by the
+//     process that found it down, not by those following its mark (see
+//     [Instruments.OnChange]).
 //
 // # Traces
 //

@@ -548,7 +548,8 @@ func TestOnChange_CountsByScope(t *testing.T) {
 		{Endpoint: "https://b.example:443", Down: true},
 		{Endpoint: "https://c.example:443/…", Down: true, PerURL: true},
 		{Endpoint: "https://a.example:443", Down: false},
-		{Endpoint: "https://b.example:443", Confirmed: true}, // confirmed up: not a change
+		{Endpoint: "https://b.example:443", Confirmed: true}, // up without a change of its own (another process's mark): counted no more
+		{Endpoint: "https://d.example:443", Down: false},     // an up never counted down: takes nothing off
 	}
 	for _, c := range changes {
 		onChange(context.Background(), c)
@@ -557,7 +558,7 @@ func TestOnChange_CountsByScope(t *testing.T) {
 		t.Errorf("the caller's OnChange got %d changes, want %d", len(got), len(changes))
 	}
 	if got, want := tm.sums(t, "webhook.endpoints.down"), map[string]int64{
-		"webhook.endpoint.scope=origin": 1, "webhook.endpoint.scope=url": 1,
+		"webhook.endpoint.scope=origin": 0, "webhook.endpoint.scope=url": 1,
 	}; !mapsEqual(got, want) {
 		t.Errorf("webhook.endpoints.down: got %v, want %v", got, want)
 	}
@@ -722,53 +723,53 @@ func (m *memoryMarks) Since(_ context.Context, after time.Time) ([]webhook.Endpo
 	return out, next, nil
 }
 
-// TestOnChange_CountsWhatThisProcessHoldsDownWithMarks runs two processes'
+// TestOnChange_CountsWhatThisProcessFoundDownWithMarks runs two processes'
 // Senders on one store of marks (HealthOptions.Marks, as riverhook's
-// workers share them): A finds the endpoint down; B, starting up, holds it
-// down from A's mark, then its own probe finds it up. B's count is B's
-// view: one endpoint down while B holds it down, none once it is up, never
-// fewer than none.
-func TestOnChange_CountsWhatThisProcessHoldsDownWithMarks(t *testing.T) {
+// workers share them). A finds the endpoint down and counts it; B, starting
+// up, holds it down from A's mark but does not count it (A does: summed over
+// the fleet, an endpoint counts once, not once per process following it);
+// B's probe finds it up: B's count stays at none, never fewer. A follows
+// B's up mark, and its next answer from the endpoint (confirmed up) takes
+// it out of A's count.
+func TestOnChange_CountsWhatThisProcessFoundDownWithMarks(t *testing.T) {
 	ctx := context.Background()
 	rv := newReceiver(t)
 	conn := rv.connection()
 	marks := &memoryMarks{}
 	health := func() *webhook.HealthOptions {
-		return &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, Marks: marks}
+		return &webhook.HealthOptions{DownAfter: 1, ProbeInterval: time.Nanosecond, Marks: marks, ConfirmUpEvery: time.Hour}
 	}
+	origin := func(n int64) map[string]int64 { return map[string]int64{"webhook.endpoint.scope=origin": n} }
 
-	// A's transport trusts no certificate: its attempt fails its TLS
+	// A's first transport trusts no certificate: its attempt fails its TLS
 	// handshake, which takes the origin down.
+	trust := &switchTransport{rt: trustingTransport(t, nil)}
 	tmA := newTelemetry(t, nil)
-	a := newSender(t, tmA.inst.SenderOptions(&webhook.SenderOptions{
-		Client: &http.Client{Transport: trustingTransport(t, nil)}, Retry: noWait(0), Health: health(),
-	}))
+	a := newSender(t, tmA.inst.SenderOptions(&webhook.SenderOptions{Client: &http.Client{Transport: trust}, Retry: noWait(0), Health: health()}))
 	if res, _ := a.Send(ctx, conn, webhook.SamplePayload(time.Now())); len(res.Attempts) != 1 || res.Attempts[0].Kind != webhook.KindTLS {
 		t.Fatalf("A's delivery: %v, want one attempt of kind tls", res.Attempts)
 	}
 	if err := a.Flush(ctx); err != nil { // A's mark is written
 		t.Fatal(err)
 	}
-	if got, want := tmA.sums(t, "webhook.endpoints.down"), map[string]int64{"webhook.endpoint.scope=origin": 1}; !mapsEqual(got, want) {
-		t.Fatalf("A's webhook.endpoints.down: got %v, want %v", got, want)
+	if got := tmA.sums(t, "webhook.endpoints.down"); !mapsEqual(got, origin(1)) {
+		t.Fatalf("A's webhook.endpoints.down: got %v, want %v", got, origin(1))
 	}
 
-	// B starts from the marks, and holds the endpoint down.
+	// B starts from the marks, and holds the endpoint down: A counts it.
 	tmB := newTelemetry(t, nil)
-	b := newSender(t, tmB.inst.SenderOptions(&webhook.SenderOptions{
-		Client: &http.Client{Transport: trustingTransport(t, rv)}, Retry: noWait(0), Health: health(),
-	}))
+	b := newSender(t, tmB.inst.SenderOptions(&webhook.SenderOptions{Client: &http.Client{Transport: trustingTransport(t, rv)}, Retry: noWait(0), Health: health()}))
 	if err := b.Flush(ctx); err != nil { // B's first read of the marks
 		t.Fatal(err)
 	}
 	if h := b.Health(); len(h) != 1 || !h[0].Down {
 		t.Fatalf("B's Health() = %v, want the endpoint down from A's mark", h)
 	}
-	if got, want := tmB.sums(t, "webhook.endpoints.down"), map[string]int64{"webhook.endpoint.scope=origin": 1}; !mapsEqual(got, want) {
-		t.Errorf("B's webhook.endpoints.down while B holds the endpoint down: got %v, want %v", got, want)
+	if got := tmB.sums(t, "webhook.endpoints.down"); len(got) != 0 && !mapsEqual(got, origin(0)) {
+		t.Errorf("B's webhook.endpoints.down while it follows A's mark: got %v, want none (A counts it)", got)
 	}
 
-	// B's probe finds it up.
+	// B's probe finds it up: never fewer than none.
 	if _, err := b.Send(ctx, conn, webhook.SamplePayload(time.Now())); err != nil {
 		t.Fatalf("B's probe: %v", err)
 	}
@@ -778,7 +779,41 @@ func TestOnChange_CountsWhatThisProcessHoldsDownWithMarks(t *testing.T) {
 	if h := b.Health(); len(h) != 0 {
 		t.Fatalf("B's Health() = %v, want none failing once its probe answered", h)
 	}
-	if got, want := tmB.sums(t, "webhook.endpoints.down"), map[string]int64{"webhook.endpoint.scope=origin": 0}; !mapsEqual(got, want) {
-		t.Errorf("B's webhook.endpoints.down once up: got %v, want %v", got, want)
+	if got := tmB.sums(t, "webhook.endpoints.down"); len(got) != 0 && !mapsEqual(got, origin(0)) {
+		t.Errorf("B's webhook.endpoints.down once up: got %v, want none", got)
 	}
+
+	// A follows B's up mark; its next answer confirms the endpoint up.
+	trust.set(trustingTransport(t, rv))
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Send(ctx, conn, webhook.SamplePayload(time.Now())); err != nil {
+		t.Fatalf("A's delivery once up: %v", err)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := tmA.sums(t, "webhook.endpoints.down"); !mapsEqual(got, origin(0)) {
+		t.Errorf("A's webhook.endpoints.down once its answer confirmed the endpoint up: got %v, want %v", got, origin(0))
+	}
+}
+
+// switchTransport is a RoundTripper whose transport a test replaces.
+type switchTransport struct {
+	mu sync.Mutex
+	rt http.RoundTripper
+}
+
+func (s *switchTransport) set(rt http.RoundTripper) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rt = rt
+}
+
+func (s *switchTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	rt := s.rt
+	s.mu.Unlock()
+	return rt.RoundTrip(r)
 }
