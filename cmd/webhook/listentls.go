@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -32,7 +33,15 @@ func newThrowawayCA(host string) (*throwawayCA, error) {
 	dnsNames := []string{"localhost"}
 	ips := []net.IP{net.IPv4(127, 0, 0, 1).To4(), net.IPv6loopback}
 	if ip := net.ParseIP(host); ip != nil {
-		if !ip.IsUnspecified() && !ip.IsLoopback() {
+		if ip4 := ip.To4(); ip4 != nil {
+			// Four bytes, as the leaf's IP address is written: a name
+			// constraint of sixteen bytes permits no IPv4 address, and a
+			// leaf with one address not permitted verifies for none.
+			ip = ip4
+		}
+		// Any loopback address but the two already there: all of
+		// 127.0.0.0/8 is this machine's.
+		if !ip.IsUnspecified() && !slices.ContainsFunc(ips, ip.Equal) {
 			ips = append(ips, ip)
 		}
 	} else if host != "" && host != "localhost" {
