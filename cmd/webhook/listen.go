@@ -31,7 +31,8 @@ answers 200 to what verifies and 401 to the rest.
 
 With -forward URL it passes each verified delivery on to URL, byte for byte
 and with its headers, and answers what URL answered, as
-"stripe listen --forward-to" does; refused ones are not passed on. A
+"stripe listen --forward-to" does; refused ones are not passed on, and a
+copy of a delivery URL did not accept (2xx) is passed on again. A
 receiver with a certificate of its own (self-signed, or of a private CA) is
 trusted with -cacert FILE.
 
@@ -109,11 +110,18 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward, cacert 
 	if tolerance <= 0 {
 		return usagef("-tolerance must be positive")
 	}
-	v, err := webhook.NewVerifier(secrets, &webhook.VerifierOptions{Tolerance: tolerance})
+	// Replays are refused by the listener, as the library's Middleware
+	// refuses them: a copy of a delivery whose forwarding failed is
+	// forwarded, not refused.
+	v, err := webhook.NewVerifier(secrets, &webhook.VerifierOptions{Tolerance: tolerance, AllowReplays: true})
 	if err != nil {
 		return usagef("%v", err)
 	}
-	l := &listener{e: e, v: v}
+	replays, err := webhook.NewMemoryReplayStore(nil)
+	if err != nil {
+		return err
+	}
+	l := &listener{e: e, v: v, replays: replays, tolerance: tolerance}
 	if err := l.forwardTo(forward, cacert); err != nil {
 		return err
 	}
@@ -208,6 +216,13 @@ type listener struct {
 	forward *url.URL
 	client  *http.Client
 	mu      sync.Mutex // one printed line at a time
+
+	// replays holds the deliveries accepted (answered 2xx) and those being
+	// forwarded, by signature: a copy of one accepted is refused, a copy of
+	// one being forwarded is asked to come back, and a copy of one whose
+	// forwarding failed is forwarded.
+	replays   *webhook.MemoryReplayStore
+	tolerance time.Duration
 }
 
 func (l *listener) printf(format string, args ...any) {
@@ -240,11 +255,34 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ts, _ := strconv.ParseInt(r.Header.Get(webhook.HeaderTimestamp), 10, 64)
+	// The signature verified: "sha256=" and 64 hex digits, of either case.
+	key := strings.ToLower(strings.TrimPrefix(r.Header.Get(webhook.HeaderSignature), webhook.SignaturePrefix))
+	ttl := time.Duration(ts+l.tolerance.Milliseconds()+1-arrived.UnixMilli()) * time.Millisecond
+	switch state, _ := l.replays.Claim(r.Context(), key, min(webhook.DefaultHandlerLease, ttl)); state {
+	case webhook.ReplayHandled:
+		l.printf("%s  refused: %s\n", head, redact.Printable(webhook.ErrReplayed.Error()+": this signature was accepted before, within the window; the sender signs every attempt afresh, so this is a copy"))
+		http.Error(w, "invalid webhook signature", http.StatusUnauthorized)
+		return
+	case webhook.ReplayHandling:
+		l.printf("%s  refused for now: a copy of a delivery being forwarded; asked to retry\n", head)
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "this delivery is being handled; retry later", http.StatusConflict)
+		return
+	}
+	accepted := false
+	defer func() {
+		if accepted {
+			l.replays.Complete(context.WithoutCancel(r.Context()), key, ttl)
+		} else {
+			l.replays.Release(context.WithoutCancel(r.Context()), key)
+		}
+	}()
 	line := fmt.Sprintf("%s  verified  %s  age %s", head, what, time.Duration(arrived.UnixMilli()-ts)*time.Millisecond)
 	if l.forward == nil {
 		l.printf("%s\n", line)
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"ok":true}`)
+		accepted = true
 		return
 	}
 	status, err := l.pass(w, r, body)
@@ -253,6 +291,7 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "forwarding failed", http.StatusBadGateway)
 		return
 	}
+	accepted = status >= 200 && status < 300
 	l.printf("%s  -> %s answered %d\n", line, redact.URL(l.forward.String()), status)
 }
 
