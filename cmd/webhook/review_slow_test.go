@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A client that sends its headers and then the body a byte at a time, or
+// not at all (slowloris), does not hold listen's connection and handler
+// for ever: listen is meant to be reachable behind a tunnel, and the
+// service gives up on an attempt after 30 seconds. It is answered or cut
+// off within a bounded time. (This test waits up to 45 seconds.)
+func TestListen_ASlowBodyIsCutOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for listen's body timeout")
+	}
+	base, _ := startListen(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /webhooks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, conn.SetReadDeadline(start.Add(45*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("listen still waits for the body after %v: a client holds a connection and a handler for as long as it likes", time.Since(start).Round(time.Second))
+	}
+	if err == nil {
+		resp.Body.Close()
+		assert.GreaterOrEqual(t, resp.StatusCode, 400, "a request whose body never came is not accepted")
+	}
+}
