@@ -152,7 +152,7 @@ func listen(ctx context.Context, e *env, sf *secretFlags, addr, forward, cacert 
 		}
 		return err // a port in use, or not this command's to take: no usage error
 	}
-	srv := &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	scheme := "http"
 	if ca != nil {
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{ca.leaf}, MinVersion: tls.VersionTLS12}
@@ -233,7 +233,18 @@ func (l *listener) printf(format string, args ...any) {
 
 func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
+	// The body within the sender's attempt timeout, counted from the
+	// headers: a client that sends it a byte at a time, or never, holds
+	// no connection and handler for longer.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(arrived.Add(webhook.DefaultAttemptTimeout))
 	body, err := l.v.VerifyRequest(r)
+	if err == nil {
+		// Read to its end; the deadline, kept, would cancel r's context
+		// while forwarding. A refused request keeps it: net/http reads
+		// what is left of the body, under it, when the handler returns.
+		rc.SetReadDeadline(time.Time{})
+	}
 	head := fmt.Sprintf("%s  %s %s", arrived.Format("15:04:05.000"), redact.PrintableCut(r.Method, 10), redact.PrintableCut(r.URL.Path, 60))
 	if err != nil {
 		l.printf("%s  refused: %s\n", head, redact.Printable(err.Error()))
