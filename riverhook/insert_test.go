@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -367,4 +369,49 @@ func userChangeTx(t *testing.T, pool *pgxpool.Pool, schema string) pgx.Tx {
 	_, err = tx.Exec(ctx, "INSERT INTO "+schema+".users VALUES ('usr_1')")
 	require.NoError(t, err)
 	return tx
+}
+
+// TestInsert_RefusesWhatTheJobCannotHold: a connection id, delivery id or
+// event that the job's args cannot hold as given is refused by the insert,
+// with an error naming the field, before River's statement runs. Bytes not
+// UTF-8 were stored as U+FFFD (encoding/json's), so the job resolved another
+// connection than the one given (found gone: the delivery cancelled) and
+// held another delivery id; a NUL failed the caller's transaction with
+// PostgreSQL's "unsupported Unicode escape sequence", an error a caller
+// cannot tell from an outage; an empty connection id made a job for the
+// Resolver to answer "".
+func TestInsert_RefusesWhatTheJobCannotHold(t *testing.T) {
+	t.Parallel()
+	pool, schema := testDB(t)
+	client := newClient(t, pool, schema, nil, nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, delivery, conn, event, field string
+	}{
+		{"ConnectionNotUTF8", "evt_1", "crm\xff", "deal.closed", "connection id"},
+		{"ConnectionNUL", "evt_1", "c\x00rm", "deal.closed", "connection id"},
+		{"ConnectionEmpty", "evt_1", "", "deal.closed", "connection id"},
+		{"DeliveryNotUTF8", "evt\xff", "crm", "deal.closed", "delivery id"},
+		{"DeliveryNUL", "evt\x001", "crm", "deal.closed", "delivery id"},
+		{"EventNotUTF8", "evt_1", "crm", "deal\xff", "event"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(ctx)
+			res, err := riverhook.InsertBytesTx(ctx, client, tx, c.delivery, []string{c.conn}, c.event, []byte(`{"deal":1}`), nil)
+			if err == nil {
+				var args riverhook.Args
+				require.NoError(t, json.Unmarshal(res[0].Job.EncodedArgs, &args))
+				t.Fatalf("inserted, as connection %q, delivery %q, event %q (given %q, %q, %q)",
+					args.ConnectionID, args.DeliveryID, args.Event, c.conn, c.delivery, c.event)
+			}
+			var pgErr *pgconn.PgError
+			assert.False(t, errors.As(err, &pgErr), "PostgreSQL's error, not the insert's: %v", err)
+			assert.ErrorContains(t, err, c.field)
+			if c.field == "event" {
+				assert.ErrorIs(t, err, webhook.ErrInvalidPayload)
+			}
+		})
+	}
 }
