@@ -274,7 +274,9 @@ func checkSubject(subject string) error {
 // A connection id listed more than once gets one job, in the place of its
 // first: River's insert of one delivery twice in one statement would fail
 // the transaction. deliveryID identifies the event; with a connection id it
-// makes each job unique (see [Args.InsertOpts]). p is validated and
+// makes each job unique (see [Args.InsertOpts]). An empty id, or one that
+// is not UTF-8 text or holds a NUL, which the job could not hold as given,
+// gives an error naming it, and nothing is inserted. p is validated and
 // encoded once; the error matches webhook.ErrInvalidPayload. Each job's
 // subject is opts.Subject, or else p's user id; one that is not an id gives
 // an error matching [ErrInvalidSubject].
@@ -296,7 +298,7 @@ func InsertParams(deliveryID string, connectionIDs []string, p webhook.Payload, 
 // InsertBytesParams is InsertParams for any event, with body its JSON
 // encoded already, delivered byte for byte: the outbox of a service with
 // events of its own, as [webhook.Sender.SendBytes] is for one process. An
-// empty event, one with control characters, or a body that is not JSON
+// empty event, one with control characters or not UTF-8, or a body that is not JSON
 // gives an error matching webhook.ErrInvalidPayload. A connection that does
 // not subscribe to event (webhook.Connection.Events) is skipped when its
 // job runs: the job is cancelled, its log saying why. The subject is
@@ -310,8 +312,13 @@ func InsertBytesParams(deliveryID string, connectionIDs []string, event string, 
 }
 
 func insertBytesParams(deliveryID string, connectionIDs []string, event string, body []byte, subject string, opts *InsertOptions) ([]river.InsertManyParams, error) {
-	if deliveryID == "" {
-		return nil, errors.New("riverhook: the delivery id must not be empty")
+	if err := checkID("delivery id", deliveryID); err != nil {
+		return nil, err
+	}
+	for _, id := range connectionIDs {
+		if err := checkID("connection id", id); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkEventBody(event, body); err != nil {
 		return nil, err
@@ -334,11 +341,25 @@ func insertBytesParams(deliveryID string, connectionIDs []string, event string, 
 	return params, nil
 }
 
+// checkID checks a delivery's or a connection's id, named field: the job's
+// args must hold it as given, and PostgreSQL's jsonb holds no NUL, while
+// encoding/json writes bytes that are not UTF-8 as U+FFFD (another id).
+func checkID(field, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("riverhook: the %s must not be empty", field)
+	case !utf8.ValidString(id) || strings.Contains(id, "\x00"):
+		return fmt.Errorf("riverhook: the %s %q must be UTF-8 text without NUL", field, id)
+	}
+	return nil
+}
+
 // checkEventBody checks an event of the caller's own and its body: a
-// non-empty event name without control characters, and a JSON body.
+// non-empty event name of UTF-8 text without control characters, and a
+// JSON body.
 func checkEventBody(event string, body []byte) error {
-	if event == "" || strings.ContainsFunc(event, unicode.IsControl) {
-		return fmt.Errorf("%w: want a non-empty event name without control characters, got %q", webhook.ErrInvalidPayload, event)
+	if event == "" || !utf8.ValidString(event) || strings.ContainsFunc(event, unicode.IsControl) {
+		return fmt.Errorf("%w: want a non-empty event name of UTF-8 text without control characters, got %q", webhook.ErrInvalidPayload, event)
 	}
 	if !json.Valid(body) {
 		return fmt.Errorf("%w: the body of %q is not JSON", webhook.ErrInvalidPayload, event)
