@@ -3,12 +3,14 @@ package riverhook_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -592,4 +594,25 @@ func TestStatuses_ReturnsANewSlice(t *testing.T) {
 	s[0] = "failed"
 	assert.Equal(t, []riverhook.Status{riverhook.StatusDelivered, riverhook.StatusRetrying, riverhook.StatusWaiting,
 		riverhook.StatusGivenUp, riverhook.StatusCancelled}, riverhook.Statuses(), "in a dashboard's order, whatever a caller does with its copy")
+}
+
+// TestResend_RefusesAReasonTheJobCannotHold: a reason with a NUL (an
+// Actor's name read from a form, a pasted text) is refused as a reason, as
+// one too long is, and nothing is resent. It passed the reason's check and
+// failed the insert with PostgreSQL's "unsupported Unicode escape
+// sequence", which a dashboard cannot tell from an outage (a 500).
+func TestResend_RefusesAReasonTheJobCannotHold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newScenario(t)
+	var pgErr *pgconn.PgError
+	_, _, err := riverhook.Resend(ctx, s.client, s.pool, s.jobs["given-up"], "bob\x00: fixed", s.worker.InsertOptions(nil))
+	require.Error(t, err)
+	assert.False(t, errors.As(err, &pgErr), "PostgreSQL's error, not the reason's: %v", err)
+	assert.ErrorContains(t, err, "reason")
+	_, err = riverhook.Recover(ctx, s.client, s.pool, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "bob\x00: fixed"}, s.worker.InsertOptions(nil))
+	require.Error(t, err)
+	assert.False(t, errors.As(err, &pgErr), "PostgreSQL's error, not the reason's: %v", err)
+	assert.ErrorContains(t, err, "reason")
+	assert.Equal(t, 1, s.jobsOf(t, "given-up"), "nothing resent")
 }
