@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -17,7 +18,8 @@ import (
 // This file holds resending: one delivery again (a dashboard's Resend
 // button), and a connection's given-up deliveries again (recover).
 
-// MaxReasonBytes bounds the reason given to [Resend] and [Recover].
+// MaxReasonBytes bounds the reason given to [Resend] and [Recover], UTF-8
+// text without NUL.
 const MaxReasonBytes = 500
 
 // MaxRecovered is the most deliveries one [Recover] resends: call it again
@@ -166,8 +168,9 @@ func checkReason(reason string) error {
 	switch {
 	case reason == "":
 		return errors.New("riverhook: a resend needs a reason: who asked, and why")
-	case len(reason) > MaxReasonBytes || !utf8.ValidString(reason):
-		return fmt.Errorf("riverhook: a resend's reason must be UTF-8 text of at most %d bytes", MaxReasonBytes)
+	case len(reason) > MaxReasonBytes || !utf8.ValidString(reason) || strings.Contains(reason, "\x00"):
+		// PostgreSQL's jsonb, the job's args, holds no NUL.
+		return fmt.Errorf("riverhook: a resend's reason must be UTF-8 text without NUL of at most %d bytes", MaxReasonBytes)
 	}
 	return nil
 }
