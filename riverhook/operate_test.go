@@ -616,3 +616,36 @@ func TestResend_RefusesAReasonTheJobCannotHold(t *testing.T) {
 	assert.ErrorContains(t, err, "reason")
 	assert.Equal(t, 1, s.jobsOf(t, "given-up"), "nothing resent")
 }
+
+// TestOperating_AFilterNoDeliveryCanHave: a connection id, an event or a
+// delivery id with a NUL or bytes not UTF-8, which no delivery has (the
+// insert refuses them), finds nothing: an empty page, zero counts, nothing
+// to recover or erase. Each was passed to PostgreSQL as it was and failed
+// with "invalid byte sequence for encoding UTF8", an error a caller cannot
+// tell from an outage; one such id in EraseBodies' list failed the
+// erasure of all the others.
+func TestOperating_AFilterNoDeliveryCanHave(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newScenario(t)
+	for _, bad := range []string{"c\x00rm", "crm\xff"} {
+		page, err := riverhook.List(ctx, s.client, bad, nil)
+		require.NoError(t, err, "connection %q", bad)
+		assert.Empty(t, page.Deliveries)
+		page, err = riverhook.List(ctx, s.client, "crm", &riverhook.ListParams{Event: strings.Replace(bad, "crm", "user.identified", 1)})
+		require.NoError(t, err, "event %q", bad)
+		assert.Empty(t, page.Deliveries)
+		counts, err := riverhook.Count(ctx, s.client, s.pool, bad, time.Time{})
+		require.NoError(t, err, "connection %q", bad)
+		assert.Zero(t, counts[riverhook.StatusGivenUp])
+		periods, err := riverhook.Outcomes(ctx, s.client, s.pool, bad, time.Now().Add(-time.Hour), time.Minute)
+		require.NoError(t, err, "connection %q", bad)
+		assert.NotEmpty(t, periods)
+		res, err := riverhook.Recover(ctx, s.client, s.pool, bad, riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "fixed"}, s.worker.InsertOptions(nil))
+		require.NoError(t, err, "connection %q", bad)
+		assert.Zero(t, res.GivenUp)
+	}
+	n, err := riverhook.EraseBodies(ctx, s.client, s.pool, []string{"given-up", "evt\x00", "evt\xff"})
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "the ended delivery of the list is erased")
+}
