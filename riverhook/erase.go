@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -36,10 +37,11 @@ var ErrErased = errors.New("riverhook: the delivery's body was erased")
 // River's client has no API for it. db is on the database of client (any client will do, for its
 // schema): a pool, or the caller's transaction.
 func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB, deliveryIDs []string) (int, error) {
-	if len(deliveryIDs) == 0 {
+	ids := slices.DeleteFunc(slices.Clone(deliveryIDs), func(id string) bool { return !storable(id) }) // no delivery has them
+	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := erase(ctx, db, client.Schema(), deliveryIDs)
+	n, err := erase(ctx, db, client.Schema(), ids)
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: erasing %d deliveries: %w", len(deliveryIDs), err)
 	}

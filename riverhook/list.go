@@ -61,7 +61,10 @@ type DeliveryPage struct {
 // args, and pages by job id, so that a page costs the same however deep it
 // is. client is any client on the database with a pool (an insert-only one
 // will do). River deletes finished jobs after its retention periods (see
-// the package documentation), and with them their logs.
+// the package documentation), and with them their logs. A connection id or
+// event that no delivery can have (a NUL, bytes not UTF-8: the insert
+// refuses them) finds nothing; so it does for [Count], [Outcomes],
+// [Recover] and [EraseBodies].
 func List[TTx any](ctx context.Context, client *river.Client[TTx], connectionID string, p *ListParams) (*DeliveryPage, error) {
 	return list(ctx, connectionID, p, func(params *river.JobListParams) (*river.JobListResult, error) {
 		return client.JobList(ctx, params)
@@ -87,6 +90,9 @@ func list(_ context.Context, connectionID string, p *ListParams, run func(*river
 	where, args, err := p.where(connectionID)
 	if err != nil {
 		return nil, err
+	}
+	if !storable(connectionID) || !storable(p.Event) {
+		return &DeliveryPage{Deliveries: []*Delivery{}}, nil // no delivery has them
 	}
 	params := river.NewJobListParams().Kinds(Kind).Where(where, args).
 		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit + 1)
@@ -119,9 +125,12 @@ func list(_ context.Context, connectionID string, p *ListParams, run func(*river
 // db is on the database of client (any client will do, for its schema): a
 // pool, or the caller's transaction.
 func Count[TTx any](ctx context.Context, client *river.Client[TTx], db DB, connectionID string, since time.Time) (map[Status]int, error) {
-	n, err := count(ctx, db, client.Schema(), connectionID, since, MaxCounted)
-	if err != nil {
-		return nil, fmt.Errorf("riverhook: counting the deliveries to %q: %w", connectionID, err)
+	n := make([]int, len(statuses)) // none for an id no delivery has
+	if storable(connectionID) {
+		var err error
+		if n, err = count(ctx, db, client.Schema(), connectionID, since, MaxCounted); err != nil {
+			return nil, fmt.Errorf("riverhook: counting the deliveries to %q: %w", connectionID, err)
+		}
 	}
 	out := make(map[Status]int, len(n))
 	for i, s := range statuses {
@@ -159,6 +168,9 @@ func Outcomes[TTx any](ctx context.Context, client *river.Client[TTx], db DB, co
 	periods := make([]Period, max(int((now.Sub(since)+step-1)/step), 1))
 	for i := range periods {
 		periods[i].Start = since.Add(time.Duration(i) * step).UTC()
+	}
+	if !storable(connectionID) {
+		return periods, nil // no delivery has it
 	}
 	rows, err := outcomes(ctx, db, client.Schema(), connectionID, since, step)
 	if err != nil {

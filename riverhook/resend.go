@@ -230,6 +230,9 @@ func RecoverTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, con
 	if err := checkReason(p.Reason); err != nil {
 		return nil, err
 	}
+	if !storable(connectionID) {
+		return &RecoverResult{}, nil // no delivery has it
+	}
 	fail := func(err error) (*RecoverResult, error) {
 		return nil, fmt.Errorf("riverhook: recovering the deliveries to %q: %w", connectionID, err)
 	}

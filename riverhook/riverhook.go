@@ -348,11 +348,17 @@ func checkID(field, id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("riverhook: the %s must not be empty", field)
-	case !utf8.ValidString(id) || strings.Contains(id, "\x00"):
+	case !storable(id):
 		return fmt.Errorf("riverhook: the %s %q must be UTF-8 text without NUL", field, id)
 	}
 	return nil
 }
+
+// storable reports whether a job's args can hold s as it is: UTF-8 text
+// without NUL. No delivery has an id or event that is not (the insert
+// refuses them), so a filter on one finds nothing, and PostgreSQL would
+// fail its query.
+func storable(s string) bool { return utf8.ValidString(s) && !strings.Contains(s, "\x00") }
 
 // checkEventBody checks an event of the caller's own and its body: a
 // non-empty event name of UTF-8 text without control characters, and a
