@@ -424,3 +424,50 @@ func holdCancelledRuns() (hold river.WorkerMiddlewareFunc, release func()) {
 	}
 	return hold, sync.OnceFunc(func() { close(ch) })
 }
+
+// TestEraseSubject_AResendCommittedDuringTheErasure: a Resend of one of the
+// subject's deliveries (a dashboard's button, in its own transaction) that
+// commits while EraseSubject erases is a delivery under way of the subject,
+// holding the body: EraseSubject says so (UnderWay), so that the caller
+// calls it again, as its documentation promises. It counted what was under
+// way in the snapshot its UPDATE took before waiting for the resend's lock
+// of the original job, and answered zero: the caller stopped, and the
+// resend sent and kept the user's data.
+func TestEraseSubject_AResendCommittedDuringTheErasure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newScenario(t)
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	resent, inserted, err := riverhook.ResendTx(ctx, s.client, tx, s.jobs["given-up"], "the endpoint is fixed", s.worker.InsertOptions(nil))
+	require.NoError(t, err)
+	require.True(t, inserted)
+
+	type result struct {
+		res *riverhook.EraseResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := riverhook.EraseSubject(ctx, s.client, s.pool, "usr_given-up")
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND position($1 in query) > 0 AND query LIKE 'WITH erased AS (UPDATE %')`, s.schema).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "the erasure waits for the resend's lock of the original job")
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+
+	row, err := s.client.JobGet(ctx, resent.ID)
+	require.NoError(t, err)
+	d, err := riverhook.DeliveryOf(row)
+	require.NoError(t, err)
+	if !d.Erased && d.Status != riverhook.StatusCancelled {
+		assert.Positive(t, r.res.UnderWay, "the resend, %s with the body, is under way after the erasure", d.Status)
+	}
+}
