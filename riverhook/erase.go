@@ -104,7 +104,10 @@ type EraseResult struct {
 // db runs the erasure, on the database of client: a pool, or the caller's
 // transaction. client cancels, on its own pool (not riverpgxv5.New(nil)):
 // the cancels are committed at once, whatever becomes of the transaction. It blocks for one query, a cancel per
-// delivery under way (at most 1,000), and the erasure's UPDATE.
+// delivery under way (at most 1,000), and the erasure's UPDATE, which it
+// makes holding the lock of [Recover] of each of the subject's connections:
+// a Resend or Recover deciding meanwhile commits first, and its resend is
+// counted in UnderWay, or waits and finds the delivery erased.
 func EraseSubject[TTx any](ctx context.Context, client *river.Client[TTx], db DB, subject string) (*EraseResult, error) {
 	if subject == "" {
 		return nil, fmt.Errorf("%w: the subject to erase must not be empty", ErrInvalidSubject)

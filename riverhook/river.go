@@ -318,16 +318,30 @@ func toCancel(ctx context.Context, db DB, schema, subject string, limit int) ([]
 
 // eraseSubject erases the jobs of subject that have ended or are being
 // cancelled, and returns how many held something to erase, and how many of
-// the subject's jobs have not ended (TestRiver/Erase).
+// the subject's jobs have not ended (TestRiver/Erase). It does so in a
+// transaction holding the Recover lock of each connection of the subject's
+// jobs (lockConnection's), so that no Resend or Recover decides meanwhile:
+// one that decided before commits first, and the erasure, whose statement
+// begins after, erases the job it marked and counts its resend under way;
+// one after finds the job erased (TestEraseSubject_AResendCommittedDuringTheErasure).
 func eraseSubject(ctx context.Context, db DB, schema, subject string) (erased, left int, err error) {
-	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET ` + eraseSet + `
+	table := jobTable(schema)
+	lock := `SELECT pg_advisory_xact_lock(` + strings.Replace(lockKey, "$2::text", "conns.id", 1) + `)::text, 0))
+		FROM (SELECT DISTINCT args->>'connection_id' AS id FROM ` + table + ` WHERE kind = $2
+			AND args @> jsonb_build_object('data_subject', $3::text) ORDER BY 1 OFFSET 0) AS conns`
+	sql := `WITH erased AS (UPDATE ` + table + ` SET ` + eraseSet + `
 		WHERE kind = @riverhook_kind AND (` + ended + ` OR ` + cancelling + `) AND ` + subjectWhere + `
 		AND ` + notErased + ` RETURNING 1)
-		SELECT (SELECT count(*) FROM erased), (SELECT count(*) FROM ` + jobTable(schema) + `
+		SELECT (SELECT count(*) FROM erased), (SELECT count(*) FROM ` + table + `
 			WHERE kind = @riverhook_kind AND ` + subjectWhere + ` AND ` + underWay + `)`
 	args := eraseArgs()
 	args["riverhook_subject"] = subject
-	err = db.QueryRow(ctx, sql, args).Scan(&erased, &left)
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lock, schema, Kind, subject); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, sql, args).Scan(&erased, &left)
+	})
 	return erased, left, err
 }
 
