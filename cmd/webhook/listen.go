@@ -210,6 +210,10 @@ func trustText(path string, ca *throwawayCA, url string) string {
 }
 
 // listener verifies, prints and forwards each request.
+// bodyTimeout bounds how long listen waits for a request's body, counted
+// from its headers: the sender's attempt timeout (a variable for tests).
+var bodyTimeout = webhook.DefaultAttemptTimeout
+
 type listener struct {
 	e       *env
 	v       *webhook.Verifier
@@ -237,7 +241,7 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// headers: a client that sends it a byte at a time, or never, holds
 	// no connection and handler for longer.
 	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(arrived.Add(webhook.DefaultAttemptTimeout))
+	rc.SetReadDeadline(arrived.Add(bodyTimeout))
 	body, err := l.v.VerifyRequest(r)
 	if err == nil {
 		// Read to its end; the deadline, kept, would cancel r's context
