@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,25 +24,7 @@ func TestListen_TLSCertificateCoversTheLoopbackAddressListenedOn(t *testing.T) {
 		t.Skipf("127.0.0.2 is not usable here: %v", err)
 	}
 	probe.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	out := newLines()
-	done := make(chan int)
-	getenv := func(name string) string {
-		if name == "WEBHOOK_SECRET" {
-			return testSecret
-		}
-		return ""
-	}
-	go func() {
-		done <- run(ctx, []string{"listen", "-tls", "-addr", "127.0.0.2:0"}, strings.NewReader(""), out, out, getenv)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		assert.Equal(t, exitOK, <-done)
-	})
-	first := <-out.each
-	base, ok := strings.CutPrefix(first, "listening on ")
-	require.True(t, ok, first)
+	base, out := startListen(t, "-tls", "-addr", "127.0.0.2:0") // the later -addr is the one taken
 	_, pool := trusted(t, out)
 	assert.Contains(t, out.String(), "send with: webhook trigger -allow-private -cacert ")
 	assert.Contains(t, out.String(), base+"/webhooks", "the URL printed to send to is the one listened on")
