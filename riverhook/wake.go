@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/signedhook/webhook"
 )
 
@@ -172,4 +173,91 @@ func (w *Worker) wakeBacklog(ctx context.Context, id string, every time.Duration
 // between starts (RateLimit).
 func wakeSpacing(spacing, every time.Duration) time.Duration {
 	return max(spacing-spacing/10, every)
+}
+
+// The statements behind Places.Wake and Places.Due.
+
+// maxWoken bounds the jobs one wake moves: a backlog beyond it wakes on its
+// own slots, after the ones moved.
+const maxWoken = 50_000
+
+// wake moves connectionID's snoozed jobs forward to run from now, every
+// apart in the order they were due, never later than due, and returns how
+// many it moved. A snoozed job is scheduled, or available with a
+// scheduled_at to come, which River's fetch leaves until then, and has run:
+// River's fetch wrote its attempted_at, which the snooze keeps
+// (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval). A job that never
+// ran waits for the time its inserter chose (InsertOpts.ScheduledAt), which
+// a wake never cuts short. A moved one is
+// made available at its new time, as River does a short snooze, so that it
+// runs on time rather than up to River's scheduler interval late. A job
+// waiting for its policy's retry (retryable) keeps its time, also once due
+// made it available ahead of it (retryAtKey) (TestRiver/Wake).
+func wake(ctx context.Context, db DB, schema, connectionID string, every time.Duration, end *time.Time) (int, error) {
+	table := jobTable(schema)
+	turn := `clock_timestamp() + waiting.k * @riverhook_every * interval '1 microsecond'`
+	sql := `WITH waiting AS (
+			SELECT id, scheduled_at, row_number() OVER (ORDER BY scheduled_at, id) - 1 AS k FROM (
+				SELECT id, scheduled_at FROM ` + table + ` WHERE kind = @riverhook_kind AND ` + connectionWhere + `
+				AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > clock_timestamp()
+					AND (metadata->>'` + retryAtKey + `')::timestamptz IS DISTINCT FROM scheduled_at)) AND attempted_at IS NOT NULL
+				ORDER BY scheduled_at, id LIMIT @riverhook_limit FOR UPDATE SKIP LOCKED) AS w),
+		woken AS (
+			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = ` + turn + `
+			FROM waiting WHERE j.id = waiting.id AND waiting.scheduled_at > ` + turn + `
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM woken), (SELECT max(least(waiting.scheduled_at, ` + turn + `)) FROM waiting)`
+	var n int
+	var last *time.Time
+	err := db.QueryRow(ctx, sql, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID,
+		"riverhook_every": every.Microseconds(), "riverhook_limit": maxWoken}).Scan(&n, &last)
+	if last != nil {
+		*end = *last
+	}
+	return n, err
+}
+
+// retryAtKey is the key of River's job metadata under which due notes the
+// retry time of a job it made available early (a retryable job is moved as
+// a snoozed one is): wake leaves a job whose time is still that one, so
+// that no retry runs before its policy's wait. A snooze after the retry
+// changes the job's time, and the note no longer applies.
+const retryAtKey = "riverhook_retry_at"
+
+// maxDue bounds the jobs one due moves.
+const maxDue = 10_000
+
+// due makes the delivery jobs whose snooze or retry ends within ahead
+// (scheduled, retryable) available at their scheduled_at, which River's
+// fetch waits for (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval):
+// each then runs on time, rather than at River's scheduler's next pass,
+// up to its interval late and many at once. The move is the one River's
+// scheduler makes, between two of the job's unique states (TestRiver/Due):
+// a job whose unique key its state does not hold (the caller's UniqueOpts
+// leave out retryable) is left to River's scheduler, which discards it if
+// a copy holds the key meanwhile (TestRiver/DueLeavesAUniqueConflictToRiver).
+// It runs once a second in every process, so its cost must follow the
+// jobs due, not the backlog snoozed for later: its time is the
+// statement's (stable, where clock_timestamp() is volatile), which River's
+// index on (state, queue, priority, scheduled_at) can bound, so that the
+// backlog's rows are skipped in the index, never read from the table
+// (TestDue_ReadsTheDeliveriesDueNotTheBacklog).
+func due(ctx context.Context, db DB, schema string, ahead time.Duration) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, dueSQL(schema), Kind, ahead.Microseconds(), maxDue).Scan(&n)
+	return n, err
+}
+
+// dueSQL is due's statement on schema's job table.
+func dueSQL(schema string) string {
+	table := jobTable(schema)
+	return `WITH due AS (
+			SELECT id, state FROM ` + table + ` WHERE state IN ('scheduled', 'retryable') AND kind = $1
+			AND scheduled_at <= statement_timestamp() + $2 * interval '1 microsecond'
+			AND (unique_key IS NULL OR unique_states IS NULL OR ` + qualifier(schema) + `river_job_state_in_bitmask(unique_states, state))
+			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+		moved AS (UPDATE ` + table + ` AS j SET state = 'available',
+			metadata = CASE WHEN due.state = 'retryable' THEN jsonb_set(j.metadata, '{` + retryAtKey + `}', to_jsonb(j.scheduled_at)) ELSE j.metadata END
+			FROM due WHERE j.id = due.id RETURNING 1)
+		SELECT count(*) FROM moved`
 }
