@@ -74,7 +74,9 @@ type ServerOptions struct {
 	// unwraps for http.NewResponseController (Flush, deadlines, Hijack).
 	// The delivery records the first status it writes other than a 1xx,
 	// or 200; none (0) if it takes the connection (Hijack), whatever it
-	// writes there, or panics before flushing its status.
+	// writes there, or panics before flushing its status (Flush; a status
+	// net/http sent on its own, as a long body overflowed its buffer, is
+	// not seen, and a panic after it records 0).
 	Handler http.Handler
 }
 
