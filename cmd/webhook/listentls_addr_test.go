@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"net"
 	"net/http"
@@ -29,14 +28,7 @@ func TestListen_TLSCertificateCoversTheLoopbackAddressListenedOn(t *testing.T) {
 	assert.Contains(t, out.String(), "send with: webhook trigger -allow-private -cacert ")
 	assert.Contains(t, out.String(), base+"/webhooks", "the URL printed to send to is the one listened on")
 
-	tr, err := webhook.NewTransport(&webhook.TransportOptions{
-		TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true,
-	})
-	require.NoError(t, err)
-	client := &http.Client{Transport: tr}
-	defer client.CloseIdleConnections()
-	s, err := webhook.NewSender(&webhook.SenderOptions{Client: client, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
-	require.NoError(t, err)
+	s := trustingSender(t, pool)
 	conn := webhook.Connection{Name: "local", URL: base + "/webhooks", Secret: testSecret}
 	res, err := s.Send(context.Background(), conn, webhook.SamplePayload(time.Now()))
 	require.NoError(t, err, "to %s", base)

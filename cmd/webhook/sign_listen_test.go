@@ -374,14 +374,7 @@ func TestListen_TLSServesWhatTheLibrarysSenderDeliversTo(t *testing.T) {
 	path, pool := trusted(t, out)
 	assert.Equal(t, caPath, path)
 
-	tr, err := webhook.NewTransport(&webhook.TransportOptions{
-		TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true,
-	})
-	require.NoError(t, err)
-	client := &http.Client{Transport: tr}
-	defer client.CloseIdleConnections()
-	s, err := webhook.NewSender(&webhook.SenderOptions{Client: client, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
-	require.NoError(t, err)
+	s := trustingSender(t, pool)
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(base, "https://"))
 	require.NoError(t, err)
 	for _, host := range []string{"127.0.0.1", "localhost"} {
@@ -442,4 +435,18 @@ func TestListen_APortInUseIsNoUsageError(t *testing.T) {
 	assert.Equal(t, exitUsage, res.code, res.stderr)
 	res = runCmd(t, "", "listen", "-addr", "127.0.0.1:99999")
 	assert.Equal(t, exitUsage, res.code, res.stderr)
+}
+
+// trustingSender returns a Sender, without retries, whose transport trusts
+// pool and delivers to loopback addresses.
+func trustingSender(t *testing.T, pool *x509.CertPool) *webhook.Sender {
+	t.Helper()
+	tr, err := webhook.NewTransport(&webhook.TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true,
+	})
+	require.NoError(t, err)
+	t.Cleanup(tr.CloseIdleConnections)
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
+	require.NoError(t, err)
+	return s
 }
