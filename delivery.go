@@ -102,51 +102,15 @@ func (d *delivery) release() {
 
 // run makes the delivery: its mode's retries, or one try when queued.
 func (d *delivery) run(ctx context.Context) {
-	var u *url.URL
-	u, d.errKind, d.err = d.check(ctx)
-	if d.err != nil {
+	req := d.request(ctx)
+	if req == nil {
 		return
 	}
-	// Built here from the URL Validate parsed, rather than parsed again by
-	// retryablehttp.NewRequest; PrepareRetry rewinds the body. As
-	// http.NewRequest does, "host:" loses its empty port.
-	u.Host = strings.TrimSuffix(u.Host, ":")
-	if d.s.health != nil {
-		d.endpoint = endpointKey(u)
-		d.s.health.seeded(ctx)
-		if !d.admit() {
-			return
-		}
-	}
-	body := d.body
-	d.ctx = ctx
-	hreq := &http.Request{
-		Method:        d.conn.method(),
-		URL:           u,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        make(http.Header, 4+len(d.conn.Headers)),
-		Body:          newRequestBody(body),
-		GetBody:       func() (io.ReadCloser, error) { return newRequestBody(body), nil },
-		ContentLength: int64(len(body)),
-		Host:          u.Host,
-	}
-	h := hreq.Header
-	for name, value := range d.conn.Headers {
-		h.Set(name, value)
-	}
-	// One backing array for the four values; each slice has no room to
-	// grow into its neighbour.
-	vals := make([]string, 4)
-	vals[0], vals[1] = "application/json", d.event
-	h["Content-Type"], h[HeaderEvent] = vals[0:1:1], vals[1:2:2]
-	d.sign(h, vals[2:4])
 	retries := d.maxRetries
 	if d.queued {
 		retries = 0 // one try: the policy's decision goes to the queue
 	}
-	err := d.loop.do(ctx, d.bound(hreq), retries)
+	err := d.loop.do(ctx, req, retries)
 	if d.held { // its retry never came: ctx ended while it waited
 		d.held = false
 		d.s.health.unhold()
@@ -156,6 +120,55 @@ func (d *delivery) run(ctx context.Context) {
 		// whose retry never came.
 		d.err = fmt.Errorf("webhook: stopped before the next attempt: %w", context.Cause(ctx))
 	}
+}
+
+// request checks the delivery and returns its request, signed and bounded
+// by the attempt's timeout, or nil with d.err set when nothing is to be
+// sent. It is run's first half, in a frame of its own: the attempts' round
+// trips run below run's frame, at the bottom of the caller's goroutine
+// (a queue's job often has one of its own with the smallest stack), and a
+// smaller frame above them keeps that stack from being grown (copied) in
+// the round trip.
+func (d *delivery) request(ctx context.Context) *http.Request {
+	var u *url.URL
+	u, d.errKind, d.err = d.check(ctx)
+	if d.err != nil {
+		return nil
+	}
+	// Built here from the URL Validate parsed, rather than parsed again by
+	// retryablehttp.NewRequest; PrepareRetry rewinds the body. As
+	// http.NewRequest does, "host:" loses its empty port.
+	u.Host = strings.TrimSuffix(u.Host, ":")
+	if d.s.health != nil {
+		d.endpoint = endpointKey(u)
+		d.s.health.seeded(ctx)
+		if !d.admit() {
+			return nil
+		}
+	}
+	body := d.body
+	d.ctx = ctx
+	h := make(http.Header, 4+len(d.conn.Headers))
+	for name, value := range d.conn.Headers {
+		h.Set(name, value)
+	}
+	// One backing array for the four values; each slice has no room to
+	// grow into its neighbour.
+	vals := make([]string, 4)
+	vals[0], vals[1] = "application/json", d.event
+	h["Content-Type"], h[HeaderEvent] = vals[0:1:1], vals[1:2:2]
+	d.sign(h, vals[2:4])
+	// Field by field, not a composite literal: the compiler builds a
+	// literal with calls in it on the stack, then copies it.
+	hreq := new(http.Request)
+	hreq.Method = d.conn.method()
+	hreq.URL, hreq.Host = u, u.Host
+	hreq.Proto, hreq.ProtoMajor, hreq.ProtoMinor = "HTTP/1.1", 1, 1
+	hreq.Header = h
+	hreq.Body = newRequestBody(body)
+	hreq.GetBody = func() (io.ReadCloser, error) { return newRequestBody(body), nil }
+	hreq.ContentLength = int64(len(body))
+	return d.bound(hreq)
 }
 
 // admit asks endpoint health whether the next attempt may be sent, and

@@ -344,23 +344,37 @@ func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Res
 // RetryIn, whatever the policy: both are waits for the endpoint, which a
 // queue need not count as attempts of the policy (riverhook's Worker does
 // not), and which it bounds itself (riverhook's WorkerOptions.MaxWait).
-func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body []byte, n int) Attempt {
-	n = max(n, 1)
+func (s *Sender) Attempt(ctx context.Context, c Connection, event string, body []byte, n int) (a Attempt) {
 	if s.client == nil {
-		return Attempt{N: n, Err: errZeroSender, Kind: KindInvalid}
-	}
-	d := s.newDelivery(c, event, body, mode{first: n, maxRetries: s.policy.MaxRetries, queued: true})
-	defer d.release()
-	d.attempts = d.one[:0] // copied out below, before d is pooled
-	d.run(ctx)
-	if len(d.attempts) == 0 {
-		a := Attempt{N: d.first, Start: s.now(), Err: d.err, Kind: d.errKind}
-		if a.Kind == KindDown { // not an attempt: the queue tries again once the endpoint may be
-			a.Retry, a.RetryIn = true, d.downWait
-		}
+		a.N, a.Err, a.Kind = max(n, 1), errZeroSender, KindInvalid
 		return a
 	}
-	return d.attempts[0]
+	// Each step a call of its own, so that this frame, above the round
+	// trip, stays small (see delivery.request).
+	d := s.newAttempt(&c, event, body, n)
+	defer d.release()
+	d.run(ctx)
+	d.only(&a)
+	return a
+}
+
+// newAttempt returns the delivery of Attempt's one try, numbered n.
+func (s *Sender) newAttempt(c *Connection, event string, body []byte, n int) *delivery {
+	d := s.newDelivery(*c, event, body, mode{first: max(n, 1), maxRetries: s.policy.MaxRetries, queued: true})
+	d.attempts = d.one[:0] // copied out by only, before d is pooled
+	return d
+}
+
+// only writes to a the one try of d, made by Attempt, or what stopped it.
+func (d *delivery) only(a *Attempt) {
+	if len(d.attempts) > 0 {
+		*a = d.attempts[0]
+		return
+	}
+	*a = Attempt{N: d.first, Start: d.s.now(), Err: d.err, Kind: d.errKind}
+	if a.Kind == KindDown { // not an attempt: the queue tries again once the endpoint may be
+		a.Retry, a.RetryIn = true, d.downWait
+	}
 }
 
 // SendTest is the dashboard's "Send Test": it makes one attempt, without

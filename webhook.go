@@ -370,7 +370,7 @@ func connError(field, reason string) error {
 	return &FieldError{Field: field, Reason: reason, kind: ErrInvalidConnection}
 }
 
-func (c Connection) method() string {
+func (c *Connection) method() string {
 	if c.Method == "" {
 		return http.MethodPost
 	}
