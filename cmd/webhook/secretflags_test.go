@@ -1,0 +1,72 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// A secret pasted where -secret-env wants a variable's name, or where
+// -secret-file wants a file's path, is refused by every command that takes
+// a secret, naming the flag, and is printed nowhere: not in the error, not
+// in the usage hint.
+func TestSecretFlags_ASecretPastedAsTheirValueIsNeverPrinted(t *testing.T) {
+	pasted := []struct {
+		name, value string
+	}{
+		// The service's secrets: whsec_ and 43 characters of URL-safe
+		// base64, a valid variable name about half of the time.
+		{"a secret that is a valid variable name", "whsec_3f9Ab0cD1eF2gH3iJ4kL5mN6oP7qR8sT9uV0wX1y"},
+		{"a secret that is no variable name", "whsec_3f9A-b0cD1eF2gH3iJ4kL5mN6oP7qR8sT9uV0wX1y"},
+		{"a secret without the prefix", "k7Qp2Zr9Xw4Lm8Nb3Vc6Ty1Hd5Gs0Jf"},
+		{"a secret in other case", "WHSEC_Q2W3E4R5T6Y7U8I9O0P1A2S3D4F5G6"},
+		{"a secret with its line break", "whsec_n0Rt4Hw3sT9sEcR3t7Y1u2I3o4P5a6\n"},
+	}
+	commands := [][]string{
+		{"sign"},
+		{"verify", "-request", "-"},
+		{"listen", "-addr", "127.0.0.1:0"},
+		{"trigger", "-allow-private", "https://127.0.0.1:1/webhooks"},
+	}
+	for _, p := range pasted {
+		// What of it must not show: the whole, and any long part of it.
+		shown := strings.TrimSpace(p.value)
+		parts := []string{shown, shown[6:18], shown[len(shown)-12:]}
+		for _, flagName := range []string{"-secret-env", "-secret-file"} {
+			for _, cmd := range commands {
+				t.Run(p.name+"/"+flagName+"/"+cmd[0], func(t *testing.T) {
+					args := append(append([]string{}, cmd...), flagName, p.value)
+					res := runCmd(t, "", args...)
+					assert.Equal(t, exitUsage, res.code, res.stderr)
+					assert.Empty(t, res.stdout)
+					assert.Contains(t, res.stderr, flagName, "the error names the flag")
+					for _, part := range parts {
+						assert.NotContains(t, strings.ToLower(res.stderr), strings.ToLower(part), "the value is not printed, in any case")
+					}
+				})
+			}
+		}
+	}
+}
+
+// A value that reads as a name or a path is still named in the error: it
+// is what the user needs to see to correct it.
+func TestSecretFlags_ANameOrPathIsStillNamed(t *testing.T) {
+	res := runCmd(t, "", "sign", "-secret-env", "STAGING_WEBHOOK_SECRET")
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, "STAGING_WEBHOOK_SECRET")
+
+	missing := filepath.Join(t.TempDir(), "secrets", "prod.txt")
+	res = runCmd(t, "", "listen", "-secret-file", missing)
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, missing)
+	assert.Contains(t, res.stderr, "-secret-file")
+
+	empty := writeFile(t, "empty-secret", []byte("# none yet\n"))
+	res = runCmd(t, "", "verify", "-secret-file", empty)
+	assert.Equal(t, exitUsage, res.code)
+	assert.Contains(t, res.stderr, empty)
+	assert.Contains(t, res.stderr, "holds no secret")
+}
