@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/internal/redact"
 )
 
@@ -174,14 +175,16 @@ func (e *env) fail(name string, err error) int {
 }
 
 // secretFlags are where a command reads its secrets: never the command
-// line, where the shell's history and ps would show them.
+// line, where the shell's history and ps would show them. Their values are
+// printed only when they read as a variable's name or a file's path: a
+// secret pasted in their place is named by its flag alone (mayBeSecret).
 type secretFlags struct {
 	envName string
 	file    string
 }
 
 func (s *secretFlags) register(fs *flag.FlagSet, several bool) {
-	fs.StringVar(&s.envName, "secret-env", "WEBHOOK_SECRET", "the `name` of the environment variable holding the secret")
+	fs.StringVar(&s.envName, "secret-env", "WEBHOOK_SECRET", "the `name` of the environment variable holding the secret, not the secret itself")
 	help := "a `file` holding the secret (instead of the environment variable)"
 	if several {
 		help = "a `file` holding the secrets, one a line: the old and the new one during a rotation (instead of the environment variable)"
@@ -201,12 +204,24 @@ func (s *secretFlags) load(e *env, several bool) ([]string, error) {
 	return secrets, err
 }
 
+// pastedHint ends the error of a flag whose value may be the secret.
+const pastedHint = "if it was the secret, it is in your shell's history now: rotate it"
+
 // read is load, without noting the secrets.
 func (s *secretFlags) read(e *env, several bool) ([]string, error) {
 	if s.file != "" {
+		file, hint := redact.Printable(s.file), ""
+		if mayBeSecret(s.file) {
+			file, hint = "(not shown: it reads as a secret, not a path)", "; "+pastedHint
+		}
 		data, err := os.ReadFile(s.file)
 		if err != nil {
-			return nil, usagef("cannot read the secret file: %v", err)
+			// The error without its path, which may be the secret.
+			reason := "cannot read it"
+			if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+				reason += ": " + pe.Err.Error()
+			}
+			return nil, usagef("-secret-file %s: %s%s", file, reason, hint)
 		}
 		var secrets []string
 		sc := bufio.NewScanner(bytes.NewReader(data))
@@ -218,17 +233,68 @@ func (s *secretFlags) read(e *env, several bool) ([]string, error) {
 		}
 		switch {
 		case len(secrets) == 0:
-			return nil, usagef("the secret file %s holds no secret", redact.Printable(s.file))
+			return nil, usagef("-secret-file %s holds no secret%s", file, hint)
 		case len(secrets) > 1 && !several:
-			return nil, usagef("the secret file %s holds %d lines; this command signs with one secret", redact.Printable(s.file), len(secrets))
+			return nil, usagef("-secret-file %s holds %d lines; this command signs with one secret%s", file, len(secrets), hint)
 		}
 		return secrets, nil
 	}
+	if !validEnvName(s.envName) {
+		return nil, usagef("-secret-env wants the name of the environment variable holding the secret, such as WEBHOOK_SECRET: "+
+			"letters, digits and _, not starting with a digit; the value given is not one (not shown: it may be the secret); %s", pastedHint)
+	}
 	secret := strings.TrimSpace(e.getenv(s.envName))
-	if secret == "" {
-		return nil, usagef("no secret: set the environment variable %s (\"Show Secret\" in the dashboard) or give -secret-file", redact.Printable(s.envName))
+	switch {
+	case secret == "" && mayBeSecret(s.envName):
+		return nil, usagef("no secret: -secret-env wants the name of the environment variable holding the secret, such as WEBHOOK_SECRET; "+
+			"the value given reads as a secret, not a name, and no variable of that name is set (not shown); %s", pastedHint)
+	case secret == "":
+		return nil, usagef("no secret: set the environment variable %s (\"Show Secret\" in the dashboard) or give -secret-file", s.envName)
 	}
 	return []string{secret}, nil
+}
+
+// validEnvName reports whether name is one a shell gives a variable:
+// ASCII letters, digits and _, not starting with a digit.
+func validEnvName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return name != ""
+}
+
+// mayBeSecret reports whether s, the value of a flag naming a variable or a
+// file, reads as a secret pasted in its place: it holds the service's prefix
+// whsec_, in any case, or a run of 16 or more ASCII letters and digits in
+// which digits come in two runs or more, as in a random key in hex, base32
+// or base64 ("k7Qp2Zr9Xw4Lm8Nb", "JBSWY3DPEHPK3PXP"), and not in the names
+// people write (STAGING_WEBHOOK_SECRET_2024, /run/secrets/webhook-v2,
+// /tmp/TestName3340148021).
+func mayBeSecret(s string) bool {
+	if strings.Contains(strings.ToLower(s), webhook.SecretPrefix) {
+		return true
+	}
+	run, digitRuns := 0, 0
+	for i := 0; i <= len(s); i++ {
+		switch {
+		case i < len(s) && '0' <= s[i] && s[i] <= '9':
+			if i == 0 || s[i-1] < '0' || s[i-1] > '9' {
+				digitRuns++
+			}
+			run++
+		case i < len(s) && ('a' <= s[i] && s[i] <= 'z' || 'A' <= s[i] && s[i] <= 'Z'):
+			run++
+		default:
+			if run >= 16 && digitRuns >= 2 {
+				return true
+			}
+			run, digitRuns = 0, 0
+		}
+	}
+	return false
 }
 
 // readInput reads name, or standard input for "-".

@@ -9,7 +9,8 @@
 //
 // Secrets come from an environment variable (-secret-env, WEBHOOK_SECRET by
 // default) or a file (-secret-file), never from the command line, and are
-// never printed. It exits 0 on success, 1 when a delivery did not verify or
+// never printed; nor is a value of those flags that reads as a secret
+// pasted in place of the variable's name or the file's path. It exits 0 on success, 1 when a delivery did not verify or
 // was not delivered, and 2 on a usage error. Flags may come before or
 // after the arguments. What it prints of a request or an answer is
 // printable text, safe for a terminal.
