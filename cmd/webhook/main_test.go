@@ -32,6 +32,12 @@ type result struct {
 // testSecret, and checks that the secret was printed nowhere.
 func runCmd(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
+	return runCmdContext(t, context.Background(), stdin, args...)
+}
+
+// runCmdContext is runCmd with ctx, which ends listen.
+func runCmdContext(t *testing.T, ctx context.Context, stdin string, args ...string) result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	getenv := func(name string) string {
 		if name == "WEBHOOK_SECRET" {
@@ -39,7 +45,7 @@ func runCmd(t *testing.T, stdin string, args ...string) result {
 		}
 		return ""
 	}
-	code := run(context.Background(), args, strings.NewReader(stdin), &stdout, &stderr, getenv)
+	code := run(ctx, args, strings.NewReader(stdin), &stdout, &stderr, getenv)
 	res := result{code, stdout.String(), stderr.String()}
 	assert.NotContains(t, res.stdout+res.stderr, testSecret, "the secret is never printed")
 	return res
