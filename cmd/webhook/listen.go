@@ -41,6 +41,9 @@ start it makes a CA and a certificate for 127.0.0.1, ::1 and localhost
 (and the -addr host), keeps the CA's key in memory only, writes the CA
 certificate to -ca-out FILE (or a temporary file, removed at exit) and
 prints that file and its SHA-256 fingerprint: what the sender must trust.
+-ca-out FILE is made, or replaced when it holds the CA certificate of an
+earlier listen -tls; any other file there is not overwritten: listen
+refuses to start.
 "webhook trigger -allow-private -cacert FILE", or a Sender on
 webhook.NewTransport with that CA in TLSClientConfig.RootCAs and
 AllowPrivateNetworks, then delivers to it. It runs until interrupted.`,
@@ -53,7 +56,7 @@ AllowPrivateNetworks, then delivers to it. It runs until interrupted.`,
 		tolerance := fs.Duration("tolerance", webhook.DefaultTolerance, "how far a timestamp may be from now, either way")
 		var tlsOpts listenTLS
 		fs.BoolVar(&tlsOpts.on, "tls", false, "serve HTTPS, with a certificate for 127.0.0.1, ::1 and localhost from a CA made at start; prints the CA certificate's file and SHA-256 fingerprint for the sender to trust")
-		fs.StringVar(&tlsOpts.caOut, "ca-out", "", "with -tls, write the CA certificate (PEM) to this `file` (default: a new file in the temporary directory, removed at exit)")
+		fs.StringVar(&tlsOpts.caOut, "ca-out", "", "with -tls, write the CA certificate (PEM) to this `file`: made, or replaced if an earlier listen -tls wrote it; any other file is never overwritten (default: a new file in the temporary directory, removed at exit)")
 		return func(ctx context.Context, args []string) int {
 			if len(args) != 0 {
 				return e.fail("listen", usagef("listen takes no arguments, got %d", len(args)))

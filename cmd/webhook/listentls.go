@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,13 +10,19 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/signedhook/webhook/internal/redact"
 )
 
 // throwawayCA is listen -tls's certificate authority: made at start,
@@ -59,7 +66,7 @@ func newThrowawayCA(host string) (*throwawayCA, error) {
 	}
 	ca := &x509.Certificate{
 		SerialNumber:                serial(),
-		Subject:                     pkix.Name{CommonName: "webhook listen -tls throwaway CA " + now.UTC().Format(time.RFC3339)},
+		Subject:                     pkix.Name{CommonName: caNamePrefix + now.UTC().Format(time.RFC3339)},
 		NotBefore:                   now.Add(-time.Hour),
 		NotAfter:                    now.Add(7 * 24 * time.Hour),
 		IsCA:                        true,
@@ -133,8 +140,8 @@ func (c *throwawayCA) Fingerprint() string {
 // a function that removes the file it made (and nothing for path).
 func (c *throwawayCA) write(path string) (string, func(), error) {
 	if path != "" {
-		if err := os.WriteFile(path, c.PEM(), 0o644); err != nil {
-			return "", nil, usagef("writing the CA certificate: %v", err)
+		if err := c.writeOut(path); err != nil {
+			return "", nil, err
 		}
 		return path, func() {}, nil
 	}
@@ -151,4 +158,89 @@ func (c *throwawayCA) write(path string) (string, func(), error) {
 		return "", nil, err
 	}
 	return f.Name(), func() { os.Remove(f.Name()) }, nil
+}
+
+// writeOut writes the CA certificate to path, -ca-out, which is new, made
+// without following a link, or the CA certificate of an earlier listen
+// -tls (a run before this one, the README's command again): that is
+// replaced whole, by a rename, so a sender reading it never sees a part,
+// and keeps its mode. Any other file, link or directory is left alone
+// and refused: -ca-out ~/.ssh/id_ed25519 or a mistyped key.pem is no
+// file to lose.
+func (c *throwawayCA) writeOut(path string) error {
+	shown := redact.Printable(path)
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// O_EXCL: a file made since Lstat is not overwritten either.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return usagef("-ca-out %s: %v", shown, withoutPath(err))
+		}
+		_, err = f.Write(c.PEM())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+			return usagef("-ca-out %s: writing the CA certificate: %v", shown, withoutPath(err))
+		}
+		return nil
+	case err != nil:
+		return usagef("-ca-out %s: %v", shown, withoutPath(err))
+	case !fi.Mode().IsRegular() || !isThrowawayCAFile(path):
+		return usagef("-ca-out %s exists and is not the CA certificate of an earlier webhook listen -tls; "+
+			"not overwritten: remove it or give another file", shown)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return usagef("-ca-out %s: %v", shown, withoutPath(err))
+	}
+	_, err = f.Write(c.PEM())
+	if err == nil {
+		err = f.Chmod(fi.Mode().Perm())
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return usagef("-ca-out %s: replacing the earlier CA certificate: %v", shown, withoutPath(err))
+	}
+	return nil
+}
+
+// caNamePrefix starts the common name of every CA listen -tls makes.
+const caNamePrefix = "webhook listen -tls throwaway CA "
+
+// isThrowawayCAFile reports whether the file at path holds one PEM
+// certificate and nothing else, that of a CA listen -tls made.
+func isThrowawayCAFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 64<<10)) // one is under 1 KiB
+	if err != nil {
+		return false
+	}
+	block, rest := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" || len(bytes.TrimSpace(rest)) != 0 {
+		return false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	return err == nil && cert.IsCA && strings.HasPrefix(cert.Subject.CommonName, caNamePrefix)
+}
+
+// withoutPath returns the cause of a *fs.PathError, whose text repeats
+// the path the error names already.
+func withoutPath(err error) error {
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
