@@ -42,9 +42,12 @@
 //   - POST /api/connections/{id}/test: [riverhook.Worker.SendTest].
 //   - GET /api/connections/{id}/health: the endpoint's health.
 //
-// Errors are {"error": "..."} with 400, 404, 409 (a resend of a delivery
-// under way, erased, or resent already by a resend no longer kept), 429
-// (with Retry-After) or 500.
+// Every error of the API is {"error": "..."}, a path or a method it does
+// not have included: 400, 403 (a browser's cross-origin POST), 404, 405
+// (with Allow), 409 (a resend of a delivery under way, erased, or resent
+// already by a resend no longer kept), 429 (with Retry-After), 500 or 503
+// (a Send Test the endpoint's bound in flight has no room for, with
+// Retry-After). Elsewhere an error is a page of the console's.
 //
 // # Security
 //
@@ -243,7 +246,9 @@ func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker
 	mux.HandleFunc("POST /api/connections/{conn}/recover", c.scoped(c.apiRecover))
 	mux.HandleFunc("POST /api/connections/{conn}/test", c.scoped(c.apiTest))
 	mux.HandleFunc("GET /api/connections/{conn}/health", c.scoped(c.apiHealth))
-	return http.NewCrossOriginProtection().Handler(secureHeaders(mux)), nil
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(c.crossOrigin))
+	return secureHeaders(cop.Handler(c.routed(mux))), nil
 }
 
 func rateOf(d time.Duration) time.Duration { return cmp.Or(d, DefaultRateInterval) }
@@ -271,7 +276,7 @@ type request struct {
 // hands the others on.
 func (c *console) scoped(next func(http.ResponseWriter, *http.Request, request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		req := request{conn: r.PathValue("conn"), api: strings.HasPrefix(r.URL.Path, "/api/")}
+		req := request{conn: r.PathValue("conn"), api: isAPI(r)}
 		allowed, err := c.opts.Connections(r)
 		if err != nil {
 			c.fail(w, r, req, err)
@@ -326,48 +331,6 @@ func (c *console) actor(r *http.Request) string {
 // a rune the cut splits is dropped.
 func cut(s string, n int) string {
 	return human.Cut(strings.ToValidUTF8(s, "\uFFFD"), n, utf8.RuneLen, "")
-}
-
-func (c *console) notFound(w http.ResponseWriter, r *http.Request, req request) {
-	if req.api {
-		writeError(w, http.StatusNotFound, "not found")
-		return
-	}
-	c.errorPage(w, r, http.StatusNotFound, "Not found", "There is no such page.", "")
-}
-
-// fail answers 500, logging err: its text may name what a customer must not
-// read.
-func (c *console) fail(w http.ResponseWriter, r *http.Request, req request, err error) {
-	c.logger.ErrorContext(r.Context(), "console: answering 500", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-	if req.api {
-		writeError(w, http.StatusInternalServerError, "internal error")
-		return
-	}
-	c.errorPage(w, r, http.StatusInternalServerError, "Something went wrong", "The delivery log could not be read. Try again in a moment.", "")
-}
-
-// tooSoon answers 429, with Retry-After in whole seconds.
-func (c *console) tooSoon(w http.ResponseWriter, r *http.Request, req request, wait time.Duration) {
-	secs := int((wait + time.Second - 1) / time.Second)
-	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-	if req.api {
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("too soon: try again in %d s", max(secs, 1)))
-		return
-	}
-	c.errorPage(w, r, http.StatusTooManyRequests, "Too soon", fmt.Sprintf("That was done a moment ago for this connection. Try again in %d seconds.", max(secs, 1)), connOf(req.conn).Path)
-}
-
-// busy answers a Send Test that would pass the connection's bound of
-// attempts in flight (riverhook.ErrBusy): 503, to try again shortly.
-func (c *console) busy(w http.ResponseWriter, r *http.Request, req request) {
-	w.Header().Set("Retry-After", "5")
-	const msg = "The endpoint has as many deliveries in flight as its limit allows; a test would pass it. Try again in a few seconds."
-	if req.api {
-		writeError(w, http.StatusServiceUnavailable, msg)
-		return
-	}
-	c.errorPage(w, r, http.StatusServiceUnavailable, "Busy", msg, connOf(req.conn).Path)
 }
 
 // Actions that are rate-limited per connection.

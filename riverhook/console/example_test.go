@@ -74,7 +74,7 @@ func ExampleNew() {
 	// console: Options.Connections is required: it says which connections a request may see
 	// GET /webhooks/log/api/connections/crm/health 200 { "endpoint": "https://hooks.example.com:443", "state": "unknown" }
 	// GET /webhooks/log/api/connections/erp/deliveries 404 { "error": "not found" }
-	// POST /webhooks/log/api/connections/crm/test 403 cross-origin request detected from Sec-Fetch-Site header
+	// POST /webhooks/log/api/connections/crm/test 403 { "error": "a cross-origin request is refused: act from the console's own pages" }
 }
 
 func crossOrigin(r *http.Request) *http.Request {
