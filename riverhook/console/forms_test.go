@@ -1,0 +1,84 @@
+package console_test
+
+import (
+	"cmp"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook/riverhook/console"
+)
+
+// A double click on a delivery's Resend button posts its form twice, the
+// second post before or after the first's answer; the browser shows the
+// second's. Both are the one resend: the second is not refused by the
+// resend rate limit (it inserts nothing) and leads to what the first led
+// to, the new delivery's page saying it was resent. The limit still holds
+// for any other delivery of the connection, and another person's resend
+// of the same delivery says it was resent already.
+func TestConsole_ADoubleClickOnResendIsOneResend(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, ResendEvery: time.Hour,
+		Actor: func(r *http.Request) string { return cmp.Or(r.Header.Get("X-Actor"), "ann@customer") }}, false)
+	resend := func(conn, d string) string {
+		return "/connections/" + conn + "/deliveries/" + strconv.FormatInt(f.jobs[d], 10) + "/resend"
+	}
+	count := func(conn string) int {
+		return len(decode[listJSON](t, f.do(t, "GET", "/api/connections/"+conn+"/deliveries?limit=100", "", "X-Customer", "both").Body.String()).Deliveries)
+	}
+	follow := func(loc string) string {
+		if loc == "" {
+			return ""
+		}
+		u, err := url.Parse("https://service.example/console/connections/crm/deliveries/1/resend")
+		require.NoError(t, err)
+		u, err = u.Parse(loc)
+		require.NoError(t, err)
+		return f.do(t, "GET", strings.TrimPrefix(u.RequestURI(), "/console"), "", "X-Customer", "both").Body.String()
+	}
+
+	// One click after the other's answer.
+	first := f.do(t, "POST", resend("crm", "given-up"), "")
+	require.Equal(t, http.StatusSeeOther, first.Code, first.Body.String())
+	second := f.do(t, "POST", resend("crm", "given-up"), "")
+	assert.Equal(t, http.StatusSeeOther, second.Code, "the double click's second post: %s", second.Body.String())
+	assert.Equal(t, first.Header().Get("Location"), second.Header().Get("Location"), "where the first led")
+	assert.Contains(t, follow(second.Header().Get("Location")), "Resent: this is the new delivery")
+	api := f.do(t, "POST", "/api"+resend("crm", "given-up"), "")
+	assert.Equal(t, http.StatusOK, api.Code, "the API's repeat: %s", api.Body.String())
+	assert.Contains(t, api.Body.String(), `"inserted": false`)
+	other := f.do(t, "POST", resend("crm", "given-up"), "", "X-Actor", "bob@customer")
+	assert.Equal(t, http.StatusSeeOther, other.Code, "another person's: %s", other.Body.String())
+	assert.Contains(t, follow(other.Header().Get("Location")), "This delivery was already sent again", "another person's")
+	assert.Equal(t, 8, count("crm"), "one delivery more")
+
+	// Two posts at once: the second sent before the first was answered.
+	var wg sync.WaitGroup
+	var both [2]*httptest.ResponseRecorder
+	for i := range both {
+		wg.Go(func() { both[i] = f.do(t, "POST", resend("erp", "other"), "", "X-Customer", "both") })
+	}
+	wg.Wait()
+	for _, got := range both {
+		assert.Equal(t, http.StatusSeeOther, got.Code, got.Body.String())
+		assert.Equal(t, both[0].Header().Get("Location"), got.Header().Get("Location"))
+	}
+	assert.Contains(t, both[0].Header().Get("Location"), "done=resent")
+	assert.Equal(t, 2, count("erp"), "one delivery more")
+
+	// The limit holds for the connection's other deliveries.
+	for _, path := range []string{resend("crm", "hostile"), "/api" + resend("crm", "delivered")} {
+		got := f.do(t, "POST", path, "")
+		assert.Equal(t, http.StatusTooManyRequests, got.Code, path)
+		assert.NotEmpty(t, got.Header().Get("Retry-After"), path)
+	}
+	assert.Equal(t, 8, count("crm"), "nothing resent")
+}
