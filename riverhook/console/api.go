@@ -179,28 +179,50 @@ func (c *console) apiDelivery(w http.ResponseWriter, r *http.Request, req reques
 	writeJSON(w, http.StatusOK, deliveryJSON{Delivery: d, Payload: c.payload(job)})
 }
 
-// resend resends the request's job; status is the answer's on error.
-func (c *console) resend(w http.ResponseWriter, r *http.Request, req request) (job *rivertype.JobRow, inserted bool, status int, err error) {
+// resent is a resend's outcome.
+type resent struct {
+	job      *rivertype.JobRow // the delivery's latest job
+	inserted bool              // by this request
+	// again reports that job, not inserted by this request, is the resend
+	// of the same delivery the same actor made less than sameResend ago:
+	// this request repeats that action, as a double click's second post
+	// does.
+	again bool
+}
+
+// sameResend is how long a resend of a delivery by an actor is the same
+// action as the resend of it that actor made before.
+const sameResend = 10 * time.Second
+
+// resend resends the request's job; status is the answer's on error. The
+// resend of the connection's delivery resent last is not rate-limited: it
+// inserts nothing (riverhook resends a delivery once).
+func (c *console) resend(w http.ResponseWriter, r *http.Request, req request) (res resent, status int, err error) {
 	row, _, ok := c.job(w, r, req)
 	if !ok {
-		return nil, false, 0, nil
+		return resent{}, 0, nil
 	}
-	if wait, ok := c.limits.allow(actionResend, req.conn); !ok {
+	if wait, ok := c.limits.allow(actionResend, req.conn, strconv.FormatInt(row.ID, 10)); !ok {
 		c.tooSoon(w, r, req, wait)
-		return nil, false, 0, nil
+		return resent{}, 0, nil
 	}
-	job, inserted, err = riverhook.Resend(r.Context(), c.client, c.db, row.ID, "resent from the console by "+c.actor(r), c.worker.InsertOptions(nil))
+	reason := "resent from the console by " + c.actor(r)
+	res.job, res.inserted, err = riverhook.Resend(r.Context(), c.client, c.db, row.ID, reason, c.worker.InsertOptions(nil))
 	switch {
 	case errors.Is(err, riverhook.ErrUnderWay):
-		return nil, false, http.StatusConflict, errors.New("the delivery is still under way: it can be resent once it has ended")
+		return resent{}, http.StatusConflict, errors.New("the delivery is still under way: it can be resent once it has ended")
 	case errors.Is(err, riverhook.ErrResent):
-		return nil, false, http.StatusConflict, errors.New("the delivery was resent already, and that resend's log is no longer kept: it is not sent again")
+		return resent{}, http.StatusConflict, errors.New("the delivery was resent already, and that resend's log is no longer kept: it is not sent again")
 	case errors.Is(err, riverhook.ErrErased):
-		return nil, false, http.StatusConflict, errors.New("the delivery's body was erased: there is nothing to resend")
+		return resent{}, http.StatusConflict, errors.New("the delivery's body was erased: there is nothing to resend")
 	case err != nil:
-		return nil, false, http.StatusInternalServerError, err
+		return resent{}, http.StatusInternalServerError, err
 	}
-	return job, inserted, http.StatusOK, nil
+	if !res.inserted {
+		d, err := riverhook.DeliveryOf(res.job)
+		res.again = err == nil && d.ResentFrom == row.ID && d.ResendReason == reason && time.Since(res.job.CreatedAt) < sameResend
+	}
+	return res, http.StatusOK, nil
 }
 
 // failed answers an action that did not succeed, and reports whether it
@@ -220,9 +242,9 @@ func (c *console) failed(w http.ResponseWriter, r *http.Request, req request, st
 }
 
 func (c *console) apiResend(w http.ResponseWriter, r *http.Request, req request) {
-	job, inserted, status, err := c.resend(w, r, req)
+	res, status, err := c.resend(w, r, req)
 	if !c.failed(w, r, req, status, err, func(status int, msg string) { writeError(w, status, msg) }) {
-		writeJSON(w, http.StatusOK, map[string]any{"job_id": job.ID, "inserted": inserted})
+		writeJSON(w, http.StatusOK, map[string]any{"job_id": res.job.ID, "inserted": res.inserted})
 	}
 }
 
@@ -250,7 +272,7 @@ func (c *console) runRecover(w http.ResponseWriter, r *http.Request, req request
 	if dry {
 		action = actionDryRun
 	}
-	if wait, ok := c.limits.allow(action, req.conn); !ok {
+	if wait, ok := c.limits.allow(action, req.conn, ""); !ok {
 		c.tooSoon(w, r, req, wait)
 		return nil, 0, nil
 	}
@@ -276,7 +298,7 @@ func (c *console) apiRecover(w http.ResponseWriter, r *http.Request, req request
 // test runs the request's Send Test, rate-limited; ok is false once it
 // has answered.
 func (c *console) test(w http.ResponseWriter, r *http.Request, req request) (testResult, bool) {
-	if wait, ok := c.limits.allow(actionTest, req.conn); !ok {
+	if wait, ok := c.limits.allow(actionTest, req.conn, ""); !ok {
 		c.tooSoon(w, r, req, wait)
 		return testResult{}, false
 	}

@@ -65,7 +65,11 @@
 //   - No secret, header value or URL path appears in a page or the JSON: an
 //     endpoint is named by its origin. The payload, which holds a user's
 //     personal data, is shown only with [Options.ShowPayload].
-//   - Send Test and Recover are rate-limited per connection.
+//   - Send Test, Recover and Resend are rate-limited per connection. A
+//     resend of the delivery resent last is let through: it inserts
+//     nothing, as riverhook resends a delivery once. The second post of a
+//     double click on Resend leads where the first led, the new
+//     delivery's page, not to an error.
 package console
 
 import (
@@ -129,7 +133,10 @@ type Options struct {
 	// (one resend per ResendEvery per connection): a request sooner is
 	// answered 429 with Retry-After, so that a customer's script cannot
 	// resend the whole log at once. Zero means DefaultResendInterval; a
-	// negative value, no limit.
+	// negative value, no limit. A resend of the delivery the connection
+	// resent last is not refused: it inserts nothing, and the page's
+	// Resend, posted again within 10 s by the same Actor (a double
+	// click), is answered as its first post was.
 	ResendEvery time.Duration
 
 	// Title names the console in its bar and on its first page, such as

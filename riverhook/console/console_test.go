@@ -515,13 +515,13 @@ func TestConsole_HealthFromTheFleetsMarks(t *testing.T) {
 }
 
 // TestConsole_ResendIsRateLimited: one resend per connection per
-// ResendEvery; sooner is 429 with Retry-After, and nothing is inserted.
+// ResendEvery; another delivery's sooner is 429 with Retry-After.
 func TestConsole_ResendIsRateLimited(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, &console.Options{Connections: customerConnections, ResendEvery: time.Hour}, false)
 	path := "/api/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "/resend"
 	require.Equal(t, http.StatusOK, f.do(t, "POST", path, "").Code)
-	got := f.do(t, "POST", path, "")
+	got := f.do(t, "POST", "/api/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["hostile"], 10)+"/resend", "")
 	assert.Equal(t, http.StatusTooManyRequests, got.Code)
 	assert.NotEmpty(t, got.Header().Get("Retry-After"))
 }

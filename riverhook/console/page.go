@@ -361,15 +361,15 @@ func (c *console) deliveryPage(w http.ResponseWriter, r *http.Request, req reque
 }
 
 func (c *console) resendForm(w http.ResponseWriter, r *http.Request, req request) {
-	job, inserted, status, err := c.resend(w, r, req)
+	res, status, err := c.resend(w, r, req)
 	if !c.failed(w, r, req, status, err, func(status int, msg string) {
 		c.errorPage(w, r, status, "Not resent", msg, connOf(req.conn).Path)
 	}) {
-		done := "resent"
-		if !inserted {
+		done := "resent" // by this post, or by the first of a double click
+		if !res.inserted && !res.again {
 			done = "pending"
 		}
-		seeOther(w, r, connOf(req.conn).Path+"/deliveries/"+strconv.FormatInt(job.ID, 10)+"?done="+done)
+		seeOther(w, r, connOf(req.conn).Path+"/deliveries/"+strconv.FormatInt(res.job.ID, 10)+"?done="+done)
 	}
 }
 
