@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,4 +82,45 @@ func TestConsole_ADoubleClickOnResendIsOneResend(t *testing.T) {
 		assert.NotEmpty(t, got.Header().Get("Retry-After"), path)
 	}
 	assert.Equal(t, 8, count("crm"), "nothing resent")
+}
+
+// A page's notice says what the console did, never what a link's query
+// says: a link to a connection's page claiming that a recover resent 9999
+// deliveries, or to a delivery's page claiming that it is a resend just
+// made, shows no such notice. After a recover its page shows what it did,
+// whatever the link's query, and only on its connection's page.
+func TestConsole_ALinkCannotForgeANotice(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	get := func(path string) string {
+		got := f.do(t, "GET", path, "", "X-Customer", "both")
+		require.Equal(t, http.StatusOK, got.Code, path)
+		return got.Body.String()
+	}
+	assert.Empty(t, notice(get("/connections/crm?recovered=9999&given_up=9999&more=1"), "recovered"), "a forged recover")
+	for _, done := range []string{"resent", "pending"} {
+		page := get("/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "?done=" + done)
+		assert.Empty(t, notice(page, "done"), "a given-up delivery's page, claimed %s", done)
+	}
+
+	got := f.do(t, "POST", "/connections/crm/recover", "since=24h")
+	require.Equal(t, http.StatusSeeOther, got.Code, got.Body.String())
+	loc, err := url.Parse(got.Header().Get("Location"))
+	require.NoError(t, err)
+	assert.Empty(t, loc.RawQuery, "nothing of the notice in the link")
+	assert.Contains(t, notice(get("/connections/crm"), "recovered"), "2 given-up deliveries resent")
+	forged := notice(get("/connections/crm?recovered=9999&given_up=9999&dry=1"), "recovered")
+	assert.Contains(t, forged, "2 given-up deliveries resent", "what the console did")
+	assert.NotContains(t, forged, "9999")
+	assert.NotContains(t, forged, "would be resent")
+	assert.Empty(t, notice(get("/connections/erp?recovered=9999"), "recovered"), "another connection's page")
+}
+
+// notice returns the text of page's notice with id, or "" when it has none.
+func notice(page, id string) string {
+	m := regexp.MustCompile(`(?s)<div class="notice[^"]*" id="` + id + `">(.*?)</div>`).FindStringSubmatch(page)
+	if m == nil {
+		return ""
+	}
+	return strings.Join(strings.Fields(m[1]), " ")
 }
