@@ -282,6 +282,9 @@ func (c *console) runRecover(w http.ResponseWriter, r *http.Request, req request
 		return nil, http.StatusInternalServerError, err
 	}
 	out := &recoverResult{DryRun: dry, RecoverResult: *res}
+	c.mu.Lock()
+	c.recovers[req.conn] = recoverNote{At: time.Now(), Since: since, DryRun: dry, More: res.More, Resent: res.Resent, GivenUp: res.GivenUp}
+	c.mu.Unlock()
 	if out.Jobs == nil {
 		out.Jobs = []int64{}
 	}

@@ -26,7 +26,10 @@
 //     left, and the Resend button.
 //
 // The buttons are forms that POST to the routes below without /api and
-// redirect back (303).
+// redirect back (303). A connection's page shows its last Send Test and
+// its last recover (or count), with their times, as the serving process
+// ran them (from the page or the API); what a page says was done never
+// comes from a link's query, which anyone can write.
 //
 // # JSON API
 //
@@ -194,8 +197,9 @@ type console struct {
 	pages  *template.Template
 	limits *limiter
 
-	mu    sync.Mutex
-	tests map[string]testResult // connection id -> its last Send Test, for its page
+	mu       sync.Mutex
+	tests    map[string]testResult  // connection id -> its last Send Test, for its page
+	recovers map[string]recoverNote // connection id -> its last recover or count, for its page
 }
 
 // New returns the console on the deliveries of client, a River client on the
@@ -220,7 +224,7 @@ func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker
 		return nil, fmt.Errorf("console: parsing the templates: %w", err)
 	}
 	c := &console{client: client, db: db, worker: worker, opts: *opts, pages: pages, tests: map[string]testResult{},
-		logger: opts.Logger}
+		recovers: map[string]recoverNote{}, logger: opts.Logger}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
@@ -390,6 +394,21 @@ func (c *console) lastTest(conn string) (testResult, bool) {
 	defer c.mu.Unlock()
 	t, ok := c.tests[conn]
 	return t, ok
+}
+
+// recoverNote is a connection's last recover, or count (a dry run), shown
+// on its page: what the console did, never what a link's query says.
+type recoverNote struct {
+	At, Since       time.Time
+	DryRun, More    bool
+	Resent, GivenUp int
+}
+
+func (c *console) lastRecover(conn string) (recoverNote, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.recovers[conn]
+	return n, ok
 }
 
 // themeVars are the custom properties of the style sheet a theme may set.

@@ -91,7 +91,7 @@ type connectionPage struct {
 	Periods   []filter // by time
 	Older     string   // the next page's link, or empty
 	Test      *testResult
-	Recovered *recoverResult
+	Recovered *recoverNote
 	Charts    []chart
 }
 
@@ -290,11 +290,8 @@ func (c *console) connectionPage(w http.ResponseWriter, r *http.Request, req req
 	if t, ok := c.lastTest(req.conn); ok {
 		p.Test = &t
 	}
-	if q.Has("recovered") {
-		p.Recovered = &recoverResult{DryRun: q.Get("dry") == "1"}
-		p.Recovered.Resent, _ = strconv.Atoi(q.Get("recovered"))
-		p.Recovered.GivenUp, _ = strconv.Atoi(q.Get("given_up"))
-		p.Recovered.More = q.Get("more") == "1"
+	if n, ok := c.lastRecover(req.conn); ok {
+		p.Recovered = &n
 	}
 	c.render(w, r, http.StatusOK, "connection.html", p)
 }
@@ -335,8 +332,8 @@ func (c *console) deliveryPage(w http.ResponseWriter, r *http.Request, req reque
 	}
 	p := deliveryPage{common: c.common(r, "Delivery "+d.DeliveryID), Conn: c.named(r, req.conn), D: d,
 		Done: r.URL.Query().Get("done")}
-	if p.Done != "resent" && p.Done != "pending" {
-		p.Done = ""
+	if p.Done != "resent" && p.Done != "pending" || d.ResentFrom == 0 || d.ResentAs != 0 {
+		p.Done = "" // a link's claim: only a resend, the latest, is shown as one
 	}
 	if d.ResentAs != 0 {
 		_, err := c.client.JobGet(r.Context(), d.ResentAs)
@@ -374,18 +371,11 @@ func (c *console) resendForm(w http.ResponseWriter, r *http.Request, req request
 }
 
 func (c *console) recoverForm(w http.ResponseWriter, r *http.Request, req request) {
-	res, status, err := c.runRecover(w, r, req)
+	_, status, err := c.runRecover(w, r, req)
 	if !c.failed(w, r, req, status, err, func(status int, msg string) {
 		c.errorPage(w, r, status, "Not recovered", msg, connOf(req.conn).Path)
 	}) {
-		v := url.Values{"recovered": {strconv.Itoa(res.Resent)}, "given_up": {strconv.Itoa(res.GivenUp)}}
-		if res.DryRun {
-			v.Set("dry", "1")
-		}
-		if res.More {
-			v.Set("more", "1")
-		}
-		seeOther(w, r, connOf(req.conn).Path+"?"+v.Encode())
+		seeOther(w, r, connOf(req.conn).Path+"#recovered") // its page shows the recover, kept
 	}
 }
 
