@@ -1,0 +1,160 @@
+package console_test
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook/riverhook"
+	"github.com/signedhook/webhook/riverhook/console"
+)
+
+// The API's actions: Resend, Recover and Send Test, and their rate limits.
+
+func TestConsole_APIResendsAnEndedDeliveryOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, Actor: func(*http.Request) string { return "ann@customer" },
+		ResendEvery: -1}, false) // no limit: a double click reaches Resend
+	path := "/api/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "/resend"
+	type resent struct {
+		JobID    int64 `json:"job_id"`
+		Inserted bool  `json:"inserted"`
+	}
+	got := f.do(t, "POST", path, "")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	first := decode[resent](t, got.Body.String())
+	assert.True(t, first.Inserted)
+	again := decode[resent](t, f.do(t, "POST", path, "").Body.String())
+	assert.Equal(t, resent{first.JobID, false}, again, "a double click sends once")
+
+	job, err := f.client.JobGet(context.Background(), first.JobID)
+	require.NoError(t, err)
+	d, err := riverhook.DeliveryOf(job)
+	require.NoError(t, err)
+	assert.Equal(t, f.jobs["given-up"], d.ResentFrom)
+	assert.Equal(t, "resent from the console by ann@customer", d.ResendReason)
+
+	got = f.do(t, "POST", "/api/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["retrying"], 10)+"/resend", "")
+	assert.Equal(t, http.StatusConflict, got.Code, "under way")
+
+	page := f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["given-up"], 10), "").Body.String()
+	assert.Contains(t, page, `<a href="`+strconv.FormatInt(first.JobID, 10)+`">as a later delivery</a>`)
+	assert.NotContains(t, page, `id="resend"`, "no Resend button on a resent delivery")
+	_, err = f.client.JobDelete(context.Background(), first.JobID) // as River's retention does
+	require.NoError(t, err)
+	got = f.do(t, "POST", path, "")
+	assert.Equal(t, http.StatusConflict, got.Code, "resent already, by a job River deleted: %s", got.Body.String())
+	assert.Contains(t, got.Body.String(), "resent already")
+	page = f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["given-up"], 10), "").Body.String()
+	assert.Contains(t, page, "as a later delivery, whose log is no longer kept")
+}
+
+func TestConsole_APIRecoversGivenUpDeliveriesWithADryRunAndALimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	type recovered struct {
+		DryRun  bool    `json:"dry_run"`
+		GivenUp int     `json:"given_up"`
+		Resent  int     `json:"resent"`
+		Jobs    []int64 `json:"jobs"`
+	}
+	got := f.do(t, "POST", "/api/connections/crm/recover", "")
+	assert.Equal(t, http.StatusBadRequest, got.Code, "since is required")
+	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run=true")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	assert.Equal(t, recovered{DryRun: true, GivenUp: 2, Resent: 2, Jobs: []int64{}}, decode[recovered](t, got.Body.String()))
+
+	ran := time.Now()
+	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	r := decode[recovered](t, got.Body.String())
+	assert.Equal(t, 2, r.Resent)
+	assert.Len(t, r.Jobs, 2)
+
+	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code)
+	assertRetryAfter(t, got.Header(), console.DefaultRateInterval, ran)
+	got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run=true")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code, "a dry run is limited too")
+}
+
+func TestConsole_APISendsATestThroughTheWorkerRateLimitedPerConnection(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	before := len(f.srv.Deliveries())
+	ran := time.Now()
+	got := f.do(t, "POST", "/api/connections/crm/test", "")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	v := decode[map[string]any](t, got.Body.String())
+	assert.Equal(t, true, v["delivered"])
+	assert.Equal(t, float64(200), v["status"])
+	assert.Contains(t, v["diagnosis"], "delivered")
+	assertClean(t, got.Body.String(), false)
+	ds := f.srv.Deliveries()
+	require.Len(t, ds, before+1)
+	assert.True(t, strings.HasSuffix(ds[before].Path, secretPath), "to the connection's URL, signed: %s", ds[before].Path)
+	require.NoError(t, ds[before].Err)
+
+	got = f.do(t, "POST", "/api/connections/crm/test", "")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code)
+	assertRetryAfter(t, got.Header(), console.DefaultRateInterval, ran)
+	got = f.do(t, "POST", "/api/connections/erp/test", "", "X-Customer", "both")
+	assert.Equal(t, http.StatusOK, got.Code, "per connection")
+	got = f.do(t, "POST", "/connections/crm/test", "")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code, "the page's button shares the limit")
+	assert.Len(t, f.srv.Deliveries(), before+2)
+
+	unlimited := newFixture(t, &console.Options{Connections: customerConnections, TestEvery: -1}, false)
+	for range 2 {
+		assert.Equal(t, http.StatusOK, unlimited.do(t, "POST", "/api/connections/crm/test", "").Code)
+	}
+}
+
+// assertRetryAfter asserts that h's Retry-After is the rest of a wait of
+// every, rounded up to whole seconds, for a request that ran after ran:
+// every itself (10) on a machine that took under a second since ran, and
+// less by the whole seconds a loaded machine took, never less than 1.
+func assertRetryAfter(t *testing.T, h http.Header, every time.Duration, ran time.Time) {
+	t.Helper()
+	least := max(int(math.Ceil((every - time.Since(ran)).Seconds())), 1)
+	secs, err := strconv.Atoi(h.Get("Retry-After"))
+	if assert.NoError(t, err, "Retry-After in whole seconds") {
+		assert.GreaterOrEqual(t, secs, least, "the rest of the wait, rounded up")
+		assert.LessOrEqual(t, secs, int(every/time.Second))
+	}
+}
+
+// TestConsole_ResendIsRateLimited: one resend per connection per
+// ResendEvery; another delivery's sooner is 429 with Retry-After.
+func TestConsole_ResendIsRateLimited(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, ResendEvery: time.Hour}, false)
+	path := "/api/connections/crm/deliveries/" + strconv.FormatInt(f.jobs["given-up"], 10) + "/resend"
+	require.Equal(t, http.StatusOK, f.do(t, "POST", path, "").Code)
+	got := f.do(t, "POST", "/api/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["hostile"], 10)+"/resend", "")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code)
+	assert.NotEmpty(t, got.Header().Get("Retry-After"))
+}
+
+// TestConsole_RecoverTakesOnlyAYesOrANo: a dry run asked for in words the
+// console does not know is refused, never run for real; what a checkbox
+// sends is a yes.
+func TestConsole_RecoverTakesOnlyAYesOrANo(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, RecoverEvery: -1}, false)
+	got := f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run=maybe")
+	assert.Equal(t, http.StatusBadRequest, got.Code)
+	assert.Contains(t, got.Body.String(), "dry_run")
+	for _, yes := range []string{"on", "yes", "true", "1"} {
+		got = f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run="+yes)
+		require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+		assert.Contains(t, got.Body.String(), `"dry_run": true`, yes)
+	}
+}
