@@ -16,18 +16,21 @@ import (
 // own page elsewhere: 404 for a path the console does not have, 405 with
 // Allow for a method its path does not take, 403 for a browser's
 // cross-origin POST. Each with the pages' security headers.
+// routeCase is a request no route takes, and how it is answered.
+type routeCase struct {
+	method, path string
+	status       int
+	allow        string
+	header       []string
+}
+
 func TestConsole_AnswersWhatNoRouteTakesInTheAPIsShapeOrAsAPage(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, false)
 	job := strconv.FormatInt(f.jobs["given-up"], 10)
 	unknown := f.do(t, "GET", "/api/connections/nope/deliveries", "") // the scope's 404
 	require.Equal(t, http.StatusNotFound, unknown.Code)
-	for _, tc := range []struct {
-		method, path string
-		status       int
-		allow        string
-		header       []string
-	}{
+	for _, tc := range []routeCase{
 		{method: "GET", path: "/api/nope", status: http.StatusNotFound},
 		{method: "GET", path: "/api/", status: http.StatusNotFound},
 		{method: "GET", path: "/api/connections/crm", status: http.StatusNotFound},
@@ -55,12 +58,7 @@ func TestConsole_AnswersWhatNoRouteTakesInTheAPIsShapeOrAsAPage(t *testing.T) {
 		}
 	}
 
-	for _, tc := range []struct {
-		method, path string
-		status       int
-		allow        string
-		header       []string
-	}{
+	for _, tc := range []routeCase{
 		{method: "GET", path: "/nope", status: http.StatusNotFound},
 		{method: "GET", path: "/connections/crm/nope", status: http.StatusNotFound},
 		{method: "GET", path: "/connections/crm/test", status: http.StatusMethodNotAllowed, allow: "POST"},
