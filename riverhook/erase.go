@@ -33,9 +33,24 @@ var ErrErased = errors.New("riverhook: the delivery's body was erased")
 // deliveries inserted without a subject, or for every delivery once it has
 // ended, to keep personal data out of River's tables and River UI at all:
 // see the package documentation, "Retention and personal data". Calling it
-// again erases only what was written since. It is one UPDATE, run on db:
-// River's client has no API for it. db is on the database of client (any client will do, for its
-// schema): a pool, or the caller's transaction.
+// again erases only what was written since. It is one UPDATE in a
+// transaction begun on db (River's client has no API for it), on the
+// database of client (any client will do, for its schema): a pool, or the
+// caller's transaction (a savepoint, its locks held until it ends).
+//
+// The UPDATE holds the lock of [Recover] of each connection of the
+// deliveries, as [EraseSubject] does, so that it takes turns with the
+// Resends, Recovers and erasures of those connections: without it, it and
+// a Recover marking the same jobs resent could each lock one row and wait
+// for the other's, and PostgreSQL ended one with "deadlock detected"
+// (TestEraseBodies_AtOnceWithARecover). What it writes is safe from them in
+// any case: every writer of a job row (the erasures, the resent mark, River
+// recording a run's end) computes its write from the row as it is when it
+// holds it, and River writes a run's end to the job its run holds, still
+// running, which no erasure by delivery touches ([Register] keeps River's
+// rescuer off a run still alive). A Resend or Recover that decided before the
+// erasure inserts a resend under way, which keeps its body as any delivery
+// under way does; one after finds the delivery erased ([ErrErased]).
 func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB, deliveryIDs []string) (int, error) {
 	ids := slices.DeleteFunc(slices.Clone(deliveryIDs), func(id string) bool { return !storable(id) }) // no delivery has them
 	if len(ids) == 0 {

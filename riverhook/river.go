@@ -283,15 +283,24 @@ func eraseArgs() pgx.NamedArgs {
 const ended = `state IN ('completed', 'discarded', 'cancelled')`
 
 // erase erases the ended jobs of deliveryIDs, and returns how many held
-// something to erase (TestRiver/Erase).
-func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (int, error) {
-	sql := `WITH erased AS (UPDATE ` + jobTable(schema) + ` SET ` + eraseSet + `
+// something to erase (TestRiver/Erase). It does so in a transaction holding
+// the Recover lock of each connection of the deliveries' jobs, as
+// eraseSubject does (TestEraseBodies_AtOnceWithARecover).
+func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (n int, err error) {
+	table := jobTable(schema)
+	conns := `SELECT DISTINCT job.args->>'connection_id' AS id FROM unnest($3::text[]) AS d(id)
+		JOIN ` + table + ` AS job ON job.args @> jsonb_build_object('delivery_id', d.id) WHERE job.kind = $2`
+	sql := `WITH erased AS (UPDATE ` + table + ` SET ` + eraseSet + `
 		WHERE kind = @riverhook_kind AND ` + ended + ` AND args->>'delivery_id' = ANY(@riverhook_deliveries::text[])
 		AND ` + notErased + ` RETURNING 1) SELECT count(*) FROM erased`
 	args := eraseArgs()
 	args["riverhook_deliveries"] = deliveryIDs
-	var n int
-	err := db.QueryRow(ctx, sql, args).Scan(&n)
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := lockConnections(ctx, tx, schema, conns, Kind, deliveryIDs); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, sql, args).Scan(&n)
+	})
 	return n, err
 }
 
@@ -326,9 +335,8 @@ func toCancel(ctx context.Context, db DB, schema, subject string, limit int) ([]
 // one after finds the job erased (TestEraseSubject_AResendCommittedDuringTheErasure).
 func eraseSubject(ctx context.Context, db DB, schema, subject string) (erased, left int, err error) {
 	table := jobTable(schema)
-	lock := `SELECT pg_advisory_xact_lock(` + strings.Replace(lockKey, "$2::text", "conns.id", 1) + `)::text, 0))
-		FROM (SELECT DISTINCT args->>'connection_id' AS id FROM ` + table + ` WHERE kind = $2
-			AND args @> jsonb_build_object('data_subject', $3::text) ORDER BY 1 OFFSET 0) AS conns`
+	conns := `SELECT DISTINCT args->>'connection_id' AS id FROM ` + table + ` WHERE kind = $2
+		AND args @> jsonb_build_object('data_subject', $3::text)`
 	sql := `WITH erased AS (UPDATE ` + table + ` SET ` + eraseSet + `
 		WHERE kind = @riverhook_kind AND (` + ended + ` OR ` + cancelling + `) AND ` + subjectWhere + `
 		AND ` + notErased + ` RETURNING 1)
@@ -337,7 +345,7 @@ func eraseSubject(ctx context.Context, db DB, schema, subject string) (erased, l
 	args := eraseArgs()
 	args["riverhook_subject"] = subject
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lock, schema, Kind, subject); err != nil {
+		if err := lockConnections(ctx, tx, schema, conns, Kind, subject); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, sql, args).Scan(&erased, &left)
@@ -415,5 +423,17 @@ func lockDelivery(ctx context.Context, tx pgx.Tx, schema, connectionID, delivery
 // transaction tx.
 func lockConnection(ctx context.Context, tx pgx.Tx, schema, connectionID string) error {
 	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+lockKey+`)::text, 0))`, schema, connectionID)
+	return err
+}
+
+// lockConnections takes in tx the lock of a Recover (lockConnection's) of
+// each connection that conns lists (its column id), a query of job rows
+// whose arguments are $2 on, in the order of their ids: the erasures hold
+// them while they write a connection's jobs, so that they take turns with
+// Resend, Recover and each other rather than lock the same rows in another
+// order. Every taker of several takes them in that order.
+func lockConnections(ctx context.Context, tx pgx.Tx, schema, conns string, args ...any) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+strings.Replace(lockKey, "$2::text", "conns.id", 1)+`)::text, 0))
+		FROM (`+conns+` ORDER BY 1 OFFSET 0) AS conns`, append([]any{schema}, args...)...)
 	return err
 }
