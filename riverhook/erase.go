@@ -36,7 +36,9 @@ var ErrErased = errors.New("riverhook: the delivery's body was erased")
 // again erases only what was written since. It is one UPDATE in a
 // transaction begun on db (River's client has no API for it), on the
 // database of client (any client will do, for its schema): a pool, or the
-// caller's transaction (a savepoint, its locks held until it ends).
+// caller's transaction (a savepoint, its locks held until it ends: give it,
+// not the pool, to the riverhook calls that follow until then, see
+// [ErrLockHeld]).
 //
 // The UPDATE holds the lock of [Recover] of each connection of the
 // deliveries, as [EraseSubject] does, so that it takes turns with the
@@ -122,7 +124,9 @@ type EraseResult struct {
 // delivery under way (at most 1,000), and the erasure's UPDATE, which it
 // makes holding the lock of [Recover] of each of the subject's connections:
 // a Resend or Recover deciding meanwhile commits first, and its resend is
-// counted in UnderWay, or waits and finds the delivery erased.
+// counted in UnderWay, or waits and finds the delivery erased. Given the
+// caller's transaction, it holds them until that ends: give it, not the
+// pool, to the riverhook calls that follow until then ([ErrLockHeld]).
 func EraseSubject[TTx any](ctx context.Context, client *river.Client[TTx], db DB, subject string) (*EraseResult, error) {
 	if subject == "" {
 		return nil, fmt.Errorf("%w: the subject to erase must not be empty", ErrInvalidSubject)

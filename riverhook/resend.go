@@ -63,7 +63,8 @@ var ErrResent = errors.New("riverhook: the job was resent already")
 // lock of the delivery's that [Recover] takes too: two Resends, or a Resend
 // and a Recover, of one delivery at the same moment insert one job,
 // whatever processes they run in. It blocks while another decides on the
-// delivery.
+// delivery, as long as ctx allows, but for a decider idle in its
+// transaction, such as the caller's own: [ErrLockHeld].
 func Resend(ctx context.Context, client *river.Client[pgx.Tx], db DB, jobID int64, reason string, opts *InsertOptions) (job *rivertype.JobRow, inserted bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		job, inserted, err = ResendTx(ctx, client, tx, jobID, reason, opts)
@@ -73,7 +74,9 @@ func Resend(ctx context.Context, client *river.Client[pgx.Tx], db DB, jobID int6
 }
 
 // ResendTx is [Resend] in tx: the new job exists once tx commits, and the
-// delivery's lock is held until tx ends, so keep tx short. At READ
+// delivery's lock is held until tx ends, so keep tx short, and until then
+// give tx, not the pool, to the riverhook calls that follow: one on the
+// pool would wait for tx, which waits for it ([ErrLockHeld]). At READ
 // COMMITTED, PostgreSQL's default, the second of two deciders on a delivery
 // waits for the first's transaction and then sees its job; at REPEATABLE
 // READ or SERIALIZABLE it may fail with a serialization error instead.
@@ -212,7 +215,8 @@ type RecoverResult struct {
 // does, holding the connection's lock: run twice, or at the same moment as
 // another Recover or a Resend of the connection's deliveries, whatever
 // processes they run in, it sends each delivery once. Resends of the
-// connection wait for it, and it for them.
+// connection wait for it, and it for them, but for one idle in its
+// transaction ([ErrLockHeld]).
 func Recover(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string, p RecoverParams, opts *InsertOptions) (res *RecoverResult, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		res, err = RecoverTx(ctx, client, tx, connectionID, p, opts)
@@ -222,7 +226,8 @@ func Recover(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectio
 }
 
 // RecoverTx is [Recover] in tx: its resends exist once tx commits, and the
-// connection's lock is held until tx ends (see [ResendTx]).
+// connection's lock is held until tx ends: give tx, not the pool, to the
+// riverhook calls that follow until then (see [ResendTx]).
 func RecoverTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, connectionID string, p RecoverParams, opts *InsertOptions) (*RecoverResult, error) {
 	if p.Since.IsZero() {
 		return nil, errors.New("riverhook: RecoverParams.Since is required")
