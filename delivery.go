@@ -92,8 +92,10 @@ func (s *Sender) newDelivery(c Connection, event string, body []byte, m mode) *d
 	return d
 }
 
-// release clears d, whose attempts now belong to the caller, and pools it.
+// release clears d, whose attempts now belong to the caller, and pools it;
+// an attempt a panic left in flight is ended first (abandon).
 func (d *delivery) release() {
+	d.abandon()
 	d.deliveryState = deliveryState{}
 	d.s.deliveries.Put(d)
 }
@@ -411,30 +413,6 @@ func (d *delivery) log(ctx context.Context, a *Attempt) {
 type resultWithLog struct {
 	r   Result
 	one [1]Attempt
-}
-
-// runForResult makes the delivery and returns its Result and error.
-func (d *delivery) runForResult(ctx context.Context) (*Result, error) {
-	box := new(resultWithLog)
-	d.attempts = box.one[:0]
-	d.run(ctx)
-	return d.result(&box.r)
-}
-
-// result fills r, the Result of the delivery, returns it with its error,
-// and releases d.
-func (d *delivery) result(r *Result) (*Result, error) {
-	r.ConnectionName, r.Attempts = d.conn.Name, d.attempts
-	switch {
-	case len(d.attempts) == 0:
-		r.Err = d.err
-	case d.err != nil:
-		r.Err = &DeliveryError{ConnectionName: d.conn.Name, Attempts: d.attempts, Err: d.err}
-	case d.attempts[len(d.attempts)-1].Err != nil:
-		r.Err = &DeliveryError{ConnectionName: d.conn.Name, Attempts: d.attempts, Err: d.attempts[len(d.attempts)-1].Err}
-	}
-	d.release()
-	return r, r.Err
 }
 
 // scrubBody returns b, an answer's excerpt, without the connection's

@@ -58,9 +58,13 @@ func (l *retryLoop) do(ctx context.Context, first *http.Request, maxRetries int)
 	if resp != nil {
 		resp.Body.Close() // read by finish already
 	}
-	l.ctx, l.req = nil, retryablehttp.Request{}
+	l.forget()
 	return err
 }
+
+// forget lets go of the delivery's context and request (its signed
+// headers), also after a panic in the round trip (delivery.abandon).
+func (l *retryLoop) forget() { l.ctx, l.req = nil, retryablehttp.Request{} }
 
 func (l *retryLoop) checkRetry(_ context.Context, resp *http.Response, err error) (bool, error) {
 	retry, wait := l.h.finish(resp, err)

@@ -1,0 +1,69 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+)
+
+// This file holds how a delivery ends: its Result, or an attempt a panic
+// left in flight.
+
+// runForResult makes the delivery and returns its Result and error.
+func (d *delivery) runForResult(ctx context.Context) (*Result, error) {
+	box := new(resultWithLog)
+	d.attempts = box.one[:0]
+	ran := false
+	defer func() {
+		if !ran { // a panic in the round trip: d is not pooled
+			d.abandon()
+		}
+	}()
+	d.run(ctx)
+	ran = true
+	return d.result(&box.r)
+}
+
+// result fills r, the Result of the delivery, returns it with its error,
+// and releases d.
+func (d *delivery) result(r *Result) (*Result, error) {
+	r.ConnectionName, r.Attempts = d.conn.Name, d.attempts
+	switch {
+	case len(d.attempts) == 0:
+		r.Err = d.err
+	case d.err != nil:
+		r.Err = &DeliveryError{ConnectionName: d.conn.Name, Attempts: d.attempts, Err: d.err}
+	case d.attempts[len(d.attempts)-1].Err != nil:
+		r.Err = &DeliveryError{ConnectionName: d.conn.Name, Attempts: d.attempts, Err: d.attempts[len(d.attempts)-1].Err}
+	}
+	d.release()
+	return r, r.Err
+}
+
+// errPanicked is the error recorded for an attempt whose round trip
+// panicked (a RoundTripper's or a CheckRedirect's bug).
+var errPanicked = errors.New("webhook: the attempt's round trip panicked")
+
+// abandon ends the attempt in flight, if a panic in its round trip (or in
+// CheckRedirect) left one, as finish would have: its request's context is
+// canceled, its connection's allowance given back, and endpoint health
+// records it as canceled, so that it is not counted in flight for ever (an
+// endpoint with MaxUnanswered such attempts was refused as not answering
+// from then on, and a probe's lease was held). The panic goes on; the
+// caller that recovers it, such as a queue's job, may deliver again. The
+// retry loop lets go of the request, which holds the signed headers.
+func (d *delivery) abandon() {
+	d.loop.forget()
+	cur := d.cur
+	if cur.cancel == nil {
+		return // no attempt in flight
+	}
+	d.cur = inFlight{}
+	cur.cancel()
+	if cur.trace != nil {
+		cur.trace.done()
+	}
+	if d.s.health != nil {
+		a := Attempt{N: d.first + len(d.attempts), Start: cur.start, Timestamp: cur.ts, Kind: KindCanceled, Err: errPanicked}
+		d.s.health.record(cur.ticket, &a, false, d.body)
+	}
+}
