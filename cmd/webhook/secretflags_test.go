@@ -89,3 +89,21 @@ func TestMayBeSecret(t *testing.T) {
 		assert.Equal(t, want, mayBeSecret(s), s)
 	}
 }
+
+// The service's secret without its prefix is 43 characters of URL-safe
+// base64, whose - and _ cut it into runs shorter than 16 one time in
+// several: such a secret, pasted, is not printed back either, as a file's
+// path or as a variable's name.
+func TestSecretFlags_AnUnprefixedSecretCutByDashesIsNotPrinted(t *testing.T) {
+	for _, c := range []struct{ flag, value string }{
+		{"-secret-file", "Xf9Ab0cD_1eF2gH3iJ4k-L5mN6oP7qR8_sT9uV0wX1y"},
+		{"-secret-env", "Xf9Ab0cD_1eF2gH3iJ4k_L5mN6oP7qR8_sT9uV0wX1y"}, // a valid variable name
+	} {
+		res := runCmd(t, "", "sign", c.flag, c.value)
+		assert.Equal(t, exitUsage, res.code, res.stderr)
+		assert.Contains(t, res.stderr, c.flag)
+		for _, part := range []string{"Xf9Ab0cD", "1eF2gH3iJ4k", "L5mN6oP7qR8", "sT9uV0wX1y"} {
+			assert.NotContains(t, res.stderr, part, "%s: the pasted secret is printed", c.flag)
+		}
+	}
+}
