@@ -274,7 +274,7 @@ func validEnvName(name string) bool {
 // people write (STAGING_WEBHOOK_SECRET_2024, /run/secrets/webhook-v2,
 // /tmp/TestName3340148021).
 func mayBeSecret(s string) bool {
-	if strings.Contains(strings.ToLower(s), webhook.SecretPrefix) {
+	if strings.Contains(strings.ToLower(s), webhook.SecretPrefix) || mayBeBase64URLKey(s) {
 		return true
 	}
 	run, digitRuns := 0, 0
@@ -293,6 +293,41 @@ func mayBeSecret(s string) bool {
 			}
 			run, digitRuns = 0, 0
 		}
+	}
+	return false
+}
+
+// mayBeBase64URLKey reports whether s holds a run of 32 or more characters
+// of URL-safe base64 (letters, digits, - and _) with letters of both cases
+// and digits in three runs or more: the service's secret without its
+// prefix (43 of them), whose - and _ may cut it into runs too short for
+// mayBeSecret's other test. Names people write are of one case
+// (STAGING_WEBHOOK_SECRET_2024_V2), a UUID's hex is lower case.
+func mayBeBase64URLKey(s string) bool {
+	run, digitRuns, lower, upper := 0, 0, false, false
+	for i := 0; i <= len(s); i++ {
+		c := byte(0)
+		if i < len(s) {
+			c = s[i]
+		}
+		switch {
+		case '0' <= c && c <= '9':
+			if i == 0 || s[i-1] < '0' || s[i-1] > '9' {
+				digitRuns++
+			}
+		case 'a' <= c && c <= 'z':
+			lower = true
+		case 'A' <= c && c <= 'Z':
+			upper = true
+		case c == '-' || c == '_':
+		default:
+			if run >= 32 && digitRuns >= 3 && lower && upper {
+				return true
+			}
+			run, digitRuns, lower, upper = 0, 0, false, false
+			continue
+		}
+		run++
 	}
 	return false
 }

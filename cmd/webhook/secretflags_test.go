@@ -80,11 +80,13 @@ func TestMayBeSecret(t *testing.T) {
 		"/run/secrets/webhook-v2/2024-05-01.txt":    false,
 		"/tmp/TestSecretFlags3340148021/001/secret": false,
 		"3f2a9b1c-4d5e-6f70-8a9b-0c1d2e3f4a5b.txt":  false, // a UUID's parts are short
-		"whsec_short":                              true,
-		"secrets/WhSeC_anything":                   true,
-		"JBSWY3DPEHPK3PXP":                         true, // base32
-		"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b": true, // hex
-		"k7Qp2Zr9Xw4Lm8Nb3Vc6Ty1Hd5Gs0Jf":          true, // base64
+		"whsec_short":                                 true,
+		"secrets/WhSeC_anything":                      true,
+		"JBSWY3DPEHPK3PXP":                            true, // base32
+		"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b":    true, // hex
+		"k7Qp2Zr9Xw4Lm8Nb3Vc6Ty1Hd5Gs0Jf":             true, // base64
+		"Xf9Ab0cD_1eF2gH3iJ4k-L5mN6oP7qR8_sT9uV0wX1y": true, // base64url, cut by - and _
+		"my-service_WEBHOOK_SECRET_2024_V2_prod":      false,
 	} {
 		assert.Equal(t, want, mayBeSecret(s), s)
 	}
