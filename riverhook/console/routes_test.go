@@ -3,6 +3,7 @@ package console_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +25,19 @@ type routeCase struct {
 	header       []string
 }
 
+// do makes tc's request of f and checks what every answer to it has: its
+// status, Content-Type, Allow and security headers.
+func (tc routeCase) do(t *testing.T, f *fixture, contentType string) (string, *httptest.ResponseRecorder) {
+	t.Helper()
+	name := tc.method + " " + tc.path
+	got := f.do(t, tc.method, tc.path, "", tc.header...)
+	assert.Equal(t, tc.status, got.Code, name)
+	assert.Equal(t, contentType, got.Header().Get("Content-Type"), name)
+	assert.Equal(t, tc.allow, got.Header().Get("Allow"), name)
+	assert.NotEmpty(t, got.Header().Get("Content-Security-Policy"), name)
+	return name, got
+}
+
 func TestConsole_AnswersWhatNoRouteTakesInTheAPIsShapeOrAsAPage(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, false)
@@ -42,12 +56,7 @@ func TestConsole_AnswersWhatNoRouteTakesInTheAPIsShapeOrAsAPage(t *testing.T) {
 		{method: "DELETE", path: "/api/connections/crm/deliveries/" + job, status: http.StatusMethodNotAllowed, allow: "GET, HEAD"},
 		{method: "POST", path: "/api/connections/crm/test", status: http.StatusForbidden, header: []string{"Sec-Fetch-Site", "cross-site"}},
 	} {
-		name := tc.method + " " + tc.path
-		got := f.do(t, tc.method, tc.path, "", tc.header...)
-		assert.Equal(t, tc.status, got.Code, name)
-		assert.Equal(t, "application/json; charset=utf-8", got.Header().Get("Content-Type"), name)
-		assert.Equal(t, tc.allow, got.Header().Get("Allow"), name)
-		assert.NotEmpty(t, got.Header().Get("Content-Security-Policy"), name)
+		name, got := tc.do(t, f, "application/json; charset=utf-8")
 		var e map[string]string
 		if assert.NoError(t, json.Unmarshal(got.Body.Bytes(), &e), "%s: %s", name, got.Body.String()) {
 			assert.NotEmpty(t, e["error"], "%s: {\"error\": ...}: %s", name, got.Body.String())
@@ -65,12 +74,7 @@ func TestConsole_AnswersWhatNoRouteTakesInTheAPIsShapeOrAsAPage(t *testing.T) {
 		{method: "POST", path: "/connections/crm", status: http.StatusMethodNotAllowed, allow: "GET, HEAD"},
 		{method: "POST", path: "/connections/crm/test", status: http.StatusForbidden, header: []string{"Sec-Fetch-Site", "cross-site"}},
 	} {
-		name := tc.method + " " + tc.path
-		got := f.do(t, tc.method, tc.path, "", tc.header...)
-		assert.Equal(t, tc.status, got.Code, name)
-		assert.Equal(t, "text/html; charset=utf-8", got.Header().Get("Content-Type"), name)
-		assert.Equal(t, tc.allow, got.Header().Get("Allow"), name)
-		assert.NotEmpty(t, got.Header().Get("Content-Security-Policy"), name)
+		name, got := tc.do(t, f, "text/html; charset=utf-8")
 		assert.True(t, strings.HasPrefix(got.Body.String(), "<!doctype html>"), "%s: the console's page: %.80s", name, got.Body.String())
 	}
 	assert.Len(t, f.srv.Deliveries(), 8, "no test sent")
