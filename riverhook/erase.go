@@ -33,15 +33,18 @@ var ErrErased = errors.New("riverhook: the delivery's body was erased")
 // deliveries inserted without a subject, or for every delivery once it has
 // ended, to keep personal data out of River's tables and River UI at all:
 // see the package documentation, "Retention and personal data". Calling it
-// again erases only what was written since. It is one UPDATE in a
-// transaction begun on db (River's client has no API for it), on the
-// database of client (any client will do, for its schema): a pool, or the
-// caller's transaction (a savepoint, its locks held until it ends: give it,
-// not the pool, to the riverhook calls that follow until then, see
-// [ErrLockHeld]).
+// again erases only what was written since. It runs an UPDATE for each 64
+// connections of the deliveries, each in a transaction begun on db
+// (River's client has no API for it), on the database of client (any
+// client will do, for its schema): a pool, or the caller's transaction (a
+// savepoint, its locks held until it ends: give it, not the pool, to the
+// riverhook calls that follow until then, see [ErrLockHeld]; and give it
+// deliveries of at most a few hundred connections, as each holds a lock of
+// PostgreSQL's lock table). On an error, the count is of what the
+// transactions before it erased, and the call may be made again.
 //
-// The UPDATE holds the lock of [Recover] of each connection of the
-// deliveries, as [EraseSubject] does, so that it takes turns with the
+// Each UPDATE holds the lock of [Recover] of each of its connections, as
+// [EraseSubject] does, so that it takes turns with the
 // Resends, Recovers and erasures of those connections: without it, it and
 // a Recover marking the same jobs resent could each lock one row and wait
 // for the other's, and PostgreSQL ended one with "deadlock detected"
@@ -60,7 +63,7 @@ func EraseBodies[TTx any](ctx context.Context, client *river.Client[TTx], db DB,
 	}
 	n, err := erase(ctx, db, client.Schema(), ids)
 	if err != nil {
-		return 0, fmt.Errorf("riverhook: erasing %d deliveries: %w", len(deliveryIDs), err)
+		return n, fmt.Errorf("riverhook: erasing %d deliveries (%d erased before the error): %w", len(deliveryIDs), n, err)
 	}
 	return n, nil
 }

@@ -69,7 +69,8 @@ func TestEraseBodies_AtOnceWithARecover(t *testing.T) {
 		res, err = riverhook.Recover(ctx, client, pool, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "the endpoint is fixed"}, nil)
 		recovered <- err
 	}()
-	waitBlocked(t, pool, schema, 1) // the Recover, marking g1
+	holderPID := holder.Conn().PgConn().PID()
+	waitBlocked(t, pool, holderPID, 1) // the Recover, marking g1
 	erased := make(chan error, 1)
 	var n int
 	go func() {
@@ -77,7 +78,7 @@ func TestEraseBodies_AtOnceWithARecover(t *testing.T) {
 		n, err = riverhook.EraseBodies(ctx, client, pool, []string{"g1", "g2"})
 		erased <- err
 	}()
-	waitBlocked(t, pool, schema, 2) // and the erasure
+	waitBlocked(t, pool, holderPID, 2) // and the erasure, behind the Recover
 	require.NoError(t, holder.Commit(ctx))
 
 	require.NoError(t, <-recovered, "the Recover")
@@ -94,15 +95,16 @@ func TestEraseBodies_AtOnceWithARecover(t *testing.T) {
 	}
 }
 
-// waitBlocked waits until n statements reading schema's tables wait for a
-// lock, as pg_stat_activity shows them.
-func waitBlocked(t *testing.T, pool *pgxpool.Pool, schema string, n int) {
+// waitBlocked waits until n statements wait for a lock behind the
+// session holder, at most one other between them, as pg_locks shows them.
+func waitBlocked(t *testing.T, pool *pgxpool.Pool, holder uint32, n int) {
 	t.Helper()
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
 		var waiting int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-			AND position($1 in query) > 0`, schema).Scan(&waiting)
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity AS a WHERE a.wait_event_type = 'Lock'
+			AND ($1::int = ANY(pg_blocking_pids(a.pid)) OR EXISTS (SELECT 1 FROM pg_stat_activity AS b
+				WHERE b.pid = ANY(pg_blocking_pids(a.pid)) AND $1::int = ANY(pg_blocking_pids(b.pid))))`, int64(holder)).Scan(&waiting)
 		return err == nil && waiting >= n
-	}, 10*time.Second, 5*time.Millisecond, "%d statements on %s wait for a lock", n, schema)
+	}, 10*time.Second, 5*time.Millisecond, "%d statements wait for a lock behind session %d", n, holder)
 }

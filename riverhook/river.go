@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -282,26 +283,52 @@ func eraseArgs() pgx.NamedArgs {
 // ended are the River states of a delivery that has ended.
 const ended = `state IN ('completed', 'discarded', 'cancelled')`
 
+// eraseConnections bounds the connections whose Recover locks a
+// transaction of erase holds at once. Advisory locks share PostgreSQL's
+// lock table (max_locks_per_transaction for each of max_connections: 6,400
+// by default) with every lock of every session: one for each connection of
+// a retention sweep's batch could exhaust it, and the server would then
+// refuse locks to everyone (TestEraseBodies_HoldsTheLocksOfAFewConnectionsAtOnce).
+const eraseConnections = 64
+
 // erase erases the ended jobs of deliveryIDs, and returns how many held
-// something to erase (TestRiver/Erase). It does so in a transaction holding
-// the Recover lock of each connection of the deliveries' jobs, as
-// eraseSubject does (TestEraseBodies_AtOnceWithARecover).
+// something to erase (TestRiver/Erase). It does so connection by
+// connection, in transactions each holding the Recover lock of up to
+// eraseConnections of them, as eraseSubject does for a subject's
+// (TestEraseBodies_AtOnceWithARecover); on an error, n counts what the
+// transactions before it erased. In the caller's transaction, every lock is
+// held until it ends.
 func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (n int, err error) {
 	table := jobTable(schema)
-	conns := `SELECT DISTINCT job.args->>'connection_id' AS id FROM unnest($3::text[]) AS d(id)
-		JOIN ` + table + ` AS job ON job.args @> jsonb_build_object('delivery_id', d.id) WHERE job.kind = $2`
+	rows, err := db.Query(ctx, `SELECT DISTINCT job.args->>'connection_id' FROM unnest($1::text[]) AS d(id)
+		JOIN `+table+` AS job ON job.args @> jsonb_build_object('delivery_id', d.id) WHERE job.kind = $2 ORDER BY 1`, deliveryIDs, Kind)
+	if err != nil {
+		return 0, err
+	}
+	conns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
 	sql := `WITH erased AS (UPDATE ` + table + ` SET ` + eraseSet + `
 		WHERE kind = @riverhook_kind AND ` + ended + ` AND args->>'delivery_id' = ANY(@riverhook_deliveries::text[])
-		AND ` + notErased + ` RETURNING 1) SELECT count(*) FROM erased`
+		AND args->>'connection_id' = ANY(@riverhook_connections::text[]) AND ` + notErased + ` RETURNING 1) SELECT count(*) FROM erased`
 	args := eraseArgs()
 	args["riverhook_deliveries"] = deliveryIDs
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if err := lockConnections(ctx, tx, schema, conns, Kind, deliveryIDs); err != nil {
-			return err
+	for some := range slices.Chunk(conns, eraseConnections) {
+		args["riverhook_connections"] = some
+		var m int
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			if err := lockConnections(ctx, tx, schema, `SELECT unnest($2::text[]) AS id`, some); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, sql, args).Scan(&m)
+		})
+		if err != nil {
+			return n, err
 		}
-		return tx.QueryRow(ctx, sql, args).Scan(&n)
-	})
-	return n, err
+		n += m
+	}
+	return n, nil
 }
 
 // subjectWhere finds a subject's jobs by their args, served by River's GIN
