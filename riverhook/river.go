@@ -300,12 +300,19 @@ const eraseConnections = 64
 // held until it ends.
 func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (n int, err error) {
 	table := jobTable(schema)
-	rows, err := db.Query(ctx, `SELECT DISTINCT job.args->>'connection_id' FROM unnest($1::text[]) AS d(id)
-		JOIN `+table+` AS job ON job.args @> jsonb_build_object('delivery_id', d.id) WHERE job.kind = $2 ORDER BY 1`, deliveryIDs, Kind)
-	if err != nil {
-		return 0, err
-	}
-	conns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	// In a transaction of its own too: in the caller's, a savepoint, which
+	// an error rolls back rather than abort the caller's transaction
+	// (TestEraseBodies_AnErrorLeavesTheCallersTransactionUsable).
+	var conns []string
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT DISTINCT job.args->>'connection_id' FROM unnest($1::text[]) AS d(id)
+			JOIN `+table+` AS job ON job.args @> jsonb_build_object('delivery_id', d.id) WHERE job.kind = $2 ORDER BY 1`, deliveryIDs, Kind)
+		if err != nil {
+			return err
+		}
+		conns, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
