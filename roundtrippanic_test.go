@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
@@ -59,4 +60,32 @@ func TestAttempt_APanicInTheRoundTripLeavesNothingInFlight(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A Send whose OnAttempt panics (a caller's bug, a panic its caller
+// recovers) after an attempt that timed out gives back the place among
+// what waits on URLs not answering (MaxUnansweredTotal) that it took to
+// retry: it held it for ever, and with MaxUnansweredTotal such panics every
+// attempt to a URL not answering was refused from then on.
+func TestSend_APanicInOnAttemptGivesBackItsPlaceToRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &deadPaths{}
+		var panics atomic.Int32
+		panics.Store(1)
+		constant := func(int, *http.Response) time.Duration { return time.Second }
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, AttemptTimeout: time.Second,
+			Retry:  &webhook.RetryPolicy{MaxRetries: 3, Backoff: constant},
+			Health: &webhook.HealthOptions{DownAfter: 100, MaxUnansweredTotal: 1},
+			OnAttempt: func(context.Context, webhook.Connection, webhook.Attempt) {
+				if panics.Add(-1) >= 0 {
+					panic("an OnAttempt's bug")
+				}
+			}})
+		require.NoError(t, err)
+		require.Panics(t, func() { _, _ = s.Send(context.Background(), hungConn("/dead/0"), payloadFor(0)) })
+		go s.Send(context.Background(), hungConn("/dead/0"), payloadFor(1))
+		synctest.Wait()
+		assert.EqualValues(t, 1, ep.inFlight.Load(), "the panicked delivery's place was given back")
+		time.Sleep(10 * time.Second)
+	})
 }
