@@ -48,11 +48,18 @@ var errPanicked = errors.New("webhook: the attempt's round trip panicked")
 // canceled, its connection's allowance given back, and endpoint health
 // records it as canceled, so that it is not counted in flight for ever (an
 // endpoint with MaxUnanswered such attempts was refused as not answering
-// from then on, and a probe's lease was held). The panic goes on; the
+// from then on, and a probe's lease was held). A place to retry that finish
+// took before a panic (in OnAttempt, or a Logger's handler) is given back,
+// as run does when the retry never comes
+// (TestSend_APanicInOnAttemptGivesBackItsPlaceToRetry). The panic goes on; the
 // caller that recovers it, such as a queue's job, may deliver again. The
 // retry loop lets go of the request, which holds the signed headers.
 func (d *delivery) abandon() {
 	d.loop.forget()
+	if d.held { // a panic after finish took a place to retry (OnAttempt's, a Logger's)
+		d.held = false
+		d.s.health.unhold()
+	}
 	cur := d.cur
 	if cur.cancel == nil {
 		return // no attempt in flight
