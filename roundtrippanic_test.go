@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -87,5 +88,42 @@ func TestSend_APanicInOnAttemptGivesBackItsPlaceToRetry(t *testing.T) {
 		synctest.Wait()
 		assert.EqualValues(t, 1, ep.inFlight.Load(), "the panicked delivery's place was given back")
 		time.Sleep(10 * time.Second)
+	})
+}
+
+// panickingBody answers 200 with a body whose Read panics on its first
+// panics answers, as a caller's buggy RoundTripper's body may, and 204
+// after.
+type panickingBody struct{ panics atomic.Int32 }
+
+type panicReader struct{}
+
+func (panicReader) Read([]byte) (int, error) { panic("a response body's bug") }
+
+func (p *panickingBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	if p.panics.Add(-1) >= 0 {
+		return &http.Response{StatusCode: http.StatusOK, ContentLength: -1, Body: io.NopCloser(panicReader{}), Request: r}, nil
+	}
+	return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody, Request: r}, nil
+}
+
+// An attempt whose answer's body panics as it is read is over for endpoint
+// health too: finish took the attempt in flight before reading the body,
+// so that abandon found nothing to end, and MaxUnanswered such panics had
+// the endpoint refused as not answering for ever.
+func TestAttempt_APanicReadingTheAnswerLeavesNothingInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := &panickingBody{}
+		tr.panics.Store(2)
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: &webhook.RetryPolicy{},
+			Health: &webhook.HealthOptions{MaxUnanswered: 2}})
+		require.NoError(t, err)
+		conn := hungConn("/hook")
+		for range 2 {
+			require.Panics(t, func() { _ = s.Attempt(context.Background(), conn, webhook.EventUserIdentified, []byte(`{}`), 1) })
+		}
+		time.Sleep(time.Minute) // the endpoint's quiet, long past
+		require.NoError(t, s.Attempt(context.Background(), conn, webhook.EventUserIdentified, []byte(`{}`), 1).Err,
+			"the panicked attempts are still counted in flight")
 	})
 }
