@@ -56,7 +56,7 @@ type deliveryState struct {
 	body     []byte
 	attempts []Attempt
 	ctx      context.Context // the delivery's; each attempt's request has its own, bounded
-	cur      inFlight        // the attempt in flight, taken whole by finish
+	cur      inFlight        // the attempt in flight, taken whole by finish once its answer is read
 	one      [1]Attempt      // the log of Sender.Attempt
 	err      error           // set when nothing could be sent, or by cancellation
 	errKind  FailureKind     // why nothing could be sent: KindInvalid, KindCanceled or KindDown
@@ -281,7 +281,6 @@ func (d *delivery) prepare(last *http.Request) (*http.Request, error) {
 // or err, and decides on a retry.
 func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) {
 	ctx, cur := d.ctx, d.cur
-	d.cur = inFlight{}
 	a := Attempt{
 		N:         d.first + len(d.attempts),
 		Start:     cur.start,
@@ -295,6 +294,10 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 	cur.trace.done()
 	a.Duration = d.s.now().Sub(cur.start)
 	a.Kind, a.Err = classify(ctx, resp, err, d.conn.URL, d.scrubText)
+	// Taken once the answer is read and classified (the RoundTripper's
+	// body and error, which may panic): until then abandon ends it
+	// (TestAttempt_APanicReadingTheAnswerLeavesNothingInFlight).
+	d.cur = inFlight{}
 	if d.s.health != nil {
 		d.s.health.record(cur.ticket, &a, cur.trace != nil && cur.trace.connected.Load(), d.body)
 	}
