@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -303,29 +302,43 @@ func erase(ctx context.Context, db DB, schema string, deliveryIDs []string) (n i
 	// In a transaction of its own too: in the caller's, a savepoint, which
 	// an error rolls back rather than abort the caller's transaction
 	// (TestEraseBodies_AnErrorLeavesTheCallersTransactionUsable).
-	var conns []string
+	type pair struct{ conn, delivery string }
+	var pairs []pair
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT DISTINCT job.args->>'connection_id' FROM unnest($1::text[]) AS d(id)
-			JOIN `+table+` AS job ON job.args @> jsonb_build_object('delivery_id', d.id) WHERE job.kind = $2 ORDER BY 1`, deliveryIDs, Kind)
+		rows, err := tx.Query(ctx, `SELECT DISTINCT job.args->>'connection_id', d.id FROM unnest($1::text[]) AS d(id)
+			JOIN `+table+` AS job ON job.args @> jsonb_build_object('delivery_id', d.id) WHERE job.kind = $2 ORDER BY 1, 2`, deliveryIDs, Kind)
 		if err != nil {
 			return err
 		}
-		conns, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		pairs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (p pair, err error) {
+			return p, row.Scan(&p.conn, &p.delivery)
+		})
 		return err
 	})
 	if err != nil {
 		return 0, err
 	}
-	sql := `WITH erased AS (UPDATE ` + table + ` SET ` + eraseSet + `
-		WHERE kind = @riverhook_kind AND ` + ended + ` AND args->>'delivery_id' = ANY(@riverhook_deliveries::text[])
-		AND args->>'connection_id' = ANY(@riverhook_connections::text[]) AND ` + notErased + ` RETURNING 1) SELECT count(*) FROM erased`
+	// Each group's jobs found by their connection and delivery, on River's
+	// GIN index on args, as the pairs were.
+	sql := `WITH erased AS (UPDATE ` + table + ` SET ` + eraseSet + ` WHERE id IN (SELECT job.id
+			FROM unnest(@riverhook_connections::text[], @riverhook_deliveries::text[]) AS p(conn, delivery)
+			JOIN ` + table + ` AS job ON job.args @> jsonb_build_object('connection_id', p.conn, 'delivery_id', p.delivery)
+			WHERE job.kind = @riverhook_kind)
+		AND ` + ended + ` AND ` + notErased + ` RETURNING 1) SELECT count(*) FROM erased`
 	args := eraseArgs()
-	args["riverhook_deliveries"] = deliveryIDs
-	for some := range slices.Chunk(conns, eraseConnections) {
-		args["riverhook_connections"] = some
+	for len(pairs) > 0 {
+		var conns, cs, ds []string // the group's connections, and its pairs
+		for len(pairs) > 0 && (len(conns) < eraseConnections || pairs[0].conn == conns[len(conns)-1]) {
+			if len(conns) == 0 || pairs[0].conn != conns[len(conns)-1] {
+				conns = append(conns, pairs[0].conn)
+			}
+			cs, ds = append(cs, pairs[0].conn), append(ds, pairs[0].delivery)
+			pairs = pairs[1:]
+		}
+		args["riverhook_connections"], args["riverhook_deliveries"] = cs, ds
 		var m int
 		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			if err := lockConnections(ctx, tx, schema, `SELECT unnest($2::text[]) AS id`, some); err != nil {
+			if err := lockConnections(ctx, tx, schema, `SELECT unnest($2::text[]) AS id`, conns); err != nil {
 				return err
 			}
 			return tx.QueryRow(ctx, sql, args).Scan(&m)
