@@ -49,9 +49,7 @@ func TestAttempt_APanicInTheRoundTripLeavesNothingInFlight(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				tr := &panicking{}
 				tr.panics.Store(2)
-				s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: &webhook.RetryPolicy{},
-					Health: &webhook.HealthOptions{MaxUnanswered: 2}})
-				require.NoError(t, err)
+				s := panickedSender(t, tr)
 				conn := hungConn("/hook")
 				for range 2 {
 					require.Panics(t, func() { _ = call.do(s, conn) })
@@ -115,9 +113,7 @@ func TestAttempt_APanicReadingTheAnswerLeavesNothingInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := &panickingBody{}
 		tr.panics.Store(2)
-		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: &webhook.RetryPolicy{},
-			Health: &webhook.HealthOptions{MaxUnanswered: 2}})
-		require.NoError(t, err)
+		s := panickedSender(t, tr)
 		conn := hungConn("/hook")
 		for range 2 {
 			require.Panics(t, func() { _ = s.Attempt(context.Background(), conn, webhook.EventUserIdentified, []byte(`{}`), 1) })
@@ -126,4 +122,14 @@ func TestAttempt_APanicReadingTheAnswerLeavesNothingInFlight(t *testing.T) {
 		require.NoError(t, s.Attempt(context.Background(), conn, webhook.EventUserIdentified, []byte(`{}`), 1).Err,
 			"the panicked attempts are still counted in flight")
 	})
+}
+
+// panickedSender sends through tr without retries, with endpoint health
+// refusing an endpoint with two attempts in flight and no answer.
+func panickedSender(t *testing.T, tr http.RoundTripper) *webhook.Sender {
+	t.Helper()
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: &webhook.RetryPolicy{},
+		Health: &webhook.HealthOptions{MaxUnanswered: 2}})
+	require.NoError(t, err)
+	return s
 }
