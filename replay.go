@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -144,14 +145,15 @@ type MemoryReplayStoreOptions struct {
 // defaults of NewMemoryReplayStore(nil).
 //
 // Memory is bounded by MaxEntries, whatever the arrival rate. Each key is
-// kept as 128 bits (see Add) with its expiry, in maps of 5 seconds of
+// kept as 128 bits (see Add) with its expiry, in tables of 5 seconds of
 // delivery timestamps each, which are dropped whole once their last entry
-// has expired, or once eviction or Release has emptied them; a map is never
-// kept with fewer entries than it had room for. An entry takes about 46
-// bytes with the room maps keep to grow. At 1,000 deliveries per second
-// arriving on time, a 5-minute window holds 300,000 entries: about 13 MiB
-// (measured by TestMemoryReplayStore_MemoryPer1000PerSecond), and at the
-// default bound, DefaultMaxReplayEntries, about 50 MiB. A shard that is full
+// has expired, or once eviction or Release has emptied them; a table is
+// never kept with fewer entries than it had room for. An entry takes about
+// 41 bytes with the room tables keep to grow (a slot is 24 bytes, a table
+// at most 3/4 full). At 1,000 deliveries per second arriving on time, a
+// 5-minute window holds 300,000 entries: about 12 MiB (measured by
+// TestMemoryReplayStore_MemoryPer1000PerSecond), and at the default bound,
+// DefaultMaxReplayEntries, about 41 MiB. A shard that is full
 // forgets an entry of its oldest timestamps to make room, which lets that
 // one delivery be handled again until it leaves the window: size MaxEntries
 // above twice the tolerance times your peak rate.
@@ -169,7 +171,7 @@ type MemoryReplayStore struct {
 const (
 	replayShards = 64
 	replaySpan   = int64(5 * time.Second) // of timestamps in one bucket
-	maxSpare     = 4                      // maps kept for reuse per shard
+	maxSpare     = 4                      // tables' slots kept for reuse per shard
 )
 
 // replayKey is an entry's key: the first 128 bits of a signature digest.
@@ -183,6 +185,9 @@ func newStamp(expiry int64, handling bool) stamp {
 	s := stamp(expiry &^ 1)
 	if handling {
 		s |= 1
+	}
+	if s == 0 { // an empty slot's (entrySlot): expire 2 ns later
+		s = 2
 	}
 	return s
 }
@@ -207,11 +212,12 @@ func (s stamp) state() ReplayState {
 
 type replayShard struct {
 	mu       sync.Mutex
-	buckets  []*replayBucket // in order of index, none empty
-	n        int             // entries in all buckets, some maybe expired
+	nextDrop int64          // no bucket can be dropped before, Unix ns by the store's clock
+	buckets  []replayBucket // in order of index, none empty
+	seed     hashSeed       // the store's
+	n        int            // entries in all buckets, some maybe expired
 	max      int
-	nextDrop int64                 // no bucket can be dropped before, Unix ns by the store's clock
-	spare    []map[replayKey]stamp // maps of dropped buckets, cleared, for new ones
+	spare    [][]entrySlot // slots of dropped buckets, cleared, for new ones
 }
 
 // replayBucket holds the keys of the deliveries whose timestamps fall in
@@ -219,7 +225,7 @@ type replayShard struct {
 type replayBucket struct {
 	index int64 // timestamp / replaySpan
 	until int64 // when its last entry expires, or later
-	seen  map[replayKey]stamp
+	seen  entryTable
 }
 
 // NewMemoryReplayStore returns an empty MemoryReplayStore configured by
@@ -250,7 +256,9 @@ func (s *MemoryReplayStore) setup(maxEntries int, now func() time.Time) {
 	// MaxEntries split over the shards in use, each holding one at least:
 	// the bound is MaxEntries exactly.
 	s.used = min(replayShards, maxEntries)
+	seed := hashSeed{rand.Uint64(), rand.Uint64()}
 	for i := range s.used {
+		s.shards[i].seed = seed
 		s.shards[i].max = maxEntries / s.used
 		if i < maxEntries%s.used {
 			s.shards[i].max++
@@ -337,8 +345,8 @@ func (s *MemoryReplayStore) Len() int {
 		sh.mu.Lock()
 		sh.drop(now)
 		for _, b := range sh.buckets {
-			for _, st := range b.seen {
-				if st.expiry() > now {
+			for _, e := range b.seen.slots {
+				if e.st != 0 && e.st.expiry() > now {
 					n++
 				}
 			}

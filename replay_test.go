@@ -326,7 +326,7 @@ func TestMemoryReplayStore_MemoryPer1000PerSecond(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	used := after.HeapAlloc - before.HeapAlloc
 	t.Logf("%d entries: %.1f MiB, %d bytes each", s.Len(), float64(used)/(1<<20), used/entries)
-	assert.Less(t, used, uint64(16<<20), "the documentation says about 13 MiB")
+	assert.Less(t, used, uint64(14<<20), "the documentation says about 12 MiB")
 	runtime.KeepAlive(s)
 }
 

@@ -7,7 +7,8 @@ import (
 
 // This file holds a MemoryReplayStore's shard: its entries in buckets by
 // timestamp, found, claimed, settled, dropped as they expire and evicted
-// when the shard is full. replay.go holds the store and its interface.
+// when the shard is full. replay.go holds the store and its interface,
+// replaytable.go a bucket's table.
 
 // noIndex is the index of a key given without a timestamp: its entry is
 // looked for in every bucket, and kept in the bucket of its expiry.
@@ -23,19 +24,22 @@ func (sh *replayShard) claim(k replayKey, index, now int64, st stamp) ReplayStat
 	}
 	if index != noIndex { // the Verifier's: one bucket, one lookup
 		b := sh.bucket(index)
-		if old, ok := b.seen[k]; ok {
-			if old.expiry() > now {
+		i, ok := b.seen.lookup(&k, sh.seed)
+		if ok {
+			if old := b.seen.slots[i].st; old.expiry() > now {
 				return old.state()
 			}
-			sh.n-- // expired: replaced below
-		} else if sh.n >= sh.max {
-			sh.evict()
-			b = sh.bucket(index)
+			sh.replace(b, i, st) // expired
+			return ReplayUnseen
 		}
-		sh.store(b, k, st)
+		if sh.n >= sh.max {
+			sh.evict()
+			b, i = sh.bucket(index), -1 // where k goes is to be found again
+		}
+		sh.insert(b, i, &k, st)
 		return ReplayUnseen
 	}
-	if _, old, ok := sh.find(k, index, now); ok {
+	if _, _, old, ok := sh.find(k, index, now); ok {
 		return old.state()
 	}
 	sh.put(k, index, now, st)
@@ -48,20 +52,14 @@ func (sh *replayShard) complete(k replayKey, index, now int64, st stamp) {
 	defer sh.mu.Unlock()
 	if index != noIndex { // the Verifier's: its claim is in the bucket of index
 		if b := sh.at(index); b != nil {
-			n := len(b.seen)
-			b.seen[k] = st // one lookup: the claim, or an expired entry, replaced
-			if len(b.seen) == n {
-				b.until = max(b.until, st.expiry())
-				sh.nextDrop = min(sh.nextDrop, b.until)
+			if i, ok := b.seen.lookup(&k, sh.seed); ok { // the claim, or an expired entry
+				sh.replace(b, i, st)
 				return
 			}
-			delete(b.seen, k) // the claim was evicted: put counts and bounds it
 		}
 	}
-	if b, _, ok := sh.find(k, index, now); ok {
-		b.seen[k] = st
-		b.until = max(b.until, st.expiry())
-		sh.nextDrop = min(sh.nextDrop, b.until)
+	if b, i, _, ok := sh.find(k, index, now); ok {
+		sh.replace(b, i, st)
 		return
 	}
 	sh.put(k, index, now, st) // its claim expired or was evicted
@@ -71,26 +69,29 @@ func (sh *replayShard) complete(k replayKey, index, now int64, st stamp) {
 func (sh *replayShard) release(k replayKey, index, now int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if b, old, ok := sh.find(k, index, now); ok && old.state() == ReplayHandling {
-		sh.remove(b, k)
+	if b, i, old, ok := sh.find(k, index, now); ok && old.state() == ReplayHandling {
+		sh.removeAt(b, i)
 	}
 }
 
-// find returns the bucket holding a live entry for k, and the entry.
-func (sh *replayShard) find(k replayKey, index, now int64) (*replayBucket, stamp, bool) {
-	for i := len(sh.buckets) - 1; i >= 0; i-- {
-		b := sh.buckets[i]
+// find returns the bucket holding a live entry for k, its slot, and the
+// entry.
+func (sh *replayShard) find(k replayKey, index, now int64) (*replayBucket, int, stamp, bool) {
+	for j := len(sh.buckets) - 1; j >= 0; j-- {
+		b := &sh.buckets[j]
 		if index != noIndex && b.index != index {
 			if b.index < index {
 				break
 			}
 			continue
 		}
-		if st, ok := b.seen[k]; ok && st.expiry() > now {
-			return b, st, true
+		if i, ok := b.seen.lookup(&k, sh.seed); ok {
+			if st := b.seen.slots[i].st; st.expiry() > now {
+				return b, i, st, true
+			}
 		}
 	}
-	return nil, 0, false
+	return nil, -1, 0, false
 }
 
 // put records k as st in the bucket of index (of st's expiry for noIndex),
@@ -100,19 +101,34 @@ func (sh *replayShard) put(k replayKey, index, now int64, st stamp) {
 		index = st.expiry() / replaySpan
 	}
 	b := sh.bucket(index)
-	if _, ok := b.seen[k]; ok {
-		sh.n-- // expired: replaced below
-	} else if sh.n >= sh.max {
-		sh.evict()
-		b = sh.bucket(index) // b is empty: evict took from another
+	i, ok := b.seen.lookup(&k, sh.seed)
+	if ok {
+		sh.replace(b, i, st) // expired
+		return
 	}
-	sh.store(b, k, st)
+	if sh.n >= sh.max {
+		sh.evict()
+		b, i = sh.bucket(index), -1 // b is empty: evict took from another
+	}
+	sh.insert(b, i, &k, st)
 }
 
-// store records k as st in b, counted.
-func (sh *replayShard) store(b *replayBucket, k replayKey, st stamp) {
-	b.seen[k] = st
+// insert records k as st in b, at i, the empty slot b's lookup returned
+// (-1: to be found), counted.
+func (sh *replayShard) insert(b *replayBucket, i int, k *replayKey, st stamp) {
+	b.seen.insert(i, k, st, sh.seed)
 	sh.n++
+	sh.extend(b, st)
+}
+
+// replace records st in b's slot i, which holds the same key.
+func (sh *replayShard) replace(b *replayBucket, i int, st stamp) {
+	b.seen.slots[i].st = st
+	sh.extend(b, st)
+}
+
+// extend keeps b until st expires.
+func (sh *replayShard) extend(b *replayBucket, st stamp) {
 	b.until = max(b.until, st.expiry())
 	sh.nextDrop = min(sh.nextDrop, b.until)
 }
@@ -121,46 +137,47 @@ func (sh *replayShard) store(b *replayBucket, k replayKey, st stamp) {
 func (sh *replayShard) at(index int64) *replayBucket {
 	for i := len(sh.buckets) - 1; i >= 0 && sh.buckets[i].index >= index; i-- {
 		if sh.buckets[i].index == index {
-			return sh.buckets[i]
+			return &sh.buckets[i]
 		}
 	}
 	return nil
 }
 
 // bucket returns the bucket of index, made if need be. Most deliveries are
-// on time: their bucket is the last.
+// on time: their bucket is the last. The pointer holds until the shard's
+// buckets change.
 func (sh *replayShard) bucket(index int64) *replayBucket {
 	i := len(sh.buckets)
 	for i > 0 && sh.buckets[i-1].index >= index {
 		if sh.buckets[i-1].index == index {
-			return sh.buckets[i-1]
+			return &sh.buckets[i-1]
 		}
 		i--
 	}
-	b := &replayBucket{index: index}
+	b := replayBucket{index: index}
 	if n := len(sh.spare); n > 0 { // keeps its room: no garbage, no growing
-		b.seen, sh.spare = sh.spare[n-1], sh.spare[:n-1]
+		b.seen.slots, sh.spare = sh.spare[n-1], sh.spare[:n-1]
 	} else {
 		hint := 0 // the room the newest bucket needed: arrivals come at a rate
 		if n := len(sh.buckets); n > 0 {
-			hint = len(sh.buckets[n-1].seen)
+			hint = sh.buckets[n-1].seen.n
 		}
-		b.seen = make(map[replayKey]stamp, hint)
+		b.seen.slots = make([]entrySlot, slotsFor(hint))
 	}
 	sh.buckets = slices.Insert(sh.buckets, i, b)
-	return b
+	return &sh.buckets[i]
 }
 
 // drop forgets the buckets whose every entry has expired.
 func (sh *replayShard) drop(now int64) {
 	next := int64(math.MaxInt64)
-	sh.buckets = slices.DeleteFunc(sh.buckets, func(b *replayBucket) bool {
+	sh.buckets = slices.DeleteFunc(sh.buckets, func(b replayBucket) bool {
 		if b.until > now {
 			next = min(next, b.until)
 			return false
 		}
-		sh.n -= len(b.seen)
-		sh.recycle(b)
+		sh.n -= b.seen.n
+		sh.recycle(&b)
 		return true
 	})
 	sh.nextDrop = next
@@ -169,32 +186,34 @@ func (sh *replayShard) drop(now int64) {
 // evict forgets an entry of the oldest bucket, the soonest to leave the
 // window, to make room.
 func (sh *replayShard) evict() {
-	for _, b := range sh.buckets {
-		for k := range b.seen {
-			sh.remove(b, k)
+	for j := range sh.buckets { // one may be empty: made for the entry to come
+		b := &sh.buckets[j]
+		if i := b.seen.first(); i >= 0 {
+			sh.removeAt(b, i)
 			return
 		}
 	}
 }
 
-// remove forgets k of b, and b once it is empty: a map emptied one entry
-// at a time keeps the room it grew to, so an empty bucket goes at once
-// rather than at its expiry.
-func (sh *replayShard) remove(b *replayBucket, k replayKey) {
-	delete(b.seen, k)
+// removeAt forgets the entry in b's slot i, and b once it is empty: a
+// table emptied one entry at a time keeps the room it grew to, so an empty
+// bucket goes at once rather than at its expiry.
+func (sh *replayShard) removeAt(b *replayBucket, i int) {
+	b.seen.deleteAt(i, sh.seed)
 	sh.n--
-	if len(b.seen) == 0 {
-		sh.buckets = slices.DeleteFunc(sh.buckets, func(x *replayBucket) bool { return x == b })
+	if b.seen.n == 0 {
+		index := b.index
 		sh.recycle(b)
+		sh.buckets = slices.DeleteFunc(sh.buckets, func(x replayBucket) bool { return x.index == index })
 	}
 }
 
-// recycle keeps the map of a bucket that is gone for a new one, unless
+// recycle keeps the slots of a bucket that is gone for a new one, unless
 // enough are kept.
 func (sh *replayShard) recycle(b *replayBucket) {
 	if len(sh.spare) < maxSpare {
-		clear(b.seen)
-		sh.spare = append(sh.spare, b.seen)
+		b.seen.reset()
+		sh.spare = append(sh.spare, b.seen.slots)
 	}
-	b.seen = nil
+	b.seen = entryTable{}
 }

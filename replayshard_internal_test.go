@@ -11,10 +11,19 @@ func checkShard(t *testing.T, sh *replayShard) {
 	t.Helper()
 	n := 0
 	for _, b := range sh.buckets {
-		if len(b.seen) == 0 {
+		if b.seen.n == 0 {
 			t.Errorf("bucket %d is empty", b.index)
 		}
-		n += len(b.seen)
+		held := 0
+		for _, e := range b.seen.slots {
+			if e.st != 0 {
+				held++
+			}
+		}
+		if held != b.seen.n {
+			t.Errorf("bucket %d counts %d entries and holds %d", b.index, b.seen.n, held)
+		}
+		n += b.seen.n
 	}
 	if n != sh.n || n > sh.max {
 		t.Fatalf("the shard counts %d entries and holds %d; its bound is %d", sh.n, n, sh.max)
@@ -23,7 +32,7 @@ func checkShard(t *testing.T, sh *replayShard) {
 
 // stateOf returns what the shard holds for k, live, in the bucket of index.
 func stateOf(sh *replayShard, k replayKey, index, now int64) ReplayState {
-	if _, st, ok := sh.find(k, index, now); ok {
+	if _, _, st, ok := sh.find(k, index, now); ok {
 		return st.state()
 	}
 	return ReplayUnseen
