@@ -65,26 +65,20 @@ func (*bodyReader) Close() error { return nil }
 // returns, r.Body is released and the buffer recycled: net/http's Handler
 // contract forbids reading r.Body after ServeHTTP returns, and a read from
 // then on, from any goroutine, fails with errBodyAfterServe. It never sees
-// another request's bytes: see recycledBody.
+// another request's bytes: see bodySlot.
 func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve func(w http.ResponseWriter, body []byte)) {
 	if v.keys.Load() == nil {
 		v.refuse(w, r, errZeroVerifier)
 		return
 	}
 	outer := r.Body // a Verifier's further out may have marked it (recordedOutside)
-	buf := bodyPool.Get().(*[]byte)
-	body, err := readBody((*buf)[:0], r.Body, r.ContentLength, v.maxBodyBytes())
-	sv := &serving{} // one allocation for both: user code may keep either
-	rd := &sv.body
-	rd.r.Reset(body)
-	r.Body = rd
-	defer func() { // also when serve panics: the body is still released
-		rd.release()
-		if cap(body) <= maxPooledBody {
-			*buf = body[:0]
-			bodyPool.Put(buf)
-		}
-	}()
+	slot := bodySlots.Get().(*bodySlot)
+	body, err := readBody(slot.buf[:0], r.Body, r.ContentLength, v.maxBodyBytes())
+	// The request's own: user code may keep r.Body or the writer.
+	sv := &serving{slot: slot, gen: slot.gen}
+	slot.r.Reset(body) // no view of an earlier request reads it: see bodySlot
+	r.Body = (*servedBody)(sv)
+	defer slot.release(body) // also when serve panics
 	var d signed
 	if err == nil {
 		err = v.authenticate(r.Header, body, &d)
@@ -99,33 +93,89 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 		// here.
 		serve(w, body)
 	default:
-		sv.w.ResponseWriter, sv.w.mark = w, &rd.mark
-		rd.mark = claimMark{by: v, sig: d.sig}
-		v.serveOnce(&sv.w, r, &d, body, serve)
+		sv.w = w
+		slot.mark = claimMark{by: v, sig: d.sig}
+		v.serveOnce((*statusWriter)(sv), r, &d, body, serve)
 	}
 }
 
-// serving is what serveVerified makes per request, in one allocation: the
-// request's body and the writer recording its status. Neither is reused.
+// serving is what serveVerified makes per request, in one small
+// allocation that is never reused: a ticket to the request's bodySlot,
+// which r.Body is a view of (servedBody), and the status the handler
+// answers, which the writer it is given is a view of (statusWriter).
 type serving struct {
-	body recycledBody
-	w    statusWriter
+	slot   *bodySlot
+	gen    uint64              // slot.gen while this request is served
+	w      http.ResponseWriter // the writer underneath (statusWriter's)
+	status int                 // the final status written, 0 before
 }
 
-// recycledBody is r.Body while the middleware serves: the verified bytes in
-// a pooled buffer, readable until the middleware returns. A goroutine of the
-// handler's may still hold it then, so, as net/http's own request body does,
-// every Read and the release take one mutex: once release has returned, no
-// Read touches the buffer, which may then hold another request. It has no
-// WriteTo, so that io.Copy goes through Read too.
-type recycledBody struct {
-	mu       sync.Mutex
-	r        bytes.Reader
-	released bool
+// bodySlot is what a request's body takes while the middleware serves,
+// recycled (bodySlots): the verified bytes in a pooled buffer, readable
+// until the middleware returns. A goroutine of the handler's may still hold
+// r.Body then, so, as net/http's own request body does, every read takes
+// the slot's mutex and checks the generation its view was issued at: once
+// release has returned, the slot has moved on, no read of that view touches
+// the buffer, and the next request's bytes are never read through it.
+// Setting a slot up for the next request needs no lock: a view of an earlier
+// request reads nothing but gen, under the lock, and release wrote gen
+// before the pool handed the slot on.
+type bodySlot struct {
+	mu  sync.Mutex
+	gen uint64 // bumped by release
+	r   bytes.Reader
+	buf []byte // the pooled buffer, empty
 
 	// mark is the delivery claimed for the handler this body is read by;
 	// set before the handler runs, never after.
 	mark claimMark
+}
+
+var bodySlots = sync.Pool{New: func() any { return &bodySlot{buf: make([]byte, 0, 4<<10)} }}
+
+// release ends every read of the request served, and recycles the slot
+// with body's buffer, unless it grew past maxPooledBody.
+func (s *bodySlot) release(body []byte) {
+	s.mu.Lock()
+	s.gen++
+	s.r.Reset(nil)
+	s.mark = claimMark{}
+	s.mu.Unlock()
+	if cap(body) <= maxPooledBody {
+		s.buf = body[:0]
+	} else {
+		s.buf = make([]byte, 0, 4<<10)
+	}
+	bodySlots.Put(s)
+}
+
+// servedBody is r.Body while the middleware serves: a view of the
+// request's bodySlot. It has no WriteTo, so that io.Copy goes through Read
+// too.
+type servedBody serving
+
+func (b *servedBody) Read(p []byte) (int, error) {
+	s := b.slot
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != b.gen {
+		return 0, errBodyAfterServe
+	}
+	return s.r.Read(p)
+}
+
+func (*servedBody) Close() error { return nil }
+
+// claimed returns the mark of the request b is the body of, while it is
+// served.
+func (b *servedBody) claimed() (claimMark, bool) {
+	s := b.slot
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != b.gen { // gen first: the next request may be setting mark
+		return claimMark{}, false
+	}
+	return s.mark, s.mark.by != nil
 }
 
 // claimMark is a delivery a Verifier recorded for the request at hand,
@@ -150,8 +200,8 @@ const maxUnwrap = 16
 // http.ResponseController looks for one).
 func (v *Verifier) recordedOutside(w http.ResponseWriter, body io.ReadCloser, sig *[32]byte) bool {
 	switch b := body.(type) {
-	case *recycledBody:
-		if v.sharesMark(&b.mark, sig) {
+	case *servedBody:
+		if m, ok := b.claimed(); ok && v.sharesMark(&m, sig) {
 			return true
 		}
 	case *bodyReader:
@@ -160,8 +210,10 @@ func (v *Verifier) recordedOutside(w http.ResponseWriter, body io.ReadCloser, si
 		}
 	}
 	for range maxUnwrap {
-		if sw, ok := w.(*statusWriter); ok && sw.mark != nil && v.sharesMark(sw.mark, sig) {
-			return true
+		if sw, ok := w.(*statusWriter); ok {
+			if m, ok := (*servedBody)(sw).claimed(); ok && v.sharesMark(&m, sig) {
+				return true
+			}
 		}
 		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {
@@ -198,25 +250,6 @@ func (v *Verifier) sharesStore(o *Verifier) bool {
 // middleware has returned.
 var errBodyAfterServe = errors.New("webhook: request body read after the verifying middleware returned; read it within the next handler's ServeHTTP")
 
-func (b *recycledBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.released {
-		return 0, errBodyAfterServe
-	}
-	return b.r.Read(p)
-}
-
-// release ends every read: the buffer is the pool's again.
-func (b *recycledBody) release() {
-	b.mu.Lock()
-	b.released = true
-	b.r.Reset(nil)
-	b.mu.Unlock()
-}
-
-func (*recycledBody) Close() error { return nil }
-
 // Bodies of up to maxPooledBody bytes are read into pooled buffers; a larger
 // one is read into its own and left to the garbage collector.
 const maxPooledBody = 64 << 10
@@ -224,8 +257,6 @@ const maxPooledBody = 64 << 10
 // maxReserved is the most memory a body's Content-Length reserves before
 // its bytes come; past it, the buffer grows with them.
 const maxReserved = 16 << 10
-
-var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // readBody reads rc, at most limit bytes, appending to buf (which may be
 // nil).

@@ -21,7 +21,7 @@ import (
 // 2xx answer; otherwise, or when serve panics, forgotten, so that a copy is
 // handled.
 func (v *Verifier) serveOnce(sw *statusWriter, r *http.Request, d *signed, body []byte, serve func(http.ResponseWriter, []byte)) {
-	w := sw.ResponseWriter
+	w := sw.w
 	state, err := v.claim(r.Context(), d)
 	switch {
 	case err != nil:
@@ -47,39 +47,39 @@ func (v *Verifier) serveOnce(sw *statusWriter, r *http.Request, d *signed, body 
 	ended = true
 }
 
-// statusWriter records the status a handler answers, for serveOnce.
-// Unwrap lets http.ResponseController reach the writer underneath.
-type statusWriter struct {
-	http.ResponseWriter
-	status int        // the final status written, 0 before
-	mark   *claimMark // the delivery claimed for the handler (see recordedOutside)
-}
+// statusWriter records the status a handler answers, for serveOnce: a
+// view of the request's serving, whose body's mark tells the delivery
+// claimed for the handler (see recordedOutside). Unwrap lets
+// http.ResponseController reach the writer underneath.
+type statusWriter serving
+
+func (w *statusWriter) Header() http.Header { return w.w.Header() }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.status = code
 	}
-	w.ResponseWriter.WriteHeader(code)
+	w.w.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(p)
+	return w.w.Write(p)
 }
 
 // Flush flushes the writer underneath, if it can: a flush before any
 // status sends 200. A writer that cannot flush sent nothing, and the status
 // is still the handler's to choose.
 func (w *statusWriter) Flush() {
-	err := http.NewResponseController(w.ResponseWriter).Flush()
+	err := http.NewResponseController(w.w).Flush()
 	if w.status == 0 && !errors.Is(err, http.ErrNotSupported) {
 		w.status = http.StatusOK
 	}
 }
 
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.w }
 
 // succeeded reports whether the answer is a 2xx: a handler that wrote
 // nothing is answered 200 by net/http.
