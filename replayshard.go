@@ -154,18 +154,34 @@ func (sh *replayShard) bucket(index int64) *replayBucket {
 		}
 		i--
 	}
-	b := replayBucket{index: index}
-	if n := len(sh.spare); n > 0 { // keeps its room: no garbage, no growing
-		b.seen.slots, sh.spare = sh.spare[n-1], sh.spare[:n-1]
-	} else {
-		hint := 0 // the room the newest bucket needed: arrivals come at a rate
-		if n := len(sh.buckets); n > 0 {
-			hint = sh.buckets[n-1].seen.n
-		}
-		b.seen.slots = make([]entrySlot, slotsFor(hint))
+	// A bucket after the newest is the next span of arrivals on time: the
+	// room the newest needed, as they come at a rate. Any other (a late
+	// delivery's, a key's of another TTL) starts small and grows with its
+	// own entries: sized by another bucket, every one of a shard's buckets
+	// could take the room of the largest, and memory would grow with the
+	// square of MaxEntries.
+	hint := 0
+	if i == len(sh.buckets) && i > 0 {
+		hint = sh.buckets[i-1].seen.n
 	}
+	b := replayBucket{index: index}
+	b.seen.slots = sh.spareFor(slotsFor(hint))
 	sh.buckets = slices.Insert(sh.buckets, i, b)
 	return &sh.buckets[i]
+}
+
+// spareFor returns slots for a table of size slots: a spare one, which
+// keeps its room (no garbage, no growing), when one is at most twice as
+// large, or new ones. A larger spare is left for a larger bucket, rather
+// than held by one of a few entries until it expires.
+func (sh *replayShard) spareFor(size int) []entrySlot {
+	for j := len(sh.spare) - 1; j >= 0; j-- {
+		if s := sh.spare[j]; len(s) <= 2*size {
+			sh.spare = slices.Delete(sh.spare, j, j+1)
+			return s
+		}
+	}
+	return make([]entrySlot, size)
 }
 
 // drop forgets the buckets whose every entry has expired.
