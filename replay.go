@@ -193,10 +193,14 @@ func newStamp(expiry int64, handling bool) stamp {
 }
 
 // expiryAt is now (Unix ns) plus d, saturated: a huge TTL or lease never
-// wraps round into an expiry in the past.
+// wraps round into an expiry in the past, nor a hugely negative one (on a
+// clock before 1970) into one far ahead.
 func expiryAt(now int64, d time.Duration) int64 {
-	if d > 0 && now > math.MaxInt64-int64(d) {
+	switch {
+	case d > 0 && now > math.MaxInt64-int64(d):
 		return math.MaxInt64
+	case d < 0 && now < math.MinInt64-int64(d):
+		return math.MinInt64
 	}
 	return now + int64(d)
 }

@@ -1,9 +1,12 @@
 package webhook
 
 import (
+	"context"
 	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // checkTable fails t unless tb holds exactly want, each entry reachable
@@ -91,5 +94,27 @@ func TestNewStamp_NeverZero(t *testing.T) {
 	}
 	if s := newStamp(0, true); s == 0 || s.state() != ReplayHandling {
 		t.Errorf("newStamp(0, true) = %d (%v)", s, s.state())
+	}
+}
+
+// A negative TTL on a clock before 1970 expires at once: the sum
+// saturates rather than wrapping round into an expiry centuries ahead,
+// which would hold the key for good.
+func TestExpiryAt_NegativeDurationsSaturate(t *testing.T) {
+	now := int64(-100 * time.Second)
+	if got := expiryAt(now, time.Duration(math.MinInt64)); got > now {
+		t.Fatalf("expiryAt(%d, MinInt64) = %d: after now", now, got)
+	}
+	if got := expiryAt(math.MaxInt64-1, time.Hour); got != math.MaxInt64 {
+		t.Fatalf("a huge TTL: %d", got)
+	}
+	s, err := NewMemoryReplayStore(&MemoryReplayStoreOptions{Now: func() time.Time { return time.Unix(-100, 0) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s.Add(ctx, "k", time.Duration(math.MinInt64))
+	if added, _ := s.Add(ctx, "k", time.Minute); !added {
+		t.Fatal("a key added with a negative TTL is still held")
 	}
 }
