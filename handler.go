@@ -124,7 +124,7 @@ type bodySlot struct {
 	mu  sync.Mutex
 	gen uint64 // bumped by release
 	r   bytes.Reader
-	buf []byte // the pooled buffer, empty
+	buf []byte // the pooled buffer, empty; nil after a body too large to keep
 
 	// mark is the delivery claimed for the handler this body is read by;
 	// set before the handler runs, never after.
@@ -141,10 +141,9 @@ func (s *bodySlot) release(body []byte) {
 	s.r.Reset(nil)
 	s.mark = claimMark{}
 	s.mu.Unlock()
+	s.buf = nil // readBody makes one to the next body's measure
 	if cap(body) <= maxPooledBody {
 		s.buf = body[:0]
-	} else {
-		s.buf = make([]byte, 0, 4<<10)
 	}
 	bodySlots.Put(s)
 }
