@@ -70,7 +70,7 @@ func Verify(secret string, h http.Header, body []byte) error {
 		return fmt.Errorf("%w: set the connection's secret (\"Show Secret\" in the dashboard)", ErrEmptySecret)
 	}
 	var sig [sha256.Size]byte
-	_, err := verify(nil, secret, DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body, &sig)
+	_, err := verify(nil, secret, DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body, &sig, nil)
 	return err
 }
 
@@ -273,8 +273,12 @@ func (v *Verifier) authenticate(h http.Header, body []byte, d *signed) error {
 		return errZeroVerifier
 	}
 	d.now, d.tol = v.clock(), cmp.Or(v.tolerance, DefaultTolerance)
+	var warm *MemoryReplayStore // the store the claim to come reads
+	if !v.allowReplays {
+		warm = v.mem
+	}
 	var err error
-	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig)
+	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig, warm)
 	return err
 }
 
@@ -327,8 +331,10 @@ func bodyTooLarge(limit int64) error {
 // verify is the one verification routine behind Verify and Verifier.Verify.
 // It checks the signature before the window, so that an expired timestamp is
 // reported only for an authentic delivery. It returns the timestamp, and
-// leaves the signature's digest in got.
-func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte, got *[sha256.Size]byte) (int64, error) {
+// leaves the signature's digest in got. When warm is not nil, the slot of
+// warm's that a claim of the delivery will read is prefetched before the
+// HMAC is computed (see replaywarm.go).
+func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte, got *[sha256.Size]byte, warm *MemoryReplayStore) (int64, error) {
 	if int64(len(body)) > maxBody {
 		return 0, bodyTooLarge(maxBody)
 	}
@@ -349,6 +355,9 @@ func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody in
 	}
 	if err := parseSignature(sigText, got); err != nil {
 		return 0, err
+	}
+	if warm != nil {
+		warm.warm(got, ts)
 	}
 	if !matchesAny(keys, secret, tsText, body, got) {
 		return 0, fmt.Errorf("%w: %s is not the HMAC-SHA256 of this body with the configured secret", ErrSignatureMismatch, HeaderSignature)
