@@ -28,15 +28,18 @@ type warmHint struct {
 }
 
 // publish makes b's table the hint. A table moves when it grows, so its
-// address is compared too; stored only when it changed, the hint costs a
-// claim two loads.
+// address is compared too, and its length: the address, a uintptr, keeps
+// nothing alive, and once the table it was is garbage another of another
+// length may be given it. Stored only when it changed, the hint costs a
+// claim three loads.
 func (h *warmHint) publish(b *replayBucket) {
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(b.seen.slots)))
-	if h.base.Load() == base && h.index.Load() == b.index {
+	mask := uint64(len(b.seen.slots) - 1)
+	if h.base.Load() == base && h.index.Load() == b.index && h.mask.Load() == mask {
 		return
 	}
 	h.base.Store(base)
-	h.mask.Store(uint64(len(b.seen.slots) - 1))
+	h.mask.Store(mask)
 	h.index.Store(b.index)
 }
 

@@ -110,3 +110,19 @@ func TestMemoryReplayStore_WarmBesideClaims(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The hint holds a table's address as a uintptr, which keeps nothing
+// alive: once a table is garbage, the allocator may place another, of
+// another length, at the same address (a large table's pages are handed
+// out again whole). A bucket of the same index given such a table must
+// get its own mask published, not keep the old table's, which would warm
+// the wrong slot (or one past the table) for every claim of the span.
+func TestWarmHint_PublishesATableOfAnotherLengthAtAReusedAddress(t *testing.T) {
+	var h warmHint
+	mem := make([]entrySlot, 64) // two tables, one after the other, at one address
+	h.publish(&replayBucket{index: 7, seen: entryTable{slots: mem[:16:16]}})
+	h.publish(&replayBucket{index: 7, seen: entryTable{slots: mem}})
+	if got, want := h.mask.Load(), uint64(len(mem)-1); got != want {
+		t.Fatalf("a table of %d slots at the address of one of 16: the hint's mask is %d, want %d", len(mem), got, want)
+	}
+}
