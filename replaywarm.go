@@ -59,9 +59,21 @@ func (s *MemoryReplayStore) warmAddr(sig *[sha256.Size]byte, tsMillis int64) uin
 	return sh.hot.base.Load() + uintptr(sh.seed.hash(&k)&sh.hot.mask.Load())*unsafe.Sizeof(entrySlot{})
 }
 
-// warm prefetches the slot of warmAddr, when there is one.
+// warm prefetches the slot of warmAddr, when there is one; a nil s has none.
 func (s *MemoryReplayStore) warm(sig *[sha256.Size]byte, tsMillis int64) {
+	if s == nil {
+		return
+	}
 	if p := s.warmAddr(sig, tsMillis); p != 0 {
 		prefetch(p)
 	}
+}
+
+// warmed returns the store v's claims read, for verify to warm: none when
+// v allows replays (no claim) or was given another ReplayStore.
+func (v *Verifier) warmed() *MemoryReplayStore {
+	if v.allowReplays {
+		return nil
+	}
+	return v.mem
 }

@@ -273,12 +273,8 @@ func (v *Verifier) authenticate(h http.Header, body []byte, d *signed) error {
 		return errZeroVerifier
 	}
 	d.now, d.tol = v.clock(), cmp.Or(v.tolerance, DefaultTolerance)
-	var warm *MemoryReplayStore // the store the claim to come reads
-	if !v.allowReplays {
-		warm = v.mem
-	}
 	var err error
-	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig, warm)
+	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig, v.warmed())
 	return err
 }
 
@@ -331,9 +327,8 @@ func bodyTooLarge(limit int64) error {
 // verify is the one verification routine behind Verify and Verifier.Verify.
 // It checks the signature before the window, so that an expired timestamp is
 // reported only for an authentic delivery. It returns the timestamp, and
-// leaves the signature's digest in got. When warm is not nil, the slot of
-// warm's that a claim of the delivery will read is prefetched before the
-// HMAC is computed (see replaywarm.go).
+// leaves the signature's digest in got. The slot of warm's (nil: none) that
+// a claim of the delivery will read is prefetched before the HMAC.
 func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte, got *[sha256.Size]byte, warm *MemoryReplayStore) (int64, error) {
 	if int64(len(body)) > maxBody {
 		return 0, bodyTooLarge(maxBody)
@@ -356,9 +351,7 @@ func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody in
 	if err := parseSignature(sigText, got); err != nil {
 		return 0, err
 	}
-	if warm != nil {
-		warm.warm(got, ts)
-	}
+	warm.warm(got, ts)
 	if !matchesAny(keys, secret, tsText, body, got) {
 		return 0, fmt.Errorf("%w: %s is not the HMAC-SHA256 of this body with the configured secret", ErrSignatureMismatch, HeaderSignature)
 	}
