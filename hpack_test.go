@@ -65,6 +65,12 @@ func TestTransport_HTTP2IndexesNoHeaderValue(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	srv.Listener = readCountingListener{srv.Listener, &read}
+	var conns atomic.Int32 // one: a new connection's handshake would pass the bound alone
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	defer srv.Close()
@@ -88,6 +94,7 @@ func TestTransport_HTTP2IndexesNoHeaderValue(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, seen, requests)
+	require.Equal(t, int32(1), conns.Load(), "connections the requests took")
 	for i := 1; i < requests; i++ {
 		assert.GreaterOrEqual(t, seen[i]-seen[i-1], int64(300), "request %d: bytes read for it", i+1)
 	}
