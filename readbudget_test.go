@@ -76,13 +76,15 @@ func TestSend_HTTP2ResetStreamsInFlightDoNotCutAnotherDelivery(t *testing.T) {
 }
 
 // testSharedH2 sends a priming delivery to srv, then n at once over its
-// connection, on a transport whose HTTP/2 settings are h2 (nil: net/http's
-// defaults): every one must be delivered.
+// connection, on a transport from NewTransport whose HTTP2 field h2
+// replaces (nil: NewTransport's own): every one must be delivered.
 func testSharedH2(t *testing.T, srv *rawH2, h2 *http.HTTP2Config, n int, onAttempt func(context.Context, webhook.Connection, webhook.Attempt)) {
 	t.Helper()
 	tr, err := webhook.NewTransport(&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.pool}, AllowPrivateNetworks: true})
 	require.NoError(t, err)
-	tr.HTTP2 = h2
+	if h2 != nil {
+		tr.HTTP2 = h2
+	}
 	defer tr.CloseIdleConnections()
 	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, AttemptTimeout: faultAnswerTimeout,
 		Retry: &webhook.RetryPolicy{MaxRetries: 0}, OnAttempt: onAttempt})
