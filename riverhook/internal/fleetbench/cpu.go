@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/signedhook/webhook/riverhook"
@@ -32,22 +34,57 @@ type cpuPhase struct {
 // beside what River costs with a worker doing nothing plus what the
 // delivery costs in process, measured in the same run: the ratio is
 // riverhook / (nop + inprocess).
+//
+// Every implementation's processes start first and each makes CPUWarm
+// deliveries not counted. Then the CPUN deliveries are made in CPURounds
+// rounds, each implementation a share of them in turn: what the machine
+// does meanwhile (its other tenants, its clock's speed) falls on all of
+// them alike, where implementations measured one after the other, for
+// seconds each, differed by 30% between runs of the same build.
 func (b *bench) cpu(ctx context.Context) ([]result, error) {
 	cfg := b.cfg
-	phases := map[string]cpuPhase{}
-	for _, impl := range []string{implNop, implInProcess, implPlain, implFleet} {
-		b.logf("cpu, %s: %d deliveries", impl, cfg.CPUN)
-		p, err := b.cpuPhase(ctx, impl)
+	impls := []string{implNop, implInProcess, implPlain, implFleet}
+	meters := make([]*cpuMeter, 0, len(impls))
+	defer func() {
+		for _, m := range meters {
+			m.close()
+		}
+	}()
+	for _, impl := range impls {
+		b.logf("cpu, %s: starting, %d deliveries to warm up", impl, cfg.CPUWarm)
+		m, err := b.startCPU(ctx, impl)
 		if err != nil {
 			return nil, fmt.Errorf("cpu, %s: %w", impl, err)
 		}
-		phases[impl] = p
+		meters = append(meters, m)
+		if cfg.CPUWarm > 0 {
+			if err := m.deliver(ctx, "warm", cfg.CPUWarm, false); err != nil {
+				return nil, fmt.Errorf("cpu, %s, warming up: %w", impl, err)
+			}
+		}
+	}
+	rounds := min(cfg.CPURounds, cfg.CPUN)
+	b.logf("cpu: %d deliveries each, in %d rounds", cfg.CPUN, rounds)
+	for r := range rounds {
+		count := cfg.CPUN/rounds + btoi(r < cfg.CPUN%rounds)
+		for _, m := range meters {
+			if err := m.deliver(ctx, fmt.Sprintf("cpu%d-", r), count, true); err != nil {
+				return nil, fmt.Errorf("cpu, %s, round %d: %w", m.impl, r+1, err)
+			}
+		}
+	}
+	phases := map[string]cpuPhase{}
+	for _, m := range meters {
+		if err := m.finish(ctx); err != nil {
+			return nil, fmt.Errorf("cpu, %s: %w", m.impl, err)
+		}
+		phases[m.impl] = m.p
 	}
 	per := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
 	floor := per(phases[implNop].cpu, cfg.CPUN) + per(phases[implInProcess].cpu, cfg.CPUN)
 	machineFloor := per(phases[implNop].machine, cfg.CPUN) + per(phases[implInProcess].machine, cfg.CPUN)
 	var results []result
-	for _, impl := range []string{implNop, implInProcess, implPlain, implFleet} {
+	for _, impl := range impls {
 		p := phases[impl]
 		cpu, machine := per(p.cpu, p.n), per(p.machine, p.n)
 		r := result{
@@ -71,91 +108,177 @@ func (b *bench) cpu(ctx context.Context) ([]result, error) {
 	return results, nil
 }
 
-func (b *bench) cpuPhase(ctx context.Context, impl string) (cpuPhase, error) {
-	cfg := b.cfg
-	n := cfg.CPUN
-	db, err := b.newSchema(ctx, 0)
-	if err != nil {
-		return cpuPhase{}, err
+func btoi(b bool) int {
+	if b {
+		return 1
 	}
-	defer db.drop()
-	if err := b.ep.answer(); err != nil {
-		return cpuPhase{}, err
-	}
-	p := cpuPhase{procs: cfg.CPUK, n: n}
+	return 0
+}
 
+// cpuMeter is one implementation's processes in the cpu scenario, and what
+// its counted deliveries cost so far.
+type cpuMeter struct {
+	b      *bench
+	impl   string
+	db     *scenarioDB // nil in process
+	f      fleet       // River's processes, or the one in process
+	inproc bool
+	jobs   int // jobs inserted so far, warm-up included
+	p      cpuPhase
+}
+
+// startCPU starts impl's processes, on a schema of their own for River.
+func (b *bench) startCPU(ctx context.Context, impl string) (*cpuMeter, error) {
+	m := &cpuMeter{b: b, impl: impl, p: cpuPhase{procs: b.cfg.CPUK}}
 	if impl == implInProcess {
-		p.procs = 1
-		b.ep.reset(0, n)
+		m.inproc, m.p.procs = true, 1
 		c, err := b.start(ctx, childConfig{Role: roleInProcess})
 		if err != nil {
-			return p, err
+			return nil, err
 		}
-		defer c.kill()
-		s0, err := c.ask(ctx, "stats", 30*time.Second)
-		if err != nil {
-			return p, err
-		}
-		m0, t0 := machineCPU(), time.Now()
-		s1, err := c.ask(ctx, fmt.Sprintf("send ip %d 32 %d", n, cfg.CPUConns), 10*time.Minute)
-		if err != nil {
-			return p, err
-		}
-		p.machine, p.took, p.cpu = machineCPU()-m0, time.Since(t0), s1.CPU-s0.CPU
-		if _, err := c.stop(ctx); err != nil {
-			return p, err
-		}
-		e := b.ep.counts()
-		p.sanity = sanity{Want: n, Arrived: e.Distinct, Requests: e.Requests, BadSig: e.BadSig}
-		if s1.Failed > 0 {
-			return p, fmt.Errorf("%d of %d Sends failed", s1.Failed, n)
-		}
-		return p, nil
+		m.f = fleet{c}
+		return m, nil
 	}
-
-	child := b.workerConfig(db.schema, impl == implFleet, cfg.Cooldown)
-	want, kind := n, riverhook.Kind
+	db, err := b.newSchema(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	child := b.workerConfig(db.schema, impl == implFleet, b.cfg.Cooldown)
 	if impl == implNop {
-		child.Role, want, kind = roleNop, 0, nopArgs{}.Kind()
+		child.Role = roleNop
 	}
-	b.ep.reset(0, want)
-	f, err := b.startFleet(ctx, cfg.CPUK, child)
+	f, err := b.startFleet(ctx, b.cfg.CPUK, child)
 	if err != nil {
-		return p, err
+		db.drop()
+		return nil, err
 	}
-	defer f.kill()
-	s0, err := f.stats(ctx)
+	m.db, m.f = db, f
+	return m, nil
+}
+
+// deliver makes count deliveries, ids prefix and a number, and waits until
+// they have arrived (none for River's no-op worker) and, through River,
+// their jobs have completed. Counted, their cost is added to the meter's.
+func (m *cpuMeter) deliver(ctx context.Context, prefix string, count int, counted bool) error {
+	b, cfg := m.b, m.b.cfg
+	arrive := count
+	if m.impl == implNop {
+		arrive = 0
+	}
+	b.ep.reset(0, arrive)
+	s0, err := m.f.stats(ctx)
 	if err != nil {
-		return p, err
+		return err
 	}
 	m0, t0 := machineCPU(), time.Now()
-	if impl == implNop {
-		err = insertNops(ctx, db.client, n)
+	var s1 childStats
+	if m.inproc {
+		if s1, err = m.f[0].ask(ctx, fmt.Sprintf("send %s %d 32 %d", prefix, count, cfg.CPUConns), 10*time.Minute); err != nil {
+			return err
+		}
+		if failed := s1.Failed - s0.Failed; failed > 0 {
+			return fmt.Errorf("%d of %d Sends failed", failed, count)
+		}
 	} else {
-		err = insertDeliveries(ctx, db.client, "cpu", n, cfg.CPUConns)
+		if m.impl == implNop {
+			err = insertNops(ctx, m.db.client, prefix, count)
+		} else {
+			err = insertDeliveries(ctx, m.db.client, prefix, count, cfg.CPUConns)
+		}
+		if err != nil {
+			return err
+		}
+		m.jobs += count
+		if err := b.ep.waitDone(ctx, 10*time.Minute, "cpu"); err != nil {
+			return err
+		}
+		if s1, err = m.f.waitCompleted(ctx, m.jobs, 10*time.Minute); err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return p, err
+	if !counted {
+		return nil
 	}
-	if err := b.ep.waitDone(ctx, 10*time.Minute, "cpu"); err != nil {
-		return p, err
-	}
-	s1, err := f.waitCompleted(ctx, n, 10*time.Minute)
-	if err != nil {
-		return p, err
-	}
-	p.machine, p.took, p.cpu = machineCPU()-m0, time.Since(t0), s1.CPU-s0.CPU
-	final, err := f.stop(ctx)
-	if err != nil {
-		return p, err
-	}
-	t, err := tallyJobs(ctx, db.client, kind)
-	if err != nil {
-		return p, err
-	}
+	m.p.machine += machineCPU() - m0
+	m.p.took += time.Since(t0)
+	m.p.cpu += s1.CPU - s0.CPU
+	m.p.n += count
 	e := b.ep.counts()
-	p.sanity = sanity{Want: want, Arrived: e.Distinct, Requests: e.Requests, BadSig: e.BadSig, Jobs: t.Jobs, Completed: t.Completed,
-		Runs: t.Runs, Counted: int(final.Runs)}
-	p.runs = float64(t.Runs) / float64(n)
-	return p, nil
+	m.p.sanity.Want += arrive
+	m.p.sanity.Arrived += e.Distinct
+	m.p.sanity.Requests += e.Requests
+	m.p.sanity.BadSig += e.BadSig
+	return nil
+}
+
+// finish stops the processes and, for River, tallies the jobs.
+func (m *cpuMeter) finish(ctx context.Context) error {
+	final, err := m.f.stop(ctx)
+	if err != nil || m.inproc {
+		return err
+	}
+	kind := riverhook.Kind
+	if m.impl == implNop {
+		kind = nopArgs{}.Kind()
+	}
+	t, err := tallyJobs(ctx, m.db.client, kind)
+	if err != nil {
+		return err
+	}
+	m.p.sanity.Jobs, m.p.sanity.Completed, m.p.sanity.Runs, m.p.sanity.Counted = t.Jobs, t.Completed, t.Runs, int(final.Runs)
+	m.p.runs = float64(t.Runs) / float64(max(t.Jobs, 1))
+	return nil
+}
+
+// close kills what is still running and drops the schema.
+func (m *cpuMeter) close() {
+	m.f.kill()
+	if m.db != nil {
+		m.db.drop()
+	}
+}
+
+// cpuMedians returns a summary line per riverhook implementation measured
+// more than once: the median of its runs' ratios to the floors, each run's
+// to its own, and the runs' ratios in order. One run's ratio moves with
+// what the machine does meanwhile; the median of runs in turns less.
+func cpuMedians(results []result) []string {
+	ratios := map[string][]float64{}
+	var names []string
+	for _, r := range results {
+		for _, m := range r.Metrics {
+			if m.Unit != "x-nop+inprocess" {
+				continue
+			}
+			if _, ok := ratios[r.Name]; !ok {
+				names = append(names, r.Name)
+			}
+			ratios[r.Name] = append(ratios[r.Name], m.Value)
+		}
+	}
+	var lines []string
+	for _, name := range names {
+		rs := ratios[name]
+		if len(rs) < 2 {
+			continue
+		}
+		texts := make([]string, len(rs))
+		for i, v := range rs {
+			texts[i] = fmt.Sprintf("%.2fx", v)
+		}
+		m := median(rs)
+		lines = append(lines, fmt.Sprintf("CPU, %s, the median of %d runs: %.2fx of River's no-op worker plus the delivery in process (target <= 1.1x: %s); the runs: %s",
+			strings.TrimPrefix(name, "cpu/impl="), len(rs), m, verdict(m <= 1.1), strings.Join(texts, ", ")))
+	}
+	return lines
+}
+
+// median returns the median of vs, which it sorts.
+func median(vs []float64) float64 {
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
 }

@@ -351,11 +351,11 @@ func insertDeliveries(ctx context.Context, client *river.Client[pgx.Tx], prefix 
 }
 
 // insertNops inserts n jobs of River's no-op worker, each with a delivery's
-// body.
-func insertNops(ctx context.Context, client *river.Client[pgx.Tx], n int) error {
+// body, their delivery ids prefix and a number.
+func insertNops(ctx context.Context, client *river.Client[pgx.Tx], prefix string, n int) error {
 	var params []river.InsertManyParams
 	for i := range n {
-		id := "nop" + itoa(i)
+		id := prefix + itoa(i)
 		body, err := json.Marshal(payload(id))
 		if err != nil {
 			return err

@@ -16,7 +16,10 @@
 //     bound/latency;
 //   - cpu: the worker processes' CPU per delivery (their rusage) for
 //     -cpu-n deliveries to an endpoint answering at once, beside River's
-//     no-op worker plus Sender.Send in one process, in the same run;
+//     no-op worker plus Sender.Send in one process, in the same run: each
+//     implementation's processes make -cpu-warm deliveries not counted,
+//     then the -cpu-n in -cpu-rounds rounds, the implementations in turn
+//     (with -count, the summary gives the median of the runs' ratios);
 //   - latency: commit-to-arrival percentiles at -rate deliveries a second
 //     inserted by this process, each with InsertTx in its own transaction,
 //     over -latency-k worker processes, with the fleet's options for
@@ -86,9 +89,11 @@ type config struct {
 	DrainLatency time.Duration
 	DrainLimit   time.Duration
 
-	CPUN     int
-	CPUK     int
-	CPUConns int
+	CPUN      int
+	CPUK      int
+	CPUConns  int
+	CPUWarm   int // deliveries each implementation makes before its CPU is counted
+	CPURounds int // the rounds the counted deliveries are made in, each implementation in turn
 
 	Rate     int
 	For      time.Duration
@@ -153,6 +158,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.CPUN, "cpu-n", 3000, "cpu: deliveries per implementation")
 	fs.IntVar(&cfg.CPUK, "cpu-k", 2, "cpu: worker processes")
 	fs.IntVar(&cfg.CPUConns, "cpu-conns", 100, "cpu: connections the deliveries are spread over")
+	fs.IntVar(&cfg.CPURounds, "cpu-rounds", 10, "cpu: rounds the -cpu-n deliveries are made in, each implementation its share in turn")
+	fs.IntVar(&cfg.CPUWarm, "cpu-warm", 1000, "cpu: deliveries each implementation makes first, not counted (a process's start: its first TLS handshake, its heap's growth)")
 	fs.IntVar(&cfg.Rate, "rate", 300, "latency: deliveries inserted a second")
 	fs.DurationVar(&cfg.For, "for", 10*time.Second, "latency: how long they are inserted")
 	fs.IntVar(&cfg.LatencyK, "latency-k", 2, "latency: worker processes")
@@ -180,7 +187,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg.Ks = append(cfg.Ks, k)
 	}
 	positive := map[string]int{"count": cfg.Count, "bound": cfg.Bound, "workers": cfg.Workers, "n": cfg.N, "backlog": cfg.Backlog,
-		"outage-k": cfg.OutageK, "cpu-n": cfg.CPUN, "cpu-k": cfg.CPUK, "cpu-conns": cfg.CPUConns, "rate": cfg.Rate, "latency-k": cfg.LatencyK}
+		"outage-k": cfg.OutageK, "cpu-n": cfg.CPUN, "cpu-k": cfg.CPUK, "cpu-conns": cfg.CPUConns, "cpu-rounds": cfg.CPURounds, "rate": cfg.Rate, "latency-k": cfg.LatencyK}
 	for name, v := range positive {
 		if v < 1 {
 			return cfg, fmt.Errorf("-%s is %d: it must be at least 1", name, v)
@@ -196,8 +203,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.Window > cfg.Down {
 		return cfg, fmt.Errorf("-window %v is longer than -down %v", cfg.Window, cfg.Down)
 	}
-	if cfg.SnoozeFor < 0 || cfg.ProbeInterval < 0 || cfg.PoolConns < 0 {
-		return cfg, errors.New("-snooze, -probe and -pool must not be negative")
+	if cfg.SnoozeFor < 0 || cfg.ProbeInterval < 0 || cfg.PoolConns < 0 || cfg.CPUWarm < 0 {
+		return cfg, errors.New("-snooze, -probe, -pool and -cpu-warm must not be negative")
 	}
 	return cfg, nil
 }
@@ -358,6 +365,9 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) ([]result, er
 		if r.Summary != "" {
 			fmt.Fprintln(out, "  "+r.Summary)
 		}
+	}
+	for _, line := range cpuMedians(results) {
+		fmt.Fprintln(out, "  "+line)
 	}
 	return results, err
 }

@@ -33,7 +33,7 @@ func TestRun_EveryScenarioDeliversEachOnce(t *testing.T) {
 		"-db", testdb.URL(t),
 		"-n", "8", "-latency", "50ms", "-k", "2",
 		"-backlog", "10", "-down", "600ms", "-window", "300ms", "-snooze", "100ms", "-probe", "100ms", "-drain-limit", "1m",
-		"-cpu-n", "20", "-cpu-conns", "4",
+		"-cpu-n", "20", "-cpu-conns", "4", "-cpu-warm", "10", "-cpu-rounds", "3",
 		"-rate", "100", "-for", "200ms",
 	}, io.Discard)
 	require.NoError(t, err)
