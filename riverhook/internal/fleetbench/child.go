@@ -305,12 +305,14 @@ func (c *child) resolve(_ context.Context, id string) (webhook.Connection, error
 
 // send makes n deliveries with Sender.Send from concurrency goroutines, to
 // connections c0 to c<conns-1> in turn, their delivery ids prefix and a
-// number: "send prefix n concurrency conns".
+// number: "send prefix n concurrency conns [rate]". With a rate (a
+// second), the deliveries due are released every 10 ms, as the cpu
+// scenario inserts River's jobs (paced); without, at once.
 func (c *child) send(ctx context.Context, args []string) error {
-	if len(args) != 4 {
-		return errors.New("send wants prefix, n, concurrency and conns")
+	if len(args) != 4 && len(args) != 5 {
+		return errors.New("send wants prefix, n, concurrency, conns and an optional rate")
 	}
-	var nums [3]int
+	var nums [4]int
 	for i, a := range args[1:] {
 		v, err := strconv.Atoi(a)
 		if err != nil || v < 1 {
@@ -318,16 +320,35 @@ func (c *child) send(ctx context.Context, args []string) error {
 		}
 		nums[i] = v
 	}
-	prefix, n, concurrency, conns := args[0], nums[0], nums[1], nums[2]
-	var next atomic.Int64
+	prefix, n, concurrency, conns, rate := args[0], nums[0], nums[1], nums[2], nums[3]
+	next := make(chan int, n)
+	if rate == 0 {
+		for i := range n {
+			next <- i
+		}
+		close(next)
+	} else {
+		go func() {
+			defer close(next)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			start := time.Now()
+			for i := 0; i < n; {
+				for due := min(n, dueBy(time.Since(start), rate)); i < due; i++ {
+					next <- i
+				}
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	var wg sync.WaitGroup
 	for range concurrency {
 		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
+			for i := range next {
 				id := prefix + strconv.Itoa(i)
 				if _, err := c.sender.Send(ctx, connection(c.cfg.Addr, c.cfg.Secret, connectionID(i, conns)), payload(id)); err != nil {
 					c.failed.Add(1)

@@ -108,6 +108,39 @@ func (b *bench) cpu(ctx context.Context) ([]result, error) {
 	return results, nil
 }
 
+// paced calls do for n items: at once without a rate; with one (a
+// second), every 10 ms for those due by then, so that a call that took
+// longer is caught up on by the next.
+func paced(ctx context.Context, n, rate int, do func(from, n int) error) error {
+	if rate == 0 {
+		return do(0, n)
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	for done := 0; done < n; {
+		due := min(n, dueBy(time.Since(start), rate))
+		if due > done {
+			if err := do(done, due-done); err != nil {
+				return err
+			}
+			done = due
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// dueBy returns how many items at rate a second are due after elapsed:
+// the first at once.
+func dueBy(elapsed time.Duration, rate int) int {
+	return 1 + int(elapsed.Seconds()*float64(rate))
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -172,20 +205,29 @@ func (m *cpuMeter) deliver(ctx context.Context, prefix string, count int, counte
 	}
 	m0, t0 := machineCPU(), time.Now()
 	var s1 childStats
+	rate := 0
+	if counted {
+		rate = cfg.CPURate
+	}
 	if m.inproc {
-		if s1, err = m.f[0].ask(ctx, fmt.Sprintf("send %s %d 32 %d", prefix, count, cfg.CPUConns), 10*time.Minute); err != nil {
+		cmd := fmt.Sprintf("send %s %d 32 %d", prefix, count, cfg.CPUConns)
+		if rate > 0 {
+			cmd += fmt.Sprintf(" %d", rate)
+		}
+		if s1, err = m.f[0].ask(ctx, cmd, 10*time.Minute); err != nil {
 			return err
 		}
 		if failed := s1.Failed - s0.Failed; failed > 0 {
 			return fmt.Errorf("%d of %d Sends failed", failed, count)
 		}
 	} else {
-		if m.impl == implNop {
-			err = insertNops(ctx, m.db.client, prefix, count)
-		} else {
-			err = insertDeliveries(ctx, m.db.client, prefix, count, cfg.CPUConns)
+		insert := func(from, n int) error {
+			if m.impl == implNop {
+				return insertNops(ctx, m.db.client, prefix, from, n)
+			}
+			return insertDeliveriesFrom(ctx, m.db.client, prefix, from, n, cfg.CPUConns)
 		}
-		if err != nil {
+		if err := paced(ctx, count, rate, insert); err != nil {
 			return err
 		}
 		m.jobs += count

@@ -338,8 +338,14 @@ func (b *bench) newSchema(ctx context.Context, apiCooldown time.Duration) (*scen
 // over conns connections, in batches of 1,000 (River's InsertMany, outside
 // a transaction).
 func insertDeliveries(ctx context.Context, client *river.Client[pgx.Tx], prefix string, n, conns int) error {
+	return insertDeliveriesFrom(ctx, client, prefix, 0, n, conns)
+}
+
+// insertDeliveriesFrom is insertDeliveries of the deliveries numbered from
+// to from+n-1.
+func insertDeliveriesFrom(ctx context.Context, client *river.Client[pgx.Tx], prefix string, from, n, conns int) error {
 	var params []river.InsertManyParams
-	for i := range n {
+	for i := from; i < from+n; i++ {
 		id := prefix + itoa(i)
 		ps, err := riverhook.InsertParams(id, []string{connectionID(i, conns)}, payload(id), nil)
 		if err != nil {
@@ -351,10 +357,10 @@ func insertDeliveries(ctx context.Context, client *river.Client[pgx.Tx], prefix 
 }
 
 // insertNops inserts n jobs of River's no-op worker, each with a delivery's
-// body, their delivery ids prefix and a number.
-func insertNops(ctx context.Context, client *river.Client[pgx.Tx], prefix string, n int) error {
+// body, their delivery ids prefix and a number from from.
+func insertNops(ctx context.Context, client *river.Client[pgx.Tx], prefix string, from, n int) error {
 	var params []river.InsertManyParams
-	for i := range n {
+	for i := from; i < from+n; i++ {
 		id := prefix + itoa(i)
 		body, err := json.Marshal(payload(id))
 		if err != nil {

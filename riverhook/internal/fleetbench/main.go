@@ -18,8 +18,9 @@
 //     -cpu-n deliveries to an endpoint answering at once, beside River's
 //     no-op worker plus Sender.Send in one process, in the same run: each
 //     implementation's processes make -cpu-warm deliveries not counted,
-//     then the -cpu-n in -cpu-rounds rounds, the implementations in turn
-//     (with -count, the summary gives the median of the runs' ratios);
+//     then the -cpu-n in -cpu-rounds rounds, the implementations in turn,
+//     each given -cpu-rate deliveries a second (0: as fast as each goes);
+//     with -count, the summary gives the median of the runs' ratios;
 //   - latency: commit-to-arrival percentiles at -rate deliveries a second
 //     inserted by this process, each with InsertTx in its own transaction,
 //     over -latency-k worker processes, with the fleet's options for
@@ -94,6 +95,7 @@ type config struct {
 	CPUConns  int
 	CPUWarm   int // deliveries each implementation makes before its CPU is counted
 	CPURounds int // the rounds the counted deliveries are made in, each implementation in turn
+	CPURate   int // deliveries a second each implementation is given; 0 for all at once
 
 	Rate     int
 	For      time.Duration
@@ -159,6 +161,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.CPUK, "cpu-k", 2, "cpu: worker processes")
 	fs.IntVar(&cfg.CPUConns, "cpu-conns", 100, "cpu: connections the deliveries are spread over")
 	fs.IntVar(&cfg.CPURounds, "cpu-rounds", 10, "cpu: rounds the -cpu-n deliveries are made in, each implementation its share in turn")
+	fs.IntVar(&cfg.CPURate, "cpu-rate", 1000, "cpu: deliveries a second each implementation is given (River's jobs inserted, Sends started), those due every 10 ms: the same load for all; 0: all of a round at once, each as fast as it goes")
 	fs.IntVar(&cfg.CPUWarm, "cpu-warm", 1000, "cpu: deliveries each implementation makes first, not counted (a process's start: its first TLS handshake, its heap's growth)")
 	fs.IntVar(&cfg.Rate, "rate", 300, "latency: deliveries inserted a second")
 	fs.DurationVar(&cfg.For, "for", 10*time.Second, "latency: how long they are inserted")
@@ -203,8 +206,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.Window > cfg.Down {
 		return cfg, fmt.Errorf("-window %v is longer than -down %v", cfg.Window, cfg.Down)
 	}
-	if cfg.SnoozeFor < 0 || cfg.ProbeInterval < 0 || cfg.PoolConns < 0 || cfg.CPUWarm < 0 {
-		return cfg, errors.New("-snooze, -probe, -pool and -cpu-warm must not be negative")
+	if cfg.SnoozeFor < 0 || cfg.ProbeInterval < 0 || cfg.PoolConns < 0 || cfg.CPUWarm < 0 || cfg.CPURate < 0 {
+		return cfg, errors.New("-snooze, -probe, -pool, -cpu-warm and -cpu-rate must not be negative")
 	}
 	return cfg, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -92,4 +93,37 @@ func TestResult_LineIsABenchmarkLine(t *testing.T) {
 	r := result{Name: "bound-2", N: 1000, Metrics: []metric{{15.234567, "deliveries/s"}, {8, "peak-in-flight"}, {0.95123, "x-bound/latency"}}}
 	assert.Equal(t, "BenchmarkFleet/bound-2\t1000\t15.23 deliveries/s\t8 peak-in-flight\t0.9512 x-bound/latency", r.line())
 	assert.False(t, strings.ContainsAny(r.line(), "\n"))
+}
+
+// TestPaced_GivesTheRateAndEveryItemOnce runs paced on a fake clock: the
+// items come in order, each once, a hundredth of the rate every 10 ms,
+// and the last is due after n/rate.
+func TestPaced_GivesTheRateAndEveryItemOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var got []int
+		var last time.Duration
+		err := paced(context.Background(), 250, 1000, func(from, n int) error {
+			for i := from; i < from+n; i++ {
+				got = append(got, i)
+			}
+			last = time.Since(start)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Len(t, got, 250)
+		for i, v := range got {
+			require.Equal(t, i, v)
+		}
+		assert.Equal(t, 250*time.Millisecond, last, "the 250th of 1,000 a second is due at 249 ms: the tick after")
+
+		calls := 0
+		require.NoError(t, paced(context.Background(), 7, 0, func(from, n int) error {
+			calls++
+			assert.Equal(t, 0, from)
+			assert.Equal(t, 7, n)
+			return nil
+		}))
+		assert.Equal(t, 1, calls, "no rate: all at once")
+	})
 }
