@@ -2,13 +2,17 @@ package riverhook_test
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,15 +54,25 @@ func TestLastWriterWins_PostgreSQL(t *testing.T) {
 		CREATE TABLE `+versions+` (key text PRIMARY KEY, version timestamptz NOT NULL)`)
 	require.NoError(t, err)
 
+	_, err = pool.Exec(ctx, `CREATE SEQUENCE `+schema+`.applied`)
+	require.NoError(t, err)
 	var mu sync.Mutex
-	var applied []time.Time // in the order the upsert changed the row
+	applied := map[int64]time.Time{} // by the order the upsert changed the row
 	saveUser := func(ctx context.Context, p webhook.Payload) error {
-		tag, err := pool.Exec(ctx, `INSERT INTO `+users+` (id, email, updated_at) VALUES ($1, $2, $3)
+		// The sequence is read while the upsert holds the row's lock, so its
+		// numbers are the order the row changed in; the order the calls
+		// return in is not (two may return in the other order).
+		var n int64
+		err := pool.QueryRow(ctx, `INSERT INTO `+users+` (id, email, updated_at) VALUES ($1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET email = EXCLUDED.email, updated_at = EXCLUDED.updated_at
-			WHERE `+users+`.updated_at < EXCLUDED.updated_at`, p.User.ID, p.User.Email, p.User.UpdatedAt.Time)
-		if err == nil && tag.RowsAffected() == 1 {
+			WHERE `+users+`.updated_at < EXCLUDED.updated_at
+			RETURNING nextval('`+schema+`.applied')`, p.User.ID, p.User.Email, p.User.UpdatedAt.Time).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // not newer: the row is left as it is
+		}
+		if err == nil {
 			mu.Lock()
-			applied = append(applied, p.User.UpdatedAt.Time)
+			applied[n] = p.User.UpdatedAt.Time
 			mu.Unlock()
 		}
 		return err
@@ -98,7 +112,9 @@ func TestLastWriterWins_PostgreSQL(t *testing.T) {
 	assert.True(t, updated.Equal(newest), "the row holds the newest update, got %v", updated)
 	assert.True(t, recorded.Equal(newest), "the version table holds the newest, got %v", recorded)
 	assert.Equal(t, "ada+"+time.Duration(updates-1).String()+"@example.com", email)
-	for i := 1; i < len(applied); i++ {
-		assert.True(t, applied[i].After(applied[i-1]), "update %d applied after a newer one", i)
+	seq := slices.Sorted(maps.Keys(applied))
+	require.NotEmpty(t, seq)
+	for i := 1; i < len(seq); i++ {
+		assert.True(t, applied[seq[i]].After(applied[seq[i-1]]), "update %v applied after a newer one, %v", applied[seq[i]], applied[seq[i-1]])
 	}
 }
