@@ -70,8 +70,7 @@ func newLogEntry(a webhook.Attempt, run int) logEntry {
 		e.RetryIn = a.RetryIn.String()
 	}
 	if text := a.ResponseText(); text != "" {
-		base, _ := json.Marshal(e)
-		e.Response = cutJSON(text, maxEntryBytes-jsonbSpaces-len(base)-len(`,"response":""`))
+		e.Response = cutJSON(text, maxEntryBytes-jsonbSpaces-entryLen(&e)-len(`,"response":""`))
 	}
 	return e
 }

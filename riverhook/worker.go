@@ -3,6 +3,7 @@ package riverhook
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -378,7 +379,11 @@ func (w *Worker) record(ctx context.Context, job *river.Job[Args], entries []log
 	if entries == nil {
 		entries = []logEntry{} // "attempts": [], not null
 	}
-	if err := river.RecordOutput(ctx, attemptLog{Attempts: entries}); err != nil {
+	out, err := marshalLog(entries)
+	if err == nil {
+		err = river.RecordOutput(ctx, json.RawMessage(out))
+	}
+	if err != nil {
 		w.logger.WarnContext(ctx, "riverhook: recording the attempt log", slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
 	}
 }
