@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -82,6 +84,8 @@ type childStats struct {
 	Completed int64         `json:"completed"` // jobs completed
 	Ended     int64         `json:"ended"`     // jobs discarded or cancelled
 	CPU       time.Duration `json:"cpu"`       // user and system CPU time of the process so far
+	Allocs    uint64        `json:"allocs"`    // bytes allocated on the heap so far
+	GCs       uint64        `json:"gcs"`       // garbage collections completed so far
 	Failed    int64         `json:"failed"`    // Sends that failed (roleInProcess)
 	Err       string        `json:"err,omitempty"`
 }
@@ -104,6 +108,15 @@ func childMain() int {
 			defer f.Close()
 			defer pprof.StopCPUProfile()
 		}
+		// And of what it allocated, at its end: go tool pprof
+		// -sample_index=alloc_space -top dir/*.allocs.
+		runtime.MemProfileRate = 16 << 10
+		defer func() {
+			if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.allocs", cfg.Role, os.Getpid()))); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	if err := runChild(context.Background(), cfg, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "fleetbench %s process %d: %v\n", cfg.Role, os.Getpid(), err)
@@ -361,7 +374,10 @@ func (c *child) send(ctx context.Context, args []string) error {
 }
 
 func (c *child) stats() childStats {
-	return childStats{Runs: c.runs.Load(), Completed: c.completed.Load(), Ended: c.ended.Load(), Failed: c.failed.Load(), CPU: processCPU()}
+	m := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(m)
+	return childStats{Runs: c.runs.Load(), Completed: c.completed.Load(), Ended: c.ended.Load(), Failed: c.failed.Load(), CPU: processCPU(),
+		Allocs: m[0].Value.Uint64(), GCs: m[1].Value.Uint64()}
 }
 
 // connection returns connection id, at the endpoint on addr.

@@ -23,6 +23,8 @@ type cpuPhase struct {
 	procs   int
 	n       int
 	cpu     time.Duration // the processes' user and system CPU
+	allocs  uint64        // the processes' heap allocations, bytes
+	gcs     uint64        // the processes' garbage collections
 	machine time.Duration // the machine's, PostgreSQL's and this process's included
 	took    time.Duration
 	sanity  sanity
@@ -93,6 +95,8 @@ func (b *bench) cpu(ctx context.Context) ([]result, error) {
 				{cpu, "cpu-µs/delivery"},
 				{machine, "machine-cpu-µs/delivery"},
 				{float64(p.n) / p.took.Seconds(), "deliveries/s"},
+				{float64(p.allocs) / float64(p.n), "B/delivery"},
+				{1000 * float64(p.gcs) / float64(p.n), "GCs/1000-deliveries"},
 			},
 			sanity: p.sanity,
 		}
@@ -244,6 +248,8 @@ func (m *cpuMeter) deliver(ctx context.Context, prefix string, count int, counte
 	m.p.machine += machineCPU() - m0
 	m.p.took += time.Since(t0)
 	m.p.cpu += s1.CPU - s0.CPU
+	m.p.allocs += s1.Allocs - s0.Allocs
+	m.p.gcs += s1.GCs - s0.GCs
 	m.p.n += count
 	e := b.ep.counts()
 	m.p.sanity.Want += arrive

@@ -209,6 +209,8 @@ func (f fleet) each(do func(*proc) (childStats, error)) (childStats, error) {
 		sum.Ended += s.Ended
 		sum.Failed += s.Failed
 		sum.CPU += s.CPU
+		sum.Allocs += s.Allocs
+		sum.GCs += s.GCs
 	}
 	return sum, joinErrs(errs...)
 }
