@@ -43,20 +43,39 @@ func BenchmarkAttemptLog(b *testing.B) {
 		}
 		job := &rivertype.JobRow{ID: 1, Attempt: earlier + 1, Metadata: metadata}
 		delivered := webhook.Attempt{N: earlier + 1, Start: time.Now(), Duration: 610 * time.Microsecond, Timestamp: 1795338000125, StatusCode: 200}
-		b.Run("earlier="+strconv.Itoa(earlier), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				entries, err := readLog(job)
-				if err != nil {
-					b.Fatal(err)
-				}
-				entries = append(entries, interrupted(job, entries, job.Attempt-1)...)
-				entries = append(entries, newLogEntry(delivered, job.Attempt))
-				if _, err := json.Marshal(map[string]any{"output": attemptLog{Attempts: entries}}); err != nil {
-					b.Fatal(err)
-				}
+		for _, impl := range []string{"append", "reflect"} {
+			marshal := marshalLog
+			if impl == "reflect" { // encoding/json's, as before marshalLog
+				marshal = func(entries []logEntry) ([]byte, error) { return json.Marshal(attemptLog{Attempts: entries}) }
 			}
-		})
+			b.Run("earlier="+strconv.Itoa(earlier)+"/impl="+impl, func(b *testing.B) {
+				benchmarkAttemptLog(b, job, delivered, marshal)
+			})
+		}
+	}
+}
+
+func benchmarkAttemptLog(b *testing.B, job *rivertype.JobRow, delivered webhook.Attempt, marshal func([]logEntry) ([]byte, error)) {
+	b.ReportAllocs()
+	for b.Loop() {
+		entries, err := readLog(job)
+		if err != nil {
+			b.Fatal(err)
+		}
+		entries = append(entries, interrupted(job, entries, job.Attempt-1)...)
+		entries = append(entries, newLogEntry(delivered, job.Attempt))
+		// As Worker.record and River: the log, River's RecordOutput
+		// encoding it once more, and the metadata update.
+		out, err := marshal(entries)
+		if err == nil {
+			out, err = json.Marshal(json.RawMessage(out))
+		}
+		if err == nil {
+			_, err = json.Marshal(map[string]any{"output": json.RawMessage(out)})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
