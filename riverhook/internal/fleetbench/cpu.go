@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -140,9 +142,16 @@ func paced(ctx context.Context, n, rate int, do func(from, n int) error) error {
 }
 
 // dueBy returns how many items at rate a second are due after elapsed:
-// the first at once.
+// the first at once. It counts in integers (a float product rounded down
+// came one short, 0.29*100 is 28.999…) and saturates where the product
+// would not fit.
 func dueBy(elapsed time.Duration, rate int) int {
-	return 1 + int(elapsed.Seconds()*float64(rate))
+	hi, lo := bits.Mul64(uint64(max(elapsed, 0)), uint64(rate))
+	if hi >= uint64(time.Second) {
+		return math.MaxInt
+	}
+	due, _ := bits.Div64(hi, lo, uint64(time.Second))
+	return int(min(due, math.MaxInt-1)) + 1
 }
 
 func btoi(b bool) int {

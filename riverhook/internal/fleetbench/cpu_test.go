@@ -1,0 +1,24 @@
+package main
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestDueBy_IsExact: the items due after elapsed at rate a second are
+// 1 + elapsed*rate, to the item: the float product rounded down gave one
+// fewer (29 at 290 ms at 100 a second), the item a tick late.
+func TestDueBy_IsExact(t *testing.T) {
+	for _, rate := range []int{1, 3, 7, 100, 333, 1000, 2000, 3000} {
+		for ms := int64(0); ms <= 60_000; ms += 10 {
+			want := 1 + int(ms*int64(rate)/1000)
+			if got := dueBy(time.Duration(ms)*time.Millisecond, rate); got != want {
+				t.Fatalf("dueBy(%d ms, %d a second) = %d, want %d", ms, rate, got, want)
+			}
+		}
+	}
+	assert.Positive(t, dueBy(2*time.Second, math.MaxInt), "a rate too large for the product: all due, not a negative count")
+}
