@@ -335,29 +335,15 @@ func (c *child) send(ctx context.Context, args []string) error {
 	}
 	prefix, n, concurrency, conns, rate := args[0], nums[0], nums[1], nums[2], nums[3]
 	next := make(chan int, n)
-	if rate == 0 {
-		for i := range n {
-			next <- i
-		}
-		close(next)
-	} else {
-		go func() {
-			defer close(next)
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			start := time.Now()
-			for i := 0; i < n; {
-				for due := min(n, dueBy(time.Since(start), rate)); i < due; i++ {
-					next <- i
-				}
-				select {
-				case <-tick.C:
-				case <-ctx.Done():
-					return
-				}
+	go func() {
+		defer close(next)
+		paced(ctx, n, rate, func(from, n int) error {
+			for i := from; i < from+n; i++ {
+				next <- i
 			}
-		}()
-	}
+			return nil
+		})
+	}()
 	var wg sync.WaitGroup
 	for range concurrency {
 		wg.Go(func() {

@@ -132,6 +132,9 @@ func paced(ctx context.Context, n, rate int, do func(from, n int) error) error {
 			}
 			done = due
 		}
+		if done == n {
+			return nil // not a tick more
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():

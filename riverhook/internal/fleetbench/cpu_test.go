@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"math"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestDueBy_IsExact: the items due after elapsed at rate a second are
@@ -21,4 +24,15 @@ func TestDueBy_IsExact(t *testing.T) {
 		}
 	}
 	assert.Positive(t, dueBy(2*time.Second, math.MaxInt), "a rate too large for the product: all due, not a negative count")
+}
+
+// TestPaced_ReturnsWithTheLastItem: once the last item is given, paced
+// returns; it does not wait for one more tick (10 ms more of a round's
+// time, counted in its deliveries a second).
+func TestPaced_ReturnsWithTheLastItem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		require.NoError(t, paced(context.Background(), 250, 1000, func(int, int) error { return nil }))
+		assert.Equal(t, 250*time.Millisecond, time.Since(start))
+	})
 }
