@@ -157,6 +157,16 @@ func dueBy(elapsed time.Duration, rate int) int {
 	return int(min(due, math.MaxInt-1)) + 1
 }
 
+// roundLimit is how long a round of count deliveries at rate a second
+// (0: at once) may take: its pacing's time, then ten minutes.
+func roundLimit(count, rate int) time.Duration {
+	limit := 10 * time.Minute
+	if rate > 0 && count > 1 {
+		limit += time.Duration(float64(count-1) / float64(rate) * float64(time.Second))
+	}
+	return limit
+}
+
 func btoi(b bool) int {
 	if b {
 		return 1
@@ -230,7 +240,7 @@ func (m *cpuMeter) deliver(ctx context.Context, prefix string, count int, counte
 		if rate > 0 {
 			cmd += fmt.Sprintf(" %d", rate)
 		}
-		if s1, err = m.f[0].ask(ctx, cmd, 10*time.Minute); err != nil {
+		if s1, err = m.f[0].ask(ctx, cmd, roundLimit(count, rate)); err != nil {
 			return err
 		}
 		if failed := s1.Failed - s0.Failed; failed > 0 {

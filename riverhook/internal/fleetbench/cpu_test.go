@@ -36,3 +36,12 @@ func TestPaced_ReturnsWithTheLastItem(t *testing.T) {
 		assert.Equal(t, 250*time.Millisecond, time.Since(start))
 	})
 }
+
+// TestRoundLimit_AddsThePacing: a round's limit is its pacing's time plus
+// ten minutes, so that a slow -cpu-rate does not time the in-process
+// Sends out (3,000 at 2 a second take 25 minutes).
+func TestRoundLimit_AddsThePacing(t *testing.T) {
+	assert.Equal(t, 10*time.Minute, roundLimit(3000, 0))
+	assert.Equal(t, 10*time.Minute+1499500*time.Millisecond, roundLimit(3000, 2))
+	assert.Equal(t, 10*time.Minute, roundLimit(1, 1000))
+}
