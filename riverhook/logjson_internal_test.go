@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
@@ -54,6 +55,43 @@ func TestMarshalLog_TakesTheWorkersEntriesWithoutEncodingJSON(t *testing.T) {
 		_, ok = appendEntry(nil, &e)
 		assert.False(t, ok, "a start not in UTC is time's MarshalJSON's")
 	}
+}
+
+// TestMarshalLog_WhatTheFuzzHarnessDoesNotBuild holds marshalLog to
+// encoding/json for the starts and texts FuzzMarshalLog cannot make: a
+// monotonic reading, Local, a named zone, a zone called UTC that is not
+// time.UTC, offsets RFC 3339 cannot write, the years' edges, the zero
+// instant elsewhere than UTC; every byte, DEL and U+FFFD; the ints' edges.
+func TestMarshalLog_WhatTheFuzzHarnessDoesNotBuild(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	now := time.Now()
+	starts := []time.Time{now, now.UTC(), now.Local(), now.In(ny), now.In(time.FixedZone("UTC", 0)),
+		now.In(time.FixedZone("", 3601)), now.In(time.FixedZone("", 24*3600)), time.Time{}.In(ny), time.Time{}.Add(1),
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(math.MaxInt64, 0).UTC(), time.Unix(math.MinInt64, 0).UTC(), time.Unix(1, 120000).UTC()}
+	var every []byte
+	for c := range 256 {
+		every = append(every, byte(c))
+	}
+	texts := []string{string(every), "\x7f", "\ufffd", "\u2028\u2029", "é日本🎉", "\xed\xa0\x80", "<a href=\"x\">&amp;</a>"}
+	for _, start := range starts {
+		for i, text := range texts {
+			n := []int{0, 1, -1, math.MaxInt, math.MinInt}[i%5]
+			e := logEntry{N: n, Run: -n, Kind: text, Start: start, Status: n, Took: text, Timestamp: int64(n), RetryIn: text, Error: text, Response: text, Probe: n != 0}
+			entries := []logEntry{e, e}
+			got, gotErr := marshalLog(entries)
+			want, wantErr := json.Marshal(attemptLog{Attempts: entries})
+			require.Equal(t, wantErr == nil, gotErr == nil, "%v: %v, encoding/json's %v", start, gotErr, wantErr)
+			require.Equal(t, string(want), string(got), "%v", start)
+			one, _ := json.Marshal(e)
+			require.Equal(t, len(one), entryLen(&e), "%v", start)
+		}
+	}
+	got, err := marshalLog([]logEntry{})
+	require.NoError(t, err)
+	assert.Equal(t, `{"attempts":[]}`, string(got))
 }
 
 // BenchmarkMarshalLog writes a one-entry log, as a delivery's first run
