@@ -41,8 +41,10 @@
 // the READMEs' (TestREADME_PipelineRuns runs it with
 // FLEETBENCH_FLAGS='-run bound -n 8 -latency 50ms -k 1').
 //
-// With FLEETBENCH_CPUPROFILE set to a directory, each worker process
-// writes its CPU profile there (go tool pprof -top dir/worker-*.pprof).
+// With FLEETBENCH_CPUPROFILE set to a directory, each child process
+// writes its CPU profile there (go tool pprof -top dir/worker-*.pprof),
+// and at its end what it allocated (go tool pprof
+// -sample_index=alloc_space -top dir/worker-*.allocs).
 //
 // -db defaults to $TEST_DATABASE_URL. The defaults are issue 28's sizes:
 // about eight minutes on 2 cores; -run and the sizes make it shorter.
