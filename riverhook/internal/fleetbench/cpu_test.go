@@ -45,3 +45,20 @@ func TestRoundLimit_AddsThePacing(t *testing.T) {
 	assert.Equal(t, 10*time.Minute+1499500*time.Millisecond, roundLimit(3000, 2))
 	assert.Equal(t, 10*time.Minute, roundLimit(1, 1000))
 }
+
+// TestShare_SplitsTheWholeEvenly: the in-process floor's processes get
+// shares of the deliveries and of the rate that add up to the whole and
+// differ by at most one.
+func TestShare_SplitsTheWholeEvenly(t *testing.T) {
+	for _, k := range []int{1, 2, 3, 4, 7} {
+		for _, n := range []int{0, 1, 2, 5, 999, 1000, 1501, 2000} {
+			sum, lo, hi := 0, math.MaxInt, 0
+			for j := range k {
+				s := share(n, k, j)
+				sum, lo, hi = sum+s, min(lo, s), max(hi, s)
+			}
+			assert.Equal(t, n, sum, "n %d, k %d", n, k)
+			assert.LessOrEqual(t, hi-lo, 1, "n %d, k %d", n, k)
+		}
+	}
+}

@@ -195,11 +195,17 @@ func (f fleet) stop(ctx context.Context) (childStats, error) {
 }
 
 func (f fleet) each(do func(*proc) (childStats, error)) (childStats, error) {
+	return f.eachIndex(func(_ int, p *proc) (childStats, error) { return do(p) })
+}
+
+// eachIndex calls do for every process, at once, with its index, and
+// returns the sum of their answers.
+func (f fleet) eachIndex(do func(int, *proc) (childStats, error)) (childStats, error) {
 	stats := make([]childStats, len(f))
 	errs := make([]error, len(f))
 	var wg sync.WaitGroup
 	for i, p := range f {
-		wg.Go(func() { stats[i], errs[i] = do(p) })
+		wg.Go(func() { stats[i], errs[i] = do(i, p) })
 	}
 	wg.Wait()
 	var sum childStats

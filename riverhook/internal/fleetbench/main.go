@@ -16,7 +16,8 @@
 //     bound/latency;
 //   - cpu: the worker processes' CPU per delivery (their rusage) for
 //     -cpu-n deliveries to an endpoint answering at once, beside River's
-//     no-op worker plus Sender.Send in one process, in the same run: each
+//     no-op worker plus Sender.Send without River, each on -cpu-k
+//     processes sharing the load, in the same run: each
 //     implementation's processes make -cpu-warm deliveries not counted,
 //     then the -cpu-n in -cpu-rounds rounds, the implementations in turn,
 //     each given -cpu-rate deliveries a second (0: as fast as each goes);
