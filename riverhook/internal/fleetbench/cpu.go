@@ -282,22 +282,54 @@ func (m *cpuMeter) deliver(ctx context.Context, prefix string, count int, counte
 }
 
 // send makes count deliveries in process, at rate a second (0: at once),
-// each process its share of both, and returns the sum of their stats.
+// shared by the processes (splitRound), and returns the sum of their
+// stats: a process given none answers its stats.
 func (m *cpuMeter) send(ctx context.Context, prefix string, count, rate int) (childStats, error) {
-	k := len(m.f)
+	counts, rates := splitRound(count, rate, len(m.f))
 	return m.f.eachIndex(func(j int, p *proc) (childStats, error) {
-		n := share(count, k, j)
+		n, r := counts[j], rates[j]
 		if n == 0 {
 			return p.ask(ctx, "stats", 30*time.Second)
 		}
 		cmd := fmt.Sprintf("send %s%d- %d 32 %d", prefix, j, n, m.b.cfg.CPUConns)
-		r := 0
-		if rate > 0 {
-			r = max(share(rate, k, j), 1)
+		if r > 0 {
 			cmd += fmt.Sprintf(" %d", r)
 		}
 		return p.ask(ctx, cmd, roundLimit(n, r))
 	})
+}
+
+// splitRound shares a round of count deliveries at rate a second (0: at
+// once) among k processes, so that together they go at rate and end when
+// River's pacing of the round does: process j is given share(rate, k, j)
+// a second (under k a second, the first rate processes 1 each, the others
+// none) and the deliveries in proportion to its rate. Shares of both with
+// each process at least 1 a second made k a second of a rate under k, and
+// of a rate k does not divide (3 over 2) gave the process at the lesser
+// rate as many deliveries, and the round half as long again.
+func splitRound(count, rate, k int) (counts, rates []int) {
+	counts, rates = make([]int, k), make([]int, k)
+	if rate == 0 {
+		for j := range k {
+			counts[j] = share(count, k, j)
+		}
+		return counts, rates
+	}
+	given, before := 0, 0
+	for j := range k {
+		rates[j] = share(rate, k, j)
+		given += rates[j]
+		upTo := mulDiv(count, given, rate)
+		counts[j], before = upTo-before, upTo
+	}
+	return counts, rates
+}
+
+// mulDiv is a*b/c rounded down, for b <= c: the product in 128 bits.
+func mulDiv(a, b, c int) int {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int(q)
 }
 
 // share is the j-th of k shares of n, the first n%k one more.

@@ -161,7 +161,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.DrainLatency, "drain-latency", 20*time.Millisecond, "outage: how long the endpoint takes to answer once back")
 	fs.DurationVar(&cfg.DrainLimit, "drain-limit", 15*time.Minute, "outage: how long the backlog may take to arrive")
 	fs.IntVar(&cfg.CPUN, "cpu-n", 3000, "cpu: deliveries per implementation")
-	fs.IntVar(&cfg.CPUK, "cpu-k", 2, "cpu: worker processes")
+	fs.IntVar(&cfg.CPUK, "cpu-k", 2, "cpu: worker processes, River's and those delivering in process")
 	fs.IntVar(&cfg.CPUConns, "cpu-conns", 100, "cpu: connections the deliveries are spread over")
 	fs.IntVar(&cfg.CPURounds, "cpu-rounds", 10, "cpu: rounds the -cpu-n deliveries are made in, each implementation its share in turn")
 	fs.IntVar(&cfg.CPURate, "cpu-rate", 1000, "cpu: deliveries a second each implementation is given (River's jobs inserted, Sends started), those due every 10 ms: the same load for all; 0: all of a round at once, each as fast as it goes")
