@@ -36,11 +36,13 @@ type eventFunc func(ctx context.Context, body []byte) error
 // requests, and, the service delivering at least once, should be
 // idempotent (see [LastWriterWins]).
 //
-// T is decoded from the whole body with encoding/json, unknown fields
-// ignored; a body that does not decode is answered 400. A T whose pointer
-// has a Validate() error method is validated too, as [Payload] is: for
-// [EventUserIdentified] with a Payload, the delivery must be one the
-// service would send. A pointer T (*Payload) is validated as its element is. Use json.RawMessage for the body as it is (a copy).
+// T is decoded from the whole body with encoding/json: missing fields stay
+// zero and unknown ones are ignored. A body that does not decode is
+// answered 400. A type of the caller's with a Validate() error method (on
+// T or *T) is validated too, and answered 400 when it fails. A [Payload]
+// (or *Payload) is not: it checks only its "event", since the spec leaves
+// which fields are required open. Use json.RawMessage for the body as it
+// is (a copy).
 //
 // On panics if name is empty, fn is nil or name has a handler already, as
 // http.ServeMux's Handle does.
@@ -89,22 +91,31 @@ func (e *Events) lookup(event string) eventFunc {
 	return nil
 }
 
-// decodeEvent decodes body into a T and validates it when *T can.
+// decodeEvent decodes body into a T, leniently: missing fields stay zero
+// and unknown ones are ignored. Only a type of the caller's decides what
+// more it needs, through a Validate method on T or *T. A Payload is the
+// library's, and checks nothing beyond its "event": the spec leaves which
+// fields are required open, and its own minimal test request has three.
 func decodeEvent[T any](body []byte) (T, error) {
 	var event T
 	var err error
-	if p, ok := any(&event).(*Payload); ok {
+	switch p := any(&event).(type) {
+	case *Payload:
 		*p, err = ParsePayload(body) // shares no memory with body
-	} else {
-		err = decodeObject(body, &event)
+		return event, err
+	case **Payload:
+		var v Payload
+		v, err = ParsePayload(body)
+		*p = &v
+		return event, err
 	}
-	if err != nil {
+	if err = decodeObject(body, &event); err != nil {
 		return event, err
 	}
 	if v, ok := any(&event).(interface{ Validate() error }); ok {
 		err = v.Validate()
 	} else if v, ok := any(event).(interface{ Validate() error }); ok {
-		err = v.Validate() // T is a pointer (*Payload, say), set by decoding an object
+		err = v.Validate() // T is a pointer to a type of the caller's, set by decoding an object
 	}
 	return event, err
 }
@@ -126,7 +137,8 @@ type HandlerOptions struct {
 // the Middleware's answers to refused requests and copies, it answers:
 //
 //   - 400 when the verified body is not a JSON object with an "event", or
-//     does not decode into (or validate as) the handler's type;
+//     does not decode into the handler's type, or fails that type's own
+//     Validate (a [Payload] has none here: see [On]);
 //   - 200, after logging it, for an event e has no handler for, as the
 //     spec says: the service may add events before the receiver knows them;
 //   - 500 when the event's handler returns an error, so that the sender

@@ -202,6 +202,9 @@ func decodeObject(body []byte, v any) error {
 // error is a [*FieldError] naming the field in JSON notation (such as
 // "user.id") and matches [ErrInvalidPayload]. Which other fields are
 // required is not specified, so Validate does not require them.
+//
+// The Sender validates what it sends. A receiver does not: [On] and
+// [NewHandler] hand over any Payload with an event.
 func (p *Payload) Validate() error {
 	switch {
 	case p.Event == "":

@@ -30,7 +30,8 @@ var triggerCmd = &command{
 	long: `Trigger sends one delivery to URL as the service sends it: the connection's
 method and custom headers, the X-Service-* headers, a fresh millisecond
 timestamp and signature, and the sample payload (that of "Send Test"), or
--payload FILE (- for standard input), checked to be a payload unless -raw.
+-payload FILE (- for standard input), checked to be a JSON object with an
+"event" unless -raw.
 It prints each attempt as it happens, then the attempt log and the result. With -retry it
 retries on the service's schedule: up to 3 retries, after 1 s, 2 s and 4 s,
 each attempt signed afresh.
@@ -174,7 +175,7 @@ func (t *trigger) run(ctx context.Context, sf *secretFlags) (int, error) {
 }
 
 // body returns the event and body to send: the sample payload, or the
-// -payload file checked to be a payload unless -raw.
+// -payload file checked to be a JSON object with an "event" unless -raw.
 func (t *trigger) body() (string, []byte, error) {
 	if t.payload == "" {
 		p := webhook.SamplePayload(time.Now())
@@ -193,10 +194,7 @@ func (t *trigger) body() (string, []byte, error) {
 		}
 		return firstOf(t.event, named, webhook.EventUserIdentified), body, nil
 	}
-	p, err := webhook.ParsePayload(body)
-	if err == nil {
-		err = p.Validate()
-	}
+	p, err := webhook.ParsePayload(body) // what a receiver takes: a JSON object with an "event"
 	if err != nil {
 		return "", nil, usagef("%v (give -raw to send it as it is)", err)
 	}

@@ -57,6 +57,22 @@ func TestTrigger_CustomPayloadReachesVerifyingReceiver(t *testing.T) {
 	}
 }
 
+// TestTrigger_SendsTheSpecsMinimalTestRequest: SPEC §6's hand-made test
+// body has "event", "user.email" and "user.name" only; -payload sends it as
+// it is, since a receiver takes whatever has an event.
+func TestTrigger_SendsTheSpecsMinimalTestRequest(t *testing.T) {
+	srv := webhooktest.NewServer(testSecret, nil)
+	defer srv.Close()
+	minimal := []byte(`{"event":"user.identified","user":{"email":"test@example.com","name":"Test User"}}`)
+	res := runCmd(t, "", "trigger", "-allow-private", "-cacert", caFile(t, srv), "-payload", writeFile(t, "minimal.json", minimal), srv.URL)
+	require.Equal(t, exitOK, res.code, res.stdout+res.stderr)
+	got := srv.Deliveries()
+	require.Len(t, got, 1)
+	assert.NoError(t, got[0].Err)
+	assert.Equal(t, minimal, got[0].Body)
+	assert.Equal(t, webhook.EventUserIdentified, got[0].Header.Get(webhook.HeaderEvent))
+}
+
 func TestTrigger_PayloadIsCheckedUnlessRaw(t *testing.T) {
 	srv := webhooktest.NewServer(testSecret, nil)
 	defer srv.Close()

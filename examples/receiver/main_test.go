@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -89,5 +90,47 @@ func TestRotateOnSIGHUP(t *testing.T) {
 	rotate()
 	if got := status("whsec_new"); got != http.StatusOK {
 		t.Errorf("after an empty file: %d", got)
+	}
+}
+
+// TestNewMux_AnswersTheSpecsMinimalTestRequest sends SPEC §6's hand-made
+// test request, signed by OpenSSL (the root's testdata/vectors.sh), as
+// curl would: the receiver answers 200 and logs the user's email and name.
+func TestNewMux_AnswersTheSpecsMinimalTestRequest(t *testing.T) {
+	body, err := os.ReadFile("../../testdata/body_minimal.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ts, signature = "1763719200000", "sha256=11c1b24e4cef0288e888840962de211038be911253a8b3cdffe0e1d606be53fc" // testdata/vectors.txt
+	v, err := webhook.NewVerifier([]string{"whsec_test_secret"}, &webhook.VerifierOptions{
+		Now: func() time.Time { return time.UnixMilli(1763719200000 + 1000) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	srv := httptest.NewTLSServer(newMux(v, slog.New(slog.NewTextHandler(&logs, nil))))
+	defer srv.Close()
+
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/webhooks", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webhook.HeaderEvent, "user.identified")
+	req.Header.Set(webhook.HeaderTimestamp, ts)
+	req.Header.Set(webhook.HeaderSignature, signature)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("got %d, want 200", resp.StatusCode)
+	}
+	for _, want := range []string{"email=test@example.com", `name="Test User"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %s:\n%s", want, logs.String())
+		}
 	}
 }
