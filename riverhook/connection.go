@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 
 	"github.com/signedhook/webhook"
 )
@@ -25,8 +23,8 @@ import (
 // may quote a URL, goes to [WorkerOptions.Logger] and is wrapped, for
 // errors.Is and errors.As); it matches [ErrConnectionGone] for one that is
 // gone. A Send Test is an attempt in flight like a delivery's: it takes
-// one of the connection's MaxInFlightPerConnection places, across the
-// fleet with [WorkerOptions.Places], and returns [ErrBusy] when every place
+// one of the connection's MaxInFlightPerConnection places (across the
+// fleet with [WorkerOptions.Places]), and returns [ErrBusy] when every place
 // is held. It blocks for the attempt, at most the Sender's attempt
 // timeout, and is safe for concurrent use.
 func (w *Worker) SendTest(ctx context.Context, connectionID string) (*webhook.Result, error) {
@@ -71,41 +69,16 @@ func (w *Worker) sendTest(ctx context.Context, connectionID string, send func(we
 var ErrBusy = errors.New("riverhook: the connection has as many attempts in flight as its bound allows")
 
 // testPlace takes a place in flight for a Send Test to connection id, in
-// the process and, with Places, in the fleet, and returns the function
-// giving it back.
+// the Worker's Places, and returns the function giving it back.
 func (w *Worker) testPlace(ctx context.Context, id string) (func(), error) {
-	if w.maxPerCon <= 0 {
-		return func() {}, nil
+	t, err := w.admission.take(ctx, id, limits{bound: w.maxPerCon})
+	if err != nil {
+		return nil, err
 	}
-	w.mu.Lock()
-	if w.inFlight[id] >= w.maxPerCon {
-		w.mu.Unlock()
+	if t == nil {
 		return nil, fmt.Errorf("%w: %d of %d (connection %q)", ErrBusy, w.maxPerCon, w.maxPerCon, id)
 	}
-	w.inFlight[id]++
-	w.mu.Unlock()
-	if w.places == nil {
-		return func() { w.release(id) }, nil
-	}
-	holder := -rand.Int64N(math.MaxInt64) - 1 // a job id no job has, the test's own
-	place, ok, err := w.places.Take(ctx, id, w.maxPerCon, holder, w.Timeout(nil))
-	switch {
-	case err != nil:
-		w.release(id)
-		return nil, err
-	case !ok:
-		w.release(id)
-		return nil, fmt.Errorf("%w: %d of %d across the fleet (connection %q)", ErrBusy, w.maxPerCon, w.maxPerCon, id)
-	}
-	return func() {
-		defer w.release(id)
-		ctx, cancel := detached(ctx)
-		defer cancel()
-		if err := w.places.Give(ctx, id, place, holder); err != nil {
-			w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot give back a Send Test's place in flight; it is free when its hold ends",
-				slog.String("connection_id", id), slog.String("error", err.Error()))
-		}
-	}, nil
+	return func() { w.admission.give(ctx, t) }, nil
 }
 
 // EndpointHealth returns the endpoint of the connection with the given id,

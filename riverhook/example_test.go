@@ -535,10 +535,10 @@ func ExampleEraseBodies() {
 	// erased: 1 true | log kept: 1 delivered
 }
 
-// The fleet's bound and rate: every worker process takes a connection's
-// places and its next start from the same tables, so that 2 in flight and
-// 2 a minute hold for the deployment, not for each process. Migrate makes
-// riverhook's tables beside River's.
+// The fleet's bound: every worker process takes a connection's places from
+// the same database, so that 1 in flight holds for the deployment, not for
+// each process. Here two Workers stand for two processes: while one makes
+// a Send Test to a slow endpoint, the other finds the connection busy.
 func ExampleNewConnectionPlaces() {
 	ctx := context.Background()
 	pool, schema, done := exampleDatabase(ctx)
@@ -546,45 +546,40 @@ func ExampleNewConnectionPlaces() {
 	if err := riverhook.Migrate(ctx, pool, schema); err != nil {
 		log.Fatal(err)
 	}
-	places := riverhook.NewConnectionPlaces(pool, schema)
-	rates := map[string]float64{"crm": 2.0 / 60} // a customer's throttle: 2 deliveries a minute
-	sender, err := webhook.NewSender(nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
-		return webhook.Connection{}, riverhook.ErrConnectionGone
-	}, &riverhook.WorkerOptions{
-		MaxInFlightPerConnection: 2,
-		Places:                   places,
-		RateLimit:                func(connectionID string) float64 { return rates[connectionID] },
+	arrived, release := make(chan struct{}), make(chan struct{})
+	receiver := webhooktest.NewServer("whsec_example", &webhooktest.ServerOptions{
+		Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { close(arrived); <-release }), // a slow endpoint
 	})
-	if err != nil {
-		log.Fatal(err)
+	defer receiver.Close()
+	resolve := func(context.Context, string) (webhook.Connection, error) { return receiver.Connection(), nil }
+	process := func() *riverhook.Worker {
+		worker, err := riverhook.NewWorker(receiver.Sender(nil), resolve, &riverhook.WorkerOptions{
+			MaxInFlightPerConnection: 1,
+			Places:                   riverhook.NewConnectionPlaces(pool, schema), // one session per process
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return worker
 	}
-	_ = worker // register it with river.AddWorker in every process
+	first, second := process(), process()
 
-	// What each worker does before an attempt, here by hand: a place, then
-	// the connection's next start.
-	for job := int64(1); job <= 3; job++ {
-		place, ok, err := places.Take(ctx, "crm", 2, job, worker.Timeout(nil))
+	answered := make(chan int)
+	go func() {
+		res, err := first.SendTest(ctx, "crm")
 		if err != nil {
 			log.Fatal(err)
 		}
-		if !ok {
-			fmt.Printf("job %d: no place free, it waits\n", job)
-			continue
-		}
-		wait, err := places.Pace(ctx, "crm", rates["crm"])
-		if err != nil {
-			log.Fatal(err)
-		}
-		fmt.Printf("job %d: place %d, begins now: %v\n", job, place, wait == 0)
-	}
+		answered <- res.Attempts[0].StatusCode
+	}()
+	<-arrived // the first Send Test under way
+	_, err := second.SendTest(ctx, "crm")
+	fmt.Println("the other process:", errors.Is(err, riverhook.ErrBusy))
+	close(release)
+	fmt.Println("the first:", <-answered)
 	// Output:
-	// job 1: place 0, begins now: true
-	// job 2: place 1, begins now: false
-	// job 3: no place free, it waits
+	// the other process: true
+	// the first: 200
 }
 
 // A dashboard's Send Test of an event of the service's own: the sample
@@ -628,9 +623,6 @@ func ExampleConnectionPlaces_Prune() {
 		log.Fatal(err)
 	}
 	places := riverhook.NewConnectionPlaces(pool, schema)
-	if _, err := places.Pace(ctx, "crm", 10); err != nil { // a delivery to crm, 10 a second
-		log.Fatal(err)
-	}
 	dayAgo := time.Now().Add(-24 * time.Hour)
 	marks, err := riverhook.NewEndpointMarks(pool, schema).Prune(ctx, dayAgo)
 	if err != nil {
@@ -641,12 +633,6 @@ func ExampleConnectionPlaces_Prune() {
 		log.Fatal(err)
 	}
 	fmt.Println("a day on:", marks, "marks,", paces, "paces pruned")
-	paces, err = places.Prune(ctx, time.Now().Add(time.Second))
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("crm's pace, past:", paces, "pruned")
 	// Output:
 	// a day on: 0 marks, 0 paces pruned
-	// crm's pace, past: 1 pruned
 }

@@ -18,3 +18,6 @@ func PendingRetries(w *Worker) int {
 	defer w.mu.Unlock()
 	return len(w.retries)
 }
+
+// PlaceKey is the advisory lock of place 0 of connection id in schema.
+func PlaceKey(schema, id string) int64 { return placeKey(schema, id) }

@@ -16,15 +16,12 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/riverqueue/river"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -123,201 +120,11 @@ func TestFleet_AMarkReachesEveryProcess(t *testing.T) {
 	assert.ErrorIs(t, err, webhook.ErrEndpointDown, "a process starting up starts from the marks")
 }
 
-func TestConnectionPlaces(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	ctx := context.Background()
-	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
-	places := riverhook.NewConnectionPlaces(pool, schema)
-	take := func(job int64, hold time.Duration) (int, bool) {
-		place, ok, err := places.Take(ctx, "crm", 2, job, hold)
-		require.NoError(t, err)
-		return place, ok
-	}
-	p1, ok := take(1, time.Minute)
-	require.True(t, ok)
-	p2, ok := take(2, time.Minute)
-	require.True(t, ok)
-	assert.NotEqual(t, p1, p2)
-	_, ok = take(3, time.Minute)
-	assert.False(t, ok, "both places are held")
-	require.NoError(t, places.Give(ctx, "crm", p1, 99))
-	_, ok = take(3, time.Minute)
-	assert.False(t, ok, "only the job holding a place gives it back")
-	require.NoError(t, places.Give(ctx, "crm", p1, 1))
-	_, ok = take(3, time.Minute)
-	assert.True(t, ok, "given back: taken again")
-	_, ok, err := places.Take(ctx, "erp", 1, 4, time.Minute)
-	require.NoError(t, err)
-	assert.True(t, ok, "each connection has its own")
-
-	// Kept: passed from job 2 to job 5, still held, given back by job 5.
-	kept, err := places.Keep(ctx, "crm", p2, 99, 5, time.Minute)
-	require.NoError(t, err)
-	assert.False(t, kept, "only the job holding a place passes it on")
-	kept, err = places.Keep(ctx, "crm", p2, 2, 5, time.Minute)
-	require.NoError(t, err)
-	require.True(t, kept)
-	_, ok = take(6, time.Minute)
-	assert.False(t, ok, "a place kept is held")
-	require.NoError(t, places.Give(ctx, "crm", p2, 2))
-	_, ok = take(6, time.Minute)
-	assert.False(t, ok, "by the job it was passed to")
-	require.NoError(t, places.Give(ctx, "crm", p2, 5))
-	_, ok = take(6, time.Minute)
-	assert.True(t, ok, "given back by it: taken again")
-
-	// A hold that ended cannot be kept: the place may be another's now.
-	p7, ok, err := places.Take(ctx, "hr", 1, 7, time.Microsecond)
-	require.NoError(t, err)
-	require.True(t, ok)
-	// The hold ends a microsecond on; the wait is not what is tested, and a
-	// loaded machine's statements take their time.
-	require.Eventually(t, func() bool {
-		_, ok, err := places.Take(ctx, "hr", 1, 8, time.Minute)
-		return assert.NoError(t, err) && ok // assert, not require: this runs in another goroutine
-	}, 10*time.Second, time.Millisecond)
-	kept, err = places.Keep(ctx, "hr", p7, 7, 9, time.Minute)
-	require.NoError(t, err)
-	assert.False(t, kept, "its hold ended, and job 8 holds it")
-}
-
-func TestConnectionPlaces_Pace(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	ctx := context.Background()
-	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
-	places := riverhook.NewConnectionPlaces(pool, schema)
-	// Rates of one a minute or slower, so that no assertion depends on how
-	// fast a loaded machine runs the statements.
-	wait, err := places.Pace(ctx, "crm", 1.0/60)
-	require.NoError(t, err)
-	assert.Zero(t, wait, "the first start")
-	wait, err = places.Pace(ctx, "crm", 1.0/60)
-	require.NoError(t, err)
-	assert.Greater(t, wait, time.Duration(0))
-	assert.LessOrEqual(t, wait, time.Minute, "until the next start, 1/rate after the first")
-	wait, err = places.Pace(ctx, "erp", 1.0/60)
-	require.NoError(t, err)
-	assert.Zero(t, wait, "each connection has its own")
-	wait, err = places.Pace(ctx, "crm", 0)
-	require.NoError(t, err)
-	assert.Zero(t, wait, "no rate")
-
-	// Many processes' workers at once: one start each 1/rate.
-	var started atomic.Int32
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Go(func() {
-			wait, err := places.Pace(ctx, "hr", 1.0/3600)
-			if assert.NoError(t, err) && wait == 0 {
-				started.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	assert.Equal(t, int32(1), started.Load(), "one start in an hour at 1 an hour")
-}
-
-func TestConnectionPlaces_Slot(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	ctx := context.Background()
-	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
-	a, b := riverhook.NewConnectionPlaces(pool, schema), riverhook.NewConnectionPlaces(pool, schema) // two processes
-	var waits []time.Duration
-	for i := range 6 {
-		p := a
-		if i%2 == 1 {
-			p = b
-		}
-		wait, err := p.Slot(ctx, "crm", time.Minute)
-		require.NoError(t, err)
-		waits = append(waits, wait)
-	}
-	// A wait is counted from its own statement: a minute apart, less the
-	// time between the statements, which a loaded machine can stretch to
-	// seconds but never to the 20 s allowed.
-	for i := 1; i < len(waits); i++ {
-		assert.InDelta(t, time.Minute, waits[i]-waits[i-1], float64(20*time.Second), "one chain for the fleet: slot %d is a minute after slot %d", i, i-1)
-	}
-	wait, err := a.Slot(ctx, "erp", time.Minute)
-	require.NoError(t, err)
-	assert.LessOrEqual(t, wait, time.Minute, "each connection has its own")
-}
-
-// TestConnectionPlaces_Prune: the pace rows whose next start and last slot
-// are both past go; a row with a start or a slot to come stays, and a
-// pruned connection's next delivery paces as before.
-func TestConnectionPlaces_Prune(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	ctx := context.Background()
-	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
-	places := riverhook.NewConnectionPlaces(pool, schema)
-	_, err := places.Pace(ctx, "crm", 1000) // next start 1 ms on
-	require.NoError(t, err)
-	_, err = places.Slot(ctx, "erp", time.Millisecond) // a slot 1 ms on
-	require.NoError(t, err)
-	_, err = places.Pace(ctx, "hr", 1.0/3600) // next start an hour on
-	require.NoError(t, err)
-	_, err = places.Slot(ctx, "ops", time.Hour) // a slot an hour on
-	require.NoError(t, err)
-
-	pruned, err := places.Prune(ctx, time.Now().Add(time.Minute))
-	require.NoError(t, err)
-	assert.Equal(t, int64(2), pruned, "crm's and erp's, all past a minute on")
-	rows, err := pool.Query(ctx, `SELECT connection_id FROM "`+schema+`".riverhook_pace ORDER BY connection_id`)
-	require.NoError(t, err)
-	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	assert.Equal(t, []string{"hr", "ops"}, left, "a start or a slot to come")
-
-	// One an hour from here on: the start after is an hour away however
-	// slowly the machine runs the two statements (CI once took more than
-	// the millisecond of a rate of 1,000).
-	wait, err := places.Pace(ctx, "crm", 1.0/3600)
-	require.NoError(t, err)
-	assert.Zero(t, wait, "pruned: its next delivery begins at once, the row made again")
-	wait, err = places.Pace(ctx, "crm", 1.0/3600)
-	require.NoError(t, err)
-	assert.Greater(t, wait, time.Duration(0), "and paces the one after")
-}
-
-// TestConnectionPlaces_PaceOutlivesItsRow: a connection's pace row lost
-// while the process runs (a failover to a replica that had not received
-// it, rows pruned by hand) is made again by the next start or slot, rather
-// than failing them all until the process restarts.
-func TestConnectionPlaces_PaceOutlivesItsRow(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	ctx := context.Background()
-	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
-	places := riverhook.NewConnectionPlaces(pool, schema)
-	_, err := places.Pace(ctx, "crm", 1.0/3600)
-	require.NoError(t, err)
-	_, err = places.Slot(ctx, "crm", time.Hour)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `DELETE FROM "`+schema+`".riverhook_pace`)
-	require.NoError(t, err)
-	wait, err := places.Pace(ctx, "crm", 1.0/3600)
-	require.NoError(t, err)
-	assert.Zero(t, wait, "the first start of the row made again")
-	wait, err = places.Pace(ctx, "crm", 1.0/3600)
-	require.NoError(t, err)
-	assert.Greater(t, wait, time.Duration(0), "the rate holds from it")
-	_, err = pool.Exec(ctx, `DELETE FROM "`+schema+`".riverhook_pace`)
-	require.NoError(t, err)
-	wait, err = places.Slot(ctx, "crm", time.Hour)
-	require.NoError(t, err)
-	assert.LessOrEqual(t, wait, time.Hour, "the first slot of the row made again")
-	assert.Greater(t, wait, time.Duration(0))
-}
-
 // placesChild is the worker process of TestFleet_BoundsHoldAcrossProcesses:
 // a River client delivering with a Worker whose bound is held by the
 // places in PostgreSQL, until the test ends it; or, as "holder", a process
-// that takes a place and never gives it back (it is killed).
+// whose Send Test holds a place while its endpoint never answers (it is
+// killed).
 func TestPlacesChild(t *testing.T) {
 	role := os.Getenv(fleetRole)
 	if role != "worker" && role != "holder" {
@@ -329,13 +136,6 @@ func TestPlacesChild(t *testing.T) {
 	defer pool.Close()
 	schema := os.Getenv(fleetSchema)
 	places := riverhook.NewConnectionPlaces(pool, schema)
-	if role == "holder" {
-		_, ok, err := places.Take(ctx, "crm", 1, 1, holderHold)
-		require.NoError(t, err)
-		require.True(t, ok)
-		os.Stdout.WriteString("holding\n")
-		select {} // until killed
-	}
 	pem, err := os.ReadFile(os.Getenv(fleetURL + "_CA"))
 	require.NoError(t, err)
 	roots := x509.NewCertPool()
@@ -350,6 +150,11 @@ func TestPlacesChild(t *testing.T) {
 		&riverhook.WorkerOptions{MaxInFlightPerConnection: 2, Places: places, SnoozeFor: 200 * time.Millisecond,
 			RateLimit: func(string) float64 { return rate }})
 	require.NoError(t, err)
+	if role == "holder" {
+		os.Stdout.WriteString("holding\n")
+		w.SendTest(ctx, "crm") // its endpoint holds it until the process is killed
+		select {}
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, w)
 	client := newClient(t, pool, schema, workers, nil)
@@ -358,16 +163,11 @@ func TestPlacesChild(t *testing.T) {
 	select {} // until the test ends it
 }
 
-// holderHold is how long the holder (TestPlacesChild) holds its place:
-// long enough that the test's Take, right after, finds it held on a
-// loaded machine; the test waits it out after killing the holder.
-const holderHold = 10 * time.Second
-
 // TestFleet_BoundsHoldAcrossProcesses runs two worker processes on one
 // PostgreSQL, each with MaxInFlightPerConnection 2 and the places: a slow
 // endpoint never has more than 2 attempts in flight from the fleet (without
-// the places, up to 4). A process killed while it holds a place gives it
-// back when its hold ends.
+// the places, up to 4). A process killed while it holds a place frees it
+// at once: its session ends with it.
 func TestFleet_BoundsHoldAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	pool, schema := testDB(t)
@@ -377,8 +177,16 @@ func TestFleet_BoundsHoldAcrossProcesses(t *testing.T) {
 	var mu sync.Mutex
 	inFlight, peak, arrived := 0, 0, 0
 	all := make(chan struct{})
+	hold, holding := make(chan struct{}), make(chan struct{}, 1)
 	const deliveries = 24
 	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hold: // the holder's Send Test, after the deliveries
+			holding <- struct{}{}
+			<-r.Context().Done()
+			return
+		default:
+		}
 		mu.Lock()
 		inFlight++
 		peak = max(peak, inFlight)
@@ -410,28 +218,26 @@ func TestFleet_BoundsHoldAcrossProcesses(t *testing.T) {
 	assert.LessOrEqual(t, peak, 2, "the bound holds across the fleet")
 	mu.Unlock()
 
-	// A process killed while it holds a place. The holder takes it after
-	// it is launched, for holderHold: a Take ending within holderHold of
-	// the launch must find it held. One ending later (a machine that slow)
-	// cannot tell a free place from a hold that ended.
-	launched := time.Now()
+	// A process killed while it holds a place: its Send Test's endpoint
+	// holds the request, and the place with it, until the kill.
+	close(hold)
 	holder := start("holder")
-	places := riverhook.NewConnectionPlaces(pool, schema)
-	_, ok, err := places.Take(ctx, "crm", 1, 2, time.Minute)
-	require.NoError(t, err)
-	if elapsed := time.Since(launched); ok && elapsed >= holderHold {
-		t.Skipf("the Take came %v after the holder's launch, past its hold of %v: it cannot tell whether the place was held", elapsed.Round(time.Millisecond), holderHold)
+	<-holding
+	var key int64 = riverhook.PlaceKey(schema, "crm")
+	held := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+			AND (classid::bigint << 32 | objid::bigint) = $1`, key).Scan(&n))
+		return n
 	}
-	require.False(t, ok, "the holder's place")
+	require.Equal(t, 1, held(), "the holder's place")
 	require.NoError(t, holder.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
-	for !ok && time.Since(killed) < holderHold+10*time.Second { // the hold ends within holderHold of the kill
-		time.Sleep(10 * time.Millisecond)
-		_, ok, err = places.Take(ctx, "crm", 1, 2, time.Minute)
-		require.NoError(t, err)
+	for held() > 0 && time.Since(killed) < 10*time.Second {
+		time.Sleep(10 * time.Millisecond) // PostgreSQL ends the session once it reads the closed socket
 	}
-	assert.True(t, ok, "the place is free once its hold has ended")
-	t.Logf("a killed process's place was free %v after the kill (its hold: %v)", time.Since(killed).Round(time.Millisecond), holderHold)
+	assert.Zero(t, held(), "the place is free once the process is gone")
+	t.Logf("a killed process's place was free %v after the kill", time.Since(killed).Round(time.Millisecond))
 }
 
 // startPlacesChild starts TestPlacesChild as an OS process in role
@@ -514,151 +320,4 @@ func TestFleet_RateHoldsAcrossProcesses(t *testing.T) {
 	// between), which the 150 ms allow for.
 	least := time.Duration(float64(deliveries-1)/rate*float64(time.Second)) - 150*time.Millisecond
 	assert.GreaterOrEqual(t, span, least, "%d starts at %v/s across the fleet", deliveries, rate)
-}
-
-// countingDB counts the statements sent through it, and can hold the
-// next ones until a gate opens.
-type countingDB struct {
-	riverhook.DB
-	n    atomic.Int64
-	mu   sync.Mutex
-	gate chan struct{} // the next held statements wait until it is closed
-	held int           // how many more statements wait at gate
-}
-
-func (db *countingDB) count() {
-	db.n.Add(1)
-	db.mu.Lock()
-	var gate chan struct{}
-	if db.held > 0 {
-		db.held--
-		gate = db.gate
-	}
-	db.mu.Unlock()
-	if gate != nil {
-		<-gate
-	}
-}
-
-// holdNext makes the next n statements wait until open is called.
-func (db *countingDB) holdNext(n int) (open func()) {
-	gate := make(chan struct{})
-	db.mu.Lock()
-	db.gate, db.held = gate, n
-	db.mu.Unlock()
-	return func() {
-		db.mu.Lock()
-		db.held = 0
-		db.mu.Unlock()
-		close(gate)
-	}
-}
-
-func (db *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	db.count()
-	return db.DB.Exec(ctx, sql, args...)
-}
-
-func (db *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	db.count()
-	return db.DB.Query(ctx, sql, args...)
-}
-
-func (db *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	db.count()
-	return db.DB.QueryRow(ctx, sql, args...)
-}
-
-// TestConnectionPlaces_TakesAndGivesAtOnceShareStatements takes, from 96
-// goroutines at once, places of 4 connections of bound 8 (two of them
-// asked with a second bound, as two Workers of one process might), then
-// gives back those taken: each connection's places are held by one holder
-// each, never more than its bound, every place is free again after, and
-// the calls shared statements (the first statements, as many as run at
-// once, are held until every goroutine has made its call, so that the
-// others queue behind them).
-func TestConnectionPlaces_TakesAndGivesAtOnceShareStatements(t *testing.T) {
-	t.Parallel()
-	pool, schema := testDB(t)
-	ctx := context.Background()
-	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
-	db := &countingDB{DB: pool}
-	places := riverhook.NewConnectionPlaces(db, schema)
-	connections := []string{"crm", "erp", "hr", "ops"}
-	for _, id := range connections { // its rows made: a statement each, not counted below
-		place, ok, err := places.Take(ctx, id, 8, -1, time.Minute)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.NoError(t, places.Give(ctx, id, place, -1))
-	}
-	db.n.Store(0)
-
-	const calls = 96
-	type taken struct {
-		id     string
-		place  int
-		holder int64
-	}
-	got := make(chan taken, calls)
-	var wg, ready sync.WaitGroup
-	open := db.holdNext(4) // as many as a process runs at once
-	ready.Add(calls)
-	for i := range calls {
-		wg.Go(func() {
-			ready.Done()
-			id, bound := connections[i%4], 8
-			if i%8 == 0 {
-				bound = 6
-			}
-			place, ok, err := places.Take(ctx, id, bound, int64(i+1), time.Minute)
-			assert.NoError(t, err)
-			if ok {
-				assert.Less(t, place, bound)
-				got <- taken{id, place, int64(i + 1)}
-			}
-		})
-	}
-	ready.Wait()
-	open()
-	wg.Wait()
-	close(got)
-	held := map[string]map[int]int64{}
-	var all []taken
-	for tk := range got {
-		if held[tk.id] == nil {
-			held[tk.id] = map[int]int64{}
-		}
-		_, twice := held[tk.id][tk.place]
-		assert.False(t, twice, "place %d of %s taken twice", tk.place, tk.id)
-		held[tk.id][tk.place] = tk.holder
-		all = append(all, tk)
-	}
-	for _, id := range connections {
-		assert.LessOrEqual(t, len(held[id]), 8, "connection %s", id)
-		assert.GreaterOrEqual(t, len(held[id]), 6, "connection %s: its places were free", id)
-	}
-	takes := db.n.Load()
-	t.Logf("%d Takes at once: %d statements, %d places taken", calls, takes, len(all))
-	assert.Less(t, takes, int64(calls), "Takes made at once share statements")
-
-	open = db.holdNext(4)
-	ready.Add(len(all))
-	for _, tk := range all {
-		wg.Go(func() {
-			ready.Done()
-			assert.NoError(t, places.Give(ctx, tk.id, tk.place, tk.holder))
-		})
-	}
-	ready.Wait()
-	open()
-	wg.Wait()
-	t.Logf("%d Gives at once: %d statements", len(all), db.n.Load()-takes)
-	assert.Less(t, db.n.Load()-takes, int64(len(all)), "Gives made at once share statements")
-	for _, id := range connections {
-		for place := range 8 {
-			_, ok, err := places.Take(ctx, id, 8, 1000+int64(place), time.Minute)
-			require.NoError(t, err)
-			assert.True(t, ok, "%s: every place is free again", id)
-		}
-	}
 }

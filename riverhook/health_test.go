@@ -128,72 +128,81 @@ func TestDownEndpoint(t *testing.T) {
 		assert.NotEmpty(t, bundle.srv.Deliveries(), "the deliveries reached the receiver behind the host")
 	})
 
-	// With the fleet's places, the deliveries that waited for a down
+	// In one process and in a fleet, the deliveries that waited for a down
 	// endpoint wake at the connection's pace once it answers again, not
 	// each at its slot: here the slots are 15 s apart (SnoozeFor 30 s over a
 	// bound of 2), so 30 of them would take minutes; woken, they take about
 	// as many attempts' times over the bound (a few seconds here, as the
 	// probes' 2 s timeouts count in the pace at first).
-	t.Run("ABacklogWakesAtTheConnectionsPaceOnceItsEndpointAnswers", func(t *testing.T) {
-		t.Parallel()
-		bundle := setupReceiver(t, nil)
-		require.NoError(t, riverhook.Migrate(context.Background(), bundle.pool, bundle.schema))
-		host := newSwitchHost(t, strings.TrimPrefix(bundle.srv.URL, "https://"))
-		down, up := make(chan struct{}), make(chan struct{})
-		policy := fastPolicy(6)
-		// As above: the attempt timeout leaves room for the handshakes once
-		// the host is back, so that two of them timing out on a loaded
-		// machine never mark it down again.
-		sender := bundle.srv.Sender(&webhook.SenderOptions{Retry: policy, AttemptTimeout: 2 * time.Second,
-			Health: &webhook.HealthOptions{DownAfter: 2, ProbeInterval: 300 * time.Millisecond, MaxProbeInterval: 300 * time.Millisecond,
-				OnChange: func(_ context.Context, h webhook.EndpointHealth) {
-					if h.Down {
-						close(down)
-					} else {
-						close(up)
-					}
-				}}})
-		bundle.conns.set("crm", host.connection(bundle.srv.Connection()))
-		w := newWorker(t, sender, bundle.conns.resolve, &riverhook.WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: 30 * time.Second,
-			Places: riverhook.NewConnectionPlaces(bundle.pool, bundle.schema)})
-		client, final := workerClient(t, bundle.pool, bundle.schema, w)
-		snoozed, cancel := client.Subscribe(river.EventKindJobSnoozed)
-		defer cancel()
-		start(t, client)
+	for _, fleet := range []bool{false, true} {
+		name := "ABacklogWakesAtTheConnectionsPaceOnceItsEndpointAnswers/OneProcess"
+		if fleet {
+			name = "ABacklogWakesAtTheConnectionsPaceOnceItsEndpointAnswers/Fleet"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			bundle := setupReceiver(t, nil)
+			require.NoError(t, riverhook.Migrate(context.Background(), bundle.pool, bundle.schema))
+			host := newSwitchHost(t, strings.TrimPrefix(bundle.srv.URL, "https://"))
+			down, up := make(chan struct{}), make(chan struct{})
+			policy := fastPolicy(6)
+			// As above: the attempt timeout leaves room for the handshakes once
+			// the host is back, so that two of them timing out on a loaded
+			// machine never mark it down again.
+			sender := bundle.srv.Sender(&webhook.SenderOptions{Retry: policy, AttemptTimeout: 2 * time.Second,
+				Health: &webhook.HealthOptions{DownAfter: 2, ProbeInterval: 300 * time.Millisecond, MaxProbeInterval: 300 * time.Millisecond,
+					OnChange: func(_ context.Context, h webhook.EndpointHealth) {
+						if h.Down {
+							close(down)
+						} else {
+							close(up)
+						}
+					}}})
+			bundle.conns.set("crm", host.connection(bundle.srv.Connection()))
+			opts := &riverhook.WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: 30 * time.Second}
+			if fleet {
+				opts.Places = riverhook.NewConnectionPlaces(bundle.pool, bundle.schema)
+			}
+			w := newWorker(t, sender, bundle.conns.resolve, opts)
+			client, final := workerClient(t, bundle.pool, bundle.schema, w)
+			snoozed, cancel := client.Subscribe(river.EventKindJobSnoozed)
+			defer cancel()
+			start(t, client)
 
-		insert(t, client, "first", []string{"crm"}, policy)
-		<-down
-		const backlog = 30
-		later := map[int64]bool{}
-		for i := range backlog {
-			later[insert(t, client, "d"+strconv.Itoa(i), []string{"crm"}, policy)[0].Job.ID] = true
-		}
-		waiting := map[int64]bool{}
-		timeout := time.After(30 * time.Second)
-		for len(waiting) < backlog {
-			select {
-			case ev := <-snoozed:
-				if later[ev.Job.ID] {
-					waiting[ev.Job.ID] = true
+			insert(t, client, "first", []string{"crm"}, policy)
+			<-down
+			const backlog = 30
+			later := map[int64]bool{}
+			for i := range backlog {
+				later[insert(t, client, "d"+strconv.Itoa(i), []string{"crm"}, policy)[0].Job.ID] = true
+			}
+			waiting := map[int64]bool{}
+			timeout := time.After(30 * time.Second)
+			for len(waiting) < backlog {
+				select {
+				case ev := <-snoozed:
+					if later[ev.Job.ID] {
+						waiting[ev.Job.ID] = true
+					}
+				case <-timeout:
+					t.Fatalf("%d of %d deliveries waited within 30 s", len(waiting), backlog)
 				}
-			case <-timeout:
-				t.Fatalf("%d of %d deliveries waited within 30 s", len(waiting), backlog)
 			}
-		}
-		host.dead.Store(false)
-		<-up
-		woke := time.Now()
-		jobs := waitFinal(t, final, 1+backlog) // fails after 60 s: without the wake-up they take minutes
-		t.Logf("%d deliveries that waited arrived %v after the endpoint answered again", backlog, time.Since(woke).Round(time.Millisecond))
-		for id := range later {
-			require.Equal(t, rivertype.JobStateCompleted, jobs[id].State)
-			d, err := riverhook.DeliveryOf(jobs[id])
-			require.NoError(t, err)
-			for _, a := range d.Attempts[:len(d.Attempts)-1] {
-				assert.Equal(t, webhook.KindTimeout, a.Kind, "a delivery that waited spent no attempt but the endpoint's probes")
+			host.dead.Store(false)
+			<-up
+			woke := time.Now()
+			jobs := waitFinal(t, final, 1+backlog) // fails after 60 s: without the wake-up they take minutes
+			t.Logf("%d deliveries that waited arrived %v after the endpoint answered again", backlog, time.Since(woke).Round(time.Millisecond))
+			for id := range later {
+				require.Equal(t, rivertype.JobStateCompleted, jobs[id].State)
+				d, err := riverhook.DeliveryOf(jobs[id])
+				require.NoError(t, err)
+				for _, a := range d.Attempts[:len(d.Attempts)-1] {
+					assert.Equal(t, webhook.KindTimeout, a.Kind, "a delivery that waited spent no attempt but the endpoint's probes")
+				}
 			}
-		}
-	})
+		})
+	}
 
 	// A backlog waiting for a down endpoint never delays a healthy delivery:
 	// the waiting jobs wake spread out (one per SnoozeFor over the bound, after

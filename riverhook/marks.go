@@ -18,11 +18,13 @@ import (
 // share through them.
 
 // migrations are riverhook's own tables, in order: Migrate runs each once
-// per schema, recording its version in riverhook_migration. A migration is
-// never edited once released; a change is a new one.
+// per schema, recording its version in riverhook_migration. Until the
+// first release they are one migration that makes the tables as they are.
 var migrations = []string{
-	// 1: endpoint health marks, one per origin (url_key '') or isolated
-	// URL, written by every process, read since a time.
+	// Endpoint health marks, one per origin (url_key '') or isolated URL,
+	// written by every process, read since a time; and a connection's
+	// last start (its rate) and chain of slots, shared by the fleet
+	// (ConnectionPlaces). A place in flight is an advisory lock, not a row.
 	`CREATE TABLE riverhook_endpoint_mark (
 		endpoint text NOT NULL,
 		url_key text NOT NULL DEFAULT '',
@@ -36,30 +38,13 @@ var migrations = []string{
 		recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 		PRIMARY KEY (endpoint, url_key)
 	);
-	CREATE INDEX riverhook_endpoint_mark_recorded_at ON riverhook_endpoint_mark (recorded_at);`,
-
-	// 2: places in flight per connection, shared by the fleet: a row per
-	// place, held by a job until a time.
-	`CREATE TABLE riverhook_place (
-		connection_id text NOT NULL,
-		place integer NOT NULL,
-		job_id bigint NOT NULL DEFAULT 0,
-		until timestamptz NOT NULL DEFAULT '-infinity',
-		PRIMARY KEY (connection_id, place)
-	);`,
-
-	// 3: the pace of each connection, shared by the fleet: the earliest
-	// time its next delivery may begin (with a rate limit), and the last
-	// slot handed to a job waiting for it.
-	`CREATE TABLE riverhook_pace (
+	CREATE INDEX riverhook_endpoint_mark_recorded_at ON riverhook_endpoint_mark (recorded_at);
+	CREATE TABLE riverhook_pace (
 		connection_id text PRIMARY KEY,
-		next timestamptz NOT NULL DEFAULT '-infinity',
-		slot timestamptz NOT NULL DEFAULT '-infinity'
+		last_start timestamptz NOT NULL DEFAULT '-infinity',
+		chain timestamptz NOT NULL DEFAULT '-infinity',
+		spacing bigint NOT NULL DEFAULT 0
 	);`,
-
-	// 4: a place's row names its hold by a number of the hold's own, not
-	// a job's id (a later run of the job is another hold).
-	`ALTER TABLE riverhook_place RENAME COLUMN job_id TO holder;`,
 }
 
 // MigrationVersion is the version of riverhook's own tables this package

@@ -443,3 +443,97 @@ func markResent(ctx context.Context, db DB, schema string, jobs, as []int64) err
 		FROM unnest($1::bigint[], $2::bigint[]) AS marks(id, resent_as) WHERE job.id = marks.id AND job.kind = $3`, jobs, as, Kind)
 	return err
 }
+
+// riverQuery returns the query of the River client working the run whose
+// context is ctx, on River's database, and River's schema: the wake and the
+// due run there, with or without a fleet's Places. ok is false outside a
+// River client's run (a Worker's Work called directly).
+func riverQuery(ctx context.Context) (query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string, ok bool) {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil || !client.Driver().PoolIsSet() {
+		return nil, "", false // rivertest's driver may have no pool
+	}
+	exec := client.Driver().GetExecutor()
+	return func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+		return exec.QueryRow(ctx, sql, args...)
+	}, client.Schema(), true
+}
+
+// snoozedWhere selects the delivery jobs of a connection that are waiting
+// for their connection (snoozed by riverhook), not for a retry of their
+// policy's: River keeps a snoozed job scheduled, or available with a
+// scheduled_at to come when the snooze is shorter than its scheduler's
+// interval, and a retry alike. A retry's last error is written after its
+// run began (attempted_at); a snooze adds no error, so a snoozed job's last
+// error, if any, is older than its run (TestRiver/Wake). A job that never
+// ran (attempted_at NULL) waits for the time its inserter chose.
+const snoozedWhere = `kind = $1 AND ` + connectionWhere + ` AND state IN ('scheduled', 'available')
+	AND scheduled_at > clock_timestamp() AND attempted_at IS NOT NULL
+	AND NOT coalesce((errors[array_length(errors, 1)]->>'at')::timestamptz >= attempted_at, false)`
+
+// maxWoken bounds the jobs one wake moves: a backlog beyond it comes at
+// its own slots, after the ones moved.
+const maxWoken = 50_000
+
+// wakeSQL moves a connection's snoozed jobs forward to run from now,
+// every apart in the order they were due, never later than each was due,
+// and returns how many wait. A moved job is made available at its new
+// time, as River does a short snooze, so that it runs on time.
+func wakeSQL(schema string) string {
+	table := jobTable(schema)
+	turn := `clock_timestamp() + waiting.k * $3 * interval '1 microsecond'`
+	return `WITH waiting AS (
+			SELECT id, scheduled_at, row_number() OVER (ORDER BY scheduled_at, id) - 1 AS k FROM (
+				SELECT id, scheduled_at FROM ` + table + ` WHERE ` + strings.ReplaceAll(snoozedWhere, "@riverhook_connection_id", "$2") + `
+				ORDER BY scheduled_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS w),
+		woken AS (
+			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = ` + turn + `
+			FROM waiting WHERE j.id = waiting.id AND waiting.scheduled_at > ` + turn + `
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM waiting), (SELECT count(*) FROM woken)`
+}
+
+// wake runs wakeSQL for connectionID's deliveries through query, and
+// returns how many wait.
+func wake(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema, connectionID string, every time.Duration) (int, error) {
+	var waiting, woken int
+	err := query(ctx, wakeSQL(schema), Kind, connectionID, every.Microseconds(), maxWoken).Scan(&waiting, &woken)
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: moving the deliveries waiting for connection %q: %w", connectionID, err)
+	}
+	return waiting, nil
+}
+
+// maxDue bounds the jobs one due moves.
+const maxDue = 10_000
+
+// dueSQL makes the delivery jobs whose snooze or retry ends within ahead
+// (scheduled, retryable) available at their scheduled_at, which River's
+// fetch waits for (TestRiver/SnoozeWakesOnTimeUpToTheSchedulerInterval):
+// each then runs on time, rather than at River's scheduler's next pass, up
+// to its interval late and many at once. The move is the one River's
+// scheduler makes, between two of the job's unique states (TestRiver/Due):
+// a job whose unique key its state does not hold is left to River's
+// scheduler (TestRiver/DueLeavesAUniqueConflictToRiver). Its time is the
+// statement's, which River's index on (state, queue, priority,
+// scheduled_at) can bound, so that the backlog snoozed for later is never
+// read (TestDue_ReadsTheDeliveriesDueNotTheBacklog).
+func dueSQL(schema string) string {
+	table := jobTable(schema)
+	return `WITH due AS (
+			SELECT id FROM ` + table + ` WHERE state IN ('scheduled', 'retryable') AND kind = $1
+			AND scheduled_at <= statement_timestamp() + $2 * interval '1 microsecond'
+			AND (unique_key IS NULL OR unique_states IS NULL OR ` + qualifier(schema) + `river_job_state_in_bitmask(unique_states, state))
+			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+		moved AS (UPDATE ` + table + ` AS j SET state = 'available' FROM due WHERE j.id = due.id RETURNING 1)
+		SELECT count(*) FROM moved`
+}
+
+// due runs dueSQL through query.
+func due(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string, ahead time.Duration) (int, error) {
+	var n int
+	if err := query(ctx, dueSQL(schema), Kind, ahead.Microseconds(), maxDue).Scan(&n); err != nil {
+		return 0, fmt.Errorf("riverhook: making the deliveries due ready: %w", err)
+	}
+	return n, nil
+}

@@ -135,6 +135,28 @@ func TestRiver(t *testing.T) {
 		}
 	})
 
+	// The wake tells a job waiting for its policy's retry from a snoozed
+	// one by River's own stamps (snoozedWhere): a failed run's error is
+	// stamped after the run's attempted_at, also when River makes a short
+	// retry available at once; a snooze adds no error.
+	t.Run("ARetryIsStampedAfterItsRun", func(t *testing.T) {
+		w := &pinWorker{
+			work: func(context.Context, *river.Job[Args]) error { return errors.New("503") },
+			next: func(*river.Job[Args]) time.Time { return time.Now().Add(3 * time.Second) },
+		}
+		res := pinWork(t, w, &river.InsertOpts{MaxAttempts: 5})
+		assert.Equal(t, rivertype.JobStateAvailable, res.Job.State, "a retry within the scheduler's interval")
+		require.NotEmpty(t, res.Job.Errors)
+		require.NotNil(t, res.Job.AttemptedAt)
+		assert.False(t, res.Job.Errors[len(res.Job.Errors)-1].At.Before(*res.Job.AttemptedAt), "the error is stamped after its run began")
+
+		snoozed := &pinWorker{work: func(context.Context, *river.Job[Args]) error { return river.JobSnooze(3 * time.Second) }}
+		got, err := pinRun(t, snoozed, nil)
+		require.NoError(t, err)
+		assert.Equal(t, rivertype.JobStateAvailable, got.Job.State)
+		assert.Empty(t, got.Job.Errors, "a snooze adds no error")
+	})
+
 	t.Run("JobListBound", func(t *testing.T) {
 		assert.NotPanics(t, func() { river.NewJobListParams().First(maxListed) })
 		assert.Panics(t, func() { river.NewJobListParams().First(maxListed + 1) }, "River's bound on a listing is no longer %d", maxListed)
@@ -264,8 +286,10 @@ func TestRiver(t *testing.T) {
 			ids[d] = res.Job.ID
 		}
 		// Each has run (River's fetch wrote attempted_at, which its snooze
-		// keeps).
-		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(),
+		// keeps; d3's retry wrote its error after it).
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now() - interval '1 second',
+			errors = CASE args->>'delivery_id' WHEN 'd3' THEN ARRAY[jsonb_build_object('at', now(), 'attempt', 1)]
+				WHEN 'd2' THEN ARRAY[jsonb_build_object('at', now() - interval '1 minute', 'attempt', 1)] END,
 			state = (CASE args->>'delivery_id' WHEN 'd1' THEN 'scheduled' WHEN 'd3' THEN 'retryable' WHEN 'd5' THEN 'scheduled' ELSE 'available' END)::"`+client.Schema()+`".river_job_state,
 			scheduled_at = now() + (CASE args->>'delivery_id' WHEN 'd1' THEN interval '1 hour' WHEN 'd2' THEN interval '45 seconds'
 				WHEN 'd3' THEN interval '1 hour' WHEN 'd4' THEN interval '10 minutes' WHEN 'd0' THEN interval '30 seconds' ELSE interval '1 hour' END)`)
@@ -283,14 +307,22 @@ func TestRiver(t *testing.T) {
 			require.NoError(t, err)
 			return job
 		}
+		// d7 failed, and its policy retries it in 4 s: River made it
+		// available at that time, as it does a short snooze.
+		res, err = client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "d7", Event: "user.identified", Body: []byte("{}")}, nil)
+		require.NoError(t, err)
+		ids["d7"] = res.Job.ID
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now() - interval '1 second', state = 'available',
+			errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1)], scheduled_at = now() + interval '4 seconds' WHERE id = $1`, ids["d7"])
+		require.NoError(t, err)
+		d7Due := get("d7").ScheduledAt
 		d2Due := get("d2").ScheduledAt
 		// The wake's clock is read between before and after. A second is
 		// allowed either side for the database's clock; the turns are a
 		// minute apart.
 		const every, slack = time.Minute, time.Second
 		before := time.Now()
-		var end time.Time
-		n, err := wake(ctx, pool, client.Schema(), "crm", every, &end)
+		n, err := wake(ctx, poolQuery(pool), client.Schema(), "crm", every)
 		after := time.Now()
 		require.NoError(t, err)
 		turn := func(k int, got time.Time, msg string) {
@@ -298,8 +330,7 @@ func TestRiver(t *testing.T) {
 			lo, hi := before.Add(time.Duration(k)*every-slack), after.Add(time.Duration(k)*every+slack)
 			assert.True(t, !got.Before(lo) && !got.After(hi), "%s: %v not within [%v, %v]", msg, got, lo, hi)
 		}
-		assert.Equal(t, 3, n, "in line d0 (its turn now), d2 (1 min: it stays, due before its turn), d4 (2 min), d1 (3 min); d3 waits for its retry")
-		turn(3, end, "the last waiting: where the connection's slots go on")
+		assert.Equal(t, 4, n, "in line d0 (its turn now), d2 (1 min: it stays, due before its turn), d4 (2 min), d1 (3 min); d3 and d7 wait for their retries")
 		d0, d2, d4, d1 := get("d0"), get("d2"), get("d4"), get("d1")
 		assert.Equal(t, rivertype.JobStateAvailable, d0.State)
 		turn(0, d0.ScheduledAt, "the first in line: now")
@@ -310,6 +341,7 @@ func TestRiver(t *testing.T) {
 		assert.Equal(t, rivertype.JobStateAvailable, d1.State, "made available, as River's own short snooze is: fetched at its time")
 		turn(3, d1.ScheduledAt, "the fourth: 3 min from now")
 		assert.Equal(t, rivertype.JobStateRetryable, get("d3").State)
+		assert.True(t, get("d7").ScheduledAt.Equal(d7Due), "a retry due within the scheduler's interval keeps its policy's time")
 		assert.Equal(t, rivertype.JobStateScheduled, get("d5").State, "another connection's")
 		d6 := get("d6")
 		assert.Equal(t, rivertype.JobStateScheduled, d6.State, "a delivery its inserter scheduled for later is no wait to cut short")
@@ -324,16 +356,16 @@ func TestRiver(t *testing.T) {
 		id := res.Job.ID
 		// It failed, and its policy retries it in 1.5 s: due makes it
 		// available at that time, as it does a snooze.
-		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(), state = 'retryable',
+		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now() - interval '1 second', state = 'retryable',
+			errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1)],
 			scheduled_at = now() + interval '1500 milliseconds' WHERE id = $1`, id)
 		require.NoError(t, err)
 		retryAt, err := client.JobGet(ctx, id)
 		require.NoError(t, err)
-		n, err := due(ctx, pool, client.Schema(), 2*time.Second)
+		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		var end time.Time
-		n, err = wake(ctx, pool, client.Schema(), "crm", time.Millisecond, &end)
+		n, err = wake(ctx, poolQuery(pool), client.Schema(), "crm", time.Millisecond)
 		require.NoError(t, err)
 		assert.Zero(t, n, "a retry made ready ahead of its time is no snooze to cut short")
 		job, err := client.JobGet(ctx, id)
@@ -346,7 +378,7 @@ func TestRiver(t *testing.T) {
 		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(), state = 'scheduled',
 			scheduled_at = now() + interval '1 hour' WHERE id = $1`, id)
 		require.NoError(t, err)
-		n, err = wake(ctx, pool, client.Schema(), "crm", time.Millisecond, &end)
+		n, err = wake(ctx, poolQuery(pool), client.Schema(), "crm", time.Millisecond)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n, "snoozed since: woken")
 	})
@@ -371,7 +403,7 @@ func TestRiver(t *testing.T) {
 			require.NoError(t, err)
 			before[d] = job.ScheduledAt
 		}
-		n, err := due(ctx, pool, client.Schema(), 2*time.Second)
+		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, 2, n, "a snoozed delivery and a retry, due within 2 s")
 		for d, want := range map[string]rivertype.JobState{"soon": rivertype.JobStateAvailable, "retry": rivertype.JobStateAvailable,
@@ -405,7 +437,7 @@ func TestRiver(t *testing.T) {
 			&river.InsertOpts{ScheduledAt: time.Now().Add(500 * time.Millisecond)})
 		require.NoError(t, err)
 
-		n, err := due(ctx, pool, client.Schema(), 2*time.Second)
+		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err, "one conflict fails the move of every delivery due")
 		assert.Equal(t, 1, n)
 		for id, want := range map[int64]rivertype.JobState{first.Job.ID: rivertype.JobStateRetryable, other.Job.ID: rivertype.JobStateAvailable} {
@@ -790,6 +822,13 @@ func pinRun(t *testing.T, w *pinWorker, opts *river.InsertOpts) (*rivertest.Work
 	res, err := tw.Work(ctx, t, tx, Args{ConnectionID: "crm", DeliveryID: "d1", Event: "user.identified"}, opts)
 	require.NotNil(t, res, "%v", err)
 	return res, err
+}
+
+// poolQuery is wake's and due's query on pool.
+func poolQuery(pool *pgxpool.Pool) func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+	return func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+		return pool.QueryRow(ctx, sql, args...)
+	}
 }
 
 // riverSource returns the text of file in module, at the version this

@@ -51,14 +51,60 @@
 // delivery to an endpoint that is down is snoozed until the endpoint's next
 // probe, costing no attempt.
 //
-// A deployment is several processes on one PostgreSQL. [Migrate] makes
-// riverhook's own tables beside River's, through which the processes
-// share what they promise about an endpoint: [EndpointMarks], its health
+// A deployment is several processes on one PostgreSQL, or one process
+// alone: both get every promise below. [Migrate] makes riverhook's own
+// tables beside River's. [EndpointMarks] share an endpoint's health
 // (webhook.HealthOptions.Marks: every Sender writes and follows them, the
-// console reads them), and [ConnectionPlaces] ([WorkerOptions.Places]),
-// the bound of attempts in flight per connection, its rate
-// ([WorkerOptions.RateLimit], a customer's throttle) and the wake-up of a
-// backlog at the connection's pace once its endpoint answers again.
+// console reads them). [ConnectionPlaces] ([WorkerOptions.Places]) share
+// what the admission must agree on across processes.
+//
+// # Admission
+//
+// Before each attempt, the Worker admits the run to its connection, or
+// snoozes the job to a slot. One algorithm does it, for one process and
+// for a fleet; only where its facts live differs ([Places]: the process's
+// memory by default, PostgreSQL with [NewConnectionPlaces]). Its concepts:
+//
+//   - Place: one of the connection's MaxInFlightPerConnection attempts in
+//     flight. In a fleet, a session-level advisory lock, freed the moment
+//     its process's session ends.
+//   - Start: with a RateLimit, an attempt starts once the connection's last
+//     start is 1/rate ago, so that a backlog gets its rate, never more.
+//   - Chain: a job that must wait takes the connection's next slot, one
+//     spacing after the last. The spacing is the endpoint's attempt time
+//     over the bound (a place frees that often), or 1/rate when longer.
+//   - Holding on: a job back at its slot that finds no place or start
+//     waits up to two spacings in its run, rather than losing its turn.
+//   - Down: a job whose endpoint is down takes a slot after the next
+//     probe, the chain then spaced at SnoozeFor over the bound, so that a
+//     backlog costs one bound's worth of runs a second.
+//   - Wake: an answer from an endpoint whose waiting jobs were slotted
+//     slower than it takes them (after an outage, or a burst slotted before
+//     any attempt had ended) moves them forward to its pace, once, and
+//     again a second later for the jobs snoozed meanwhile.
+//   - Due: once a second per working process, the jobs due within 2 s are
+//     made available at their time, so that they run on time rather than
+//     at River's next scheduler pass (every 5 s).
+//
+// Its numbers, and why:
+//
+//   - SnoozeFor (1 s): an attempt's time before one has ended.
+//   - The attempt time is a moving average, each attempt weighing 1/8:
+//     it follows a change within a few attempts, not one outlier.
+//   - Holding on: two spacings, at least 100 ms (River's polls bring slots
+//     in batches 50 ms apart), at most a second (it holds a River worker).
+//   - Wake: a chain over two spacings ahead, handed over a third slower than
+//     the endpoint's pace; a move is worth a statement only then.
+//   - A write that must outlive its run (a place given back, a wake) is
+//     bounded by 10 s, so that a hung database never holds a run for ever.
+//   - A fleet's session has TCP keepalives of 5 s, 2 s and 3 tries: a
+//     process cut off from the database loses its places in about 11 s.
+//   - [DefaultFetchPollInterval] (50 ms): how late a slot's job may come.
+//
+// River's clock and the database's: slots, starts and chains are the
+// store's (the database's for a fleet). A snooze is a duration, which River
+// turns into a time with its process's clock: a process whose clock is
+// ahead runs its snoozed jobs late by as much.
 //
 // # Retention and personal data
 //

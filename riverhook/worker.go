@@ -86,24 +86,20 @@ type Worker struct {
 	sender    *webhook.Sender
 	resolve   Resolver
 	maxPerCon int
-	places    Places
 	rateLimit func(string) float64
 	snooze    time.Duration
+	maxWait   time.Duration
 	onAttempt func(context.Context, *river.Job[Args], webhook.Attempt) error
 	logger    *slog.Logger
 	noLog     bool             // benchmarks only: no attempt log (export_test.go)
 	now       func() time.Time // when a retry is stored; tests move it
 
-	mu          sync.Mutex
-	inFlight    map[string]int       // connection id -> deliveries in flight
-	waiting     map[string][]*waiter // connection id -> runs holding on for a place, longest first
-	pacers      map[string]*pacer    // connection id -> the slots of its waiting jobs
-	maxWait     time.Duration
-	pacersSwept time.Time
-	dueAt       time.Time                 // the last Places.Due
-	woken       map[string]time.Time      // connection id -> when its deliveries were woken, until woken again (Worker.due)
-	retries     map[retryKey]pendingRetry // runs whose NextRetry River is about to ask
-	swept       time.Time                 // the last sweep of retries
+	admission *admission
+
+	mu      sync.Mutex
+	dueAt   time.Time                 // the last due
+	retries map[retryKey]pendingRetry // runs whose NextRetry River is about to ask
+	swept   time.Time                 // the last sweep of retries
 }
 
 // pendingRetry is what a failed run asks River's NextRetry for.
@@ -146,22 +142,22 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*
 		sender:    sender,
 		resolve:   resolve,
 		maxPerCon: opts.MaxInFlightPerConnection,
-		places:    opts.Places,
 		rateLimit: opts.RateLimit,
 		snooze:    cmp.Or(opts.SnoozeFor, time.Second),
+		maxWait:   cmp.Or(opts.MaxWait, DefaultMaxWait),
 		onAttempt: opts.OnAttempt,
 		logger:    opts.Logger,
 		now:       time.Now,
-		inFlight:  map[string]int{},
-		waiting:   map[string][]*waiter{},
-		pacers:    map[string]*pacer{},
-		woken:     map[string]time.Time{},
-		maxWait:   cmp.Or(opts.MaxWait, DefaultMaxWait),
 		retries:   map[retryKey]pendingRetry{},
 	}
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
+	places := opts.Places
+	if places == nil {
+		places = newMemoryPlaces(time.Now)
+	}
+	w.admission = newAdmission(places, w.snooze, w.logger)
 	return w, nil
 }
 
@@ -174,23 +170,19 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobCancel(ErrErased)
 	}
 	w.due(ctx)
-	every, err := w.rateEvery(ctx, job.Args.ConnectionID)
+	lim, err := w.limits(ctx, job.Args.ConnectionID)
 	if err != nil {
 		return river.JobSnooze(w.snooze)
 	}
-	h, wait, ok := w.admit(ctx, job, every)
-	if !ok {
+	t, wait := w.admission.enter(ctx, job, lim)
+	if t == nil {
 		return river.JobSnooze(wait)
 	}
-	defer w.finish(ctx, h)
-	if wait, ok := w.pace(ctx, job, every); !ok {
-		return river.JobSnooze(wait)
-	}
-	w.forgetSlot(job)
+	defer w.admission.leave(ctx, t)
 	w.checkPolicy(ctx, job)
 
 	r := w.load(ctx, job)
-	r.placed = h.since
+	r.ticket = t
 	if wait := signAfter(r.entries, w.now()); wait > 0 {
 		// The attempt before was signed at this millisecond or later (a
 		// retry due at once, another process's clock ahead): this one's
@@ -214,7 +206,6 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return err
 	}
 	a := w.sender.Attempt(ctx, conn, job.Args.Event, job.Args.Body, r.n)
-	r.every = every
 	return w.result(ctx, r, a)
 }
 
@@ -224,17 +215,15 @@ type run struct {
 	job     *river.Job[Args]
 	hooked  *river.Job[Args] // what OnAttempt gets: a copy, the caller's to keep
 	entries []logEntry
-	cut     int           // the interrupted attempts this run added to the log
-	n       int           // the policy's number of this run's attempt
-	every   time.Duration // the connection's time between starts (RateLimit); 0 for none
-	began   time.Time     // when the run began, on the Worker's clock
-	placed  time.Time     // when it got its place in flight
+	cut     int     // the interrupted attempts this run added to the log
+	n       int     // the policy's number of this run's attempt
+	ticket  *ticket // its admission
 }
 
 // load reads job's attempt log, adds the attempts that crashed runs cut
 // (telling OnAttempt of them), and numbers this run's attempt.
 func (w *Worker) load(ctx context.Context, job *river.Job[Args]) *run {
-	r := &run{job: job, hooked: job, n: job.Attempt, began: w.now()}
+	r := &run{job: job, hooked: job, n: job.Attempt}
 	if w.onAttempt != nil {
 		// OnAttempt gets a copy, the caller's to keep: the Worker writes
 		// River's job (MaxAttempts, when the policy gives up).
@@ -264,15 +253,7 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 	if a.Kind == webhook.KindDown {
 		return w.waitForEndpoint(ctx, r, a)
 	}
-	if paces(a) {
-		// The place's time, as the fleet sees it: the attempt and what
-		// the run did holding the place before it.
-		w.observe(job.Args.ConnectionID, max(a.Duration, w.now().Sub(r.placed)))
-	}
-	if answered(a) {
-		w.wakeBacklog(ctx, job.Args.ConnectionID, r.every)
-		w.respace(ctx, job.Args.ConnectionID, r.every)
-	}
+	w.admission.ended(ctx, r.ticket, a, w.wake)
 	if a.Kind == webhook.KindCanceled && ctx.Err() != nil {
 		// The client stopping (River puts the job back and does not count
 		// the run), the job cancelled in River, or its timeout. A run
@@ -477,4 +458,129 @@ func signAfter(entries []logEntry, now time.Time) time.Duration {
 		return time.Duration(last+1-ms) * time.Millisecond
 	}
 	return 0
+}
+
+// limits returns connection id's bound in flight and time between starts
+// (WorkerOptions.RateLimit); or an error when RateLimit panicked, its value
+// logged.
+func (w *Worker) limits(ctx context.Context, id string) (lim limits, err error) {
+	lim.bound = w.maxPerCon
+	if w.rateLimit == nil {
+		return lim, nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			w.logger.LogAttrs(ctx, slog.LevelError, "riverhook: WorkerOptions.RateLimit panicked; the delivery waits",
+				slog.String("connection_id", id), slog.Any("panic", v))
+			err = fmt.Errorf("riverhook: WorkerOptions.RateLimit panicked for connection %q", id)
+		}
+	}()
+	lim.every = paceEvery(w.rateLimit(id))
+	return lim, nil
+}
+
+// due makes the deliveries due within the next two seconds ready at their
+// time, at most once a second per process: a snoozed job then runs at its
+// slot, not at River's next scheduler pass (every 5 s, and all that came
+// due since at once). It runs in Work, so while the process works
+// deliveries; when none runs, River's scheduler still makes them available.
+func (w *Worker) due(ctx context.Context) {
+	query, schema, ok := riverQuery(ctx)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	now := time.Now()
+	if now.Sub(w.dueAt) < time.Second {
+		w.mu.Unlock()
+		return
+	}
+	w.dueAt = now
+	w.mu.Unlock()
+	if _, err := due(ctx, query, schema, 2*time.Second); err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot make the deliveries due ready; River's scheduler does",
+			slog.String("error", err.Error()))
+	}
+}
+
+// wake moves connection id's snoozed deliveries forward, every apart from
+// now, and returns how many wait.
+func (w *Worker) wake(ctx context.Context, id string, every time.Duration) (int, error) {
+	query, schema, ok := riverQuery(ctx)
+	if !ok {
+		return 0, nil
+	}
+	return wake(ctx, query, schema, id, every)
+}
+
+// stillDown reports whether a was the probe of a down endpoint (origin or
+// URL) that found it still down, as the Sender saw it (webhook.Attempt.Probe:
+// no connection, or no answer, and the endpoint still held back). Such a
+// probe is a wait for the endpoint, as a refusal to send is (KindDown), not
+// an attempt of the delivery's policy.
+func stillDown(a webhook.Attempt) bool { return a.Probe }
+
+// probeEntry is the log entry of a, a probe that found its endpoint still
+// down: attemptsMade does not count it.
+func probeEntry(a webhook.Attempt, run int) logEntry {
+	e := newLogEntry(a, run)
+	e.Probe = true
+	return e
+}
+
+// appendProbe appends e, a probe's entry, to entries, in place of the
+// probe entry they end with: a delivery waiting days for a dead endpoint,
+// the probe of each of its wakes, keeps the last of a run of probes, so
+// that its log, rewritten at every run, stays the size of its attempts.
+func appendProbe(entries []logEntry, e logEntry) []logEntry {
+	// A probe signed before the one it follows (another process's clock
+	// behind) does not replace it: signAfter reads the latest timestamp
+	// sent from the log.
+	if n := len(entries); n > 0 && entries[n-1].Probe && e.Timestamp >= entries[n-1].Timestamp {
+		entries[n-1] = e
+		return entries
+	}
+	return append(entries, e)
+}
+
+// waitForEndpoint snoozes the job of run r, whose attempt a was not sent
+// because its endpoint is down, or was its probe and found it still down
+// (logged, and told to OnAttempt, with the snooze as its retry), after the
+// other jobs waiting for it (see admission.waitForEndpoint); or, once the delivery has
+// waited MaxWait, discards it with a log entry and a reason that say so,
+// telling OnAttempt. A snooze costs no attempt, River's or the policy's.
+func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt) error {
+	job := r.job
+	now := w.now()
+	if waited := now.Sub(job.CreatedAt); waited >= w.maxWait {
+		a.Retry, a.RetryIn = false, 0
+		gaveUp := fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait)", waited.Round(time.Minute).String())
+		if a.Probe {
+			// The probe is logged as made, then the end, as a refusal to
+			// send: an entry of kind down, whose words an erasure keeps
+			// and Delivery.Reason reads.
+			r.entries = appendProbe(r.entries, probeEntry(a, job.Attempt))
+			end := newLogEntry(webhook.Attempt{N: a.N, Kind: webhook.KindDown, Err: fmt.Errorf("%w; its last probe: %s", gaveUp, a.Kind)}, job.Attempt)
+			r.entries = append(r.entries, end)
+			a.Err = fmt.Errorf("%w: %w", gaveUp, a.Err)
+		} else {
+			a.Err = fmt.Errorf("%w: %w", gaveUp, a.Err)
+			r.entries = append(r.entries, newLogEntry(a, job.Attempt))
+		}
+		w.record(ctx, job, r.entries)
+		w.notify(ctx, r.hooked, a)
+		discardAfterThisRun(job)
+		return &runError{a: a, next: "gave up waiting for the endpoint"}
+	}
+	wait := w.admission.waitForEndpoint(ctx, job.Args.ConnectionID, r.ticket.lim, a.RetryIn) // RetryIn: until the endpoint's next probe
+	switch {
+	case a.Probe: // sent, and logged; it costs no attempt (probeEntry)
+		a.Retry, a.RetryIn = true, wait
+		r.entries = appendProbe(r.entries, probeEntry(a, job.Attempt))
+		w.record(ctx, job, r.entries)
+		w.notify(ctx, r.hooked, a)
+	case r.cut > 0:
+		w.record(ctx, job, r.entries) // the log has nothing new but interrupted runs
+	}
+	return river.JobSnooze(wait)
 }

@@ -17,44 +17,37 @@ import (
 // selects the documented default; [NewWorker] refuses a negative one.
 type WorkerOptions struct {
 	// MaxInFlightPerConnection bounds the deliveries to one connection in
-	// flight at once in this process, so that one slow endpoint cannot take
-	// every worker. A job over the bound is snoozed (not counted as an
-	// attempt) for SnoozeFor. Zero means no bound.
+	// flight at once, so that one slow endpoint cannot take every worker:
+	// in the process, or across the fleet with Places. A job over the bound
+	// is snoozed to a slot of the connection's (see SnoozeFor), costing no
+	// attempt. Zero means no bound.
 	MaxInFlightPerConnection int
 
-	// SnoozeFor is how long one attempt to a connection is taken to last
-	// before one has ended: a job over MaxInFlightPerConnection is snoozed
-	// to a slot of its own, the slots spaced by the connection's attempt
-	// time over the bound (its average, once attempts have ended), so that
-	// a backlog wakes at the rate the connection takes deliveries. Jobs
-	// waiting for a down endpoint wake at most once per SnoozeFor over the
-	// bound (one bound's worth per SnoozeFor), however many they are. Zero
+	// SnoozeFor is how long an attempt to a connection is taken to last
+	// before one has ended. The slots of a connection's waiting jobs are
+	// spaced by its attempts' time over the bound, and by SnoozeFor over
+	// the bound until one has ended. Jobs waiting for a down endpoint come
+	// back one bound's worth per SnoozeFor, however many they are. Zero
 	// means one second.
 	SnoozeFor time.Duration
 
-	// Places, if not nil, makes MaxInFlightPerConnection and RateLimit hold
-	// across every process of the deployment, not in each: a Worker takes
-	// one of the connection's places there before each attempt, and its
-	// next start when it has a rate (ConnectionPlaces, in PostgreSQL). A
-	// job that finds none free is snoozed to a slot as over the bound in
-	// one process. A process that dies holding a place gives it back when
-	// its hold ends, at most the Worker's Timeout. With Places, the
-	// deliveries that waited for a down endpoint wake at the connection's
-	// pace as soon as it answers again (Places.Wake), instead of each at
-	// its slot. Nil means the bound and the rate hold per process.
+	// Places, if not nil, holds what the fleet must agree on about a
+	// connection: its places in flight, its last start, and its chain of
+	// slots. Use [NewConnectionPlaces] in every process of a deployment,
+	// so that MaxInFlightPerConnection and RateLimit hold for the fleet.
+	// Nil keeps them in the process's memory: the same algorithm, the
+	// outage wake included, for one process.
 	Places Places
 
 	// RateLimit, if not nil, returns the most deliveries a second that may
 	// begin to the connection with the given id: a customer's throttle.
 	// Zero, a negative number or NaN means no limit; a rate under one a
-	// year is one a year. Deliveries begin
-	// evenly spaced (1/rate apart, no burst); a job that comes early is
-	// snoozed to a slot, as over MaxInFlightPerConnection, costing no
-	// attempt. With Places the rate holds across every process of the
-	// deployment; without, in each. It is called once per run, from
-	// River's worker goroutines: answer from memory (a cache of your
-	// connections' settings), not from a query per call. A panic in it is
-	// logged, and the delivery waits for SnoozeFor, costing no attempt.
+	// year is one a year. Deliveries begin evenly spaced (1/rate apart, no
+	// burst). A job that comes early is snoozed to a slot, costing no
+	// attempt; one back at its slot holds on for its start. A changed rate
+	// takes effect at the next start. It is called once per run, from
+	// River's worker goroutines: answer from memory, not from a query per
+	// call. A panic in it is logged, and the delivery waits for SnoozeFor.
 	RateLimit func(connectionID string) float64
 
 	// MaxWait is how long a delivery may wait for an endpoint that is down

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
@@ -607,12 +608,21 @@ func TestDurable_AFleetOfTwoWorkersAndAnAPIProcess(t *testing.T) {
 
 	// A Send Test from the API tier while the workers hold every place
 	// would pass the bound: it is refused, not sent.
-	places := riverhook.NewConnectionPlaces(f.pool, f.schema)
-	for job := int64(1); job <= 8; job++ {
-		_, ok, err := places.Take(context.Background(), "crm", 8, -job, time.Minute)
-		require.NoError(t, err)
-		require.True(t, ok, "place %d", job)
+	// The 8 places are advisory locks keyed by the schema and the
+	// connection (riverhook's placeKey): taken here on a session of the
+	// test's, as a busy worker holds them.
+	session, err := f.pool.Acquire(context.Background())
+	require.NoError(t, err)
+	defer session.Release()
+	h := fnv.New64a()
+	h.Write([]byte("riverhook place " + f.schema + "\x00crm"))
+	key := int64(h.Sum64() &^ 0xffff >> 1)
+	for n := range int64(8) {
+		var ok bool
+		require.NoError(t, session.QueryRow(context.Background(), `SELECT pg_try_advisory_lock($1)`, key+n).Scan(&ok))
+		require.True(t, ok, "place %d", n)
 	}
+	defer session.Exec(context.Background(), `SELECT pg_advisory_unlock_all()`)
 	before := arrived.n.Load()
 	res, err := http.Post(consoleURL+"api/connections/crm/test", "application/x-www-form-urlencoded", nil)
 	require.NoError(t, err)

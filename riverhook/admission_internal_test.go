@@ -1,0 +1,536 @@
+package riverhook
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
+)
+
+// job returns a job of connection crm inserted at created: running for the
+// first time, or back at its slot.
+func crmJob(created time.Time, id int64, back bool) *river.Job[Args] {
+	row := &rivertype.JobRow{ID: id, CreatedAt: created, ScheduledAt: created}
+	if back {
+		row.ScheduledAt = created.Add(time.Millisecond)
+	}
+	return &river.Job[Args]{JobRow: row, Args: Args{ConnectionID: "crm"}}
+}
+
+// testAdmission is an admission over places, SnoozeFor a second, whose
+// second wake runs when the test calls it.
+func testAdmission(places Places) (*admission, *[]func()) {
+	a := newAdmission(places, time.Second, testdb.Quiet())
+	var rewakes []func()
+	a.rewake = func(f func()) { rewakes = append(rewakes, f) }
+	return a, &rewakes
+}
+
+// TestAdmission_TheBoundAndTheChain: a connection's runs take its places
+// up to the bound; the others are snoozed to slots of one chain, spaced by
+// SnoozeFor over the bound until an attempt has ended, then by the
+// attempt's time over the bound.
+func TestAdmission_TheBoundAndTheChain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(newMemoryPlaces(time.Now))
+		ctx, now := context.Background(), time.Now()
+		lim := limits{bound: 2}
+		first, wait := a.enter(ctx, crmJob(now, 1, false), lim)
+		require.NotNil(t, first)
+		assert.Zero(t, wait)
+		second, _ := a.enter(ctx, crmJob(now, 2, false), lim)
+		require.NotNil(t, second)
+		for i, want := range []time.Duration{500 * time.Millisecond, time.Second, 1500 * time.Millisecond} {
+			tk, wait := a.enter(ctx, crmJob(now, int64(3+i), false), lim)
+			assert.Nil(t, tk)
+			assert.Equal(t, want, wait, "slot %d: SnoozeFor over the bound apart", i)
+		}
+		time.Sleep(200 * time.Millisecond)
+		var moved []time.Duration
+		a.ended(ctx, first, webhook.Attempt{StatusCode: 200, Duration: 200 * time.Millisecond}, func(_ context.Context, _ string, every time.Duration) (int, error) {
+			moved = append(moved, every)
+			return 3, nil
+		})
+		a.leave(ctx, first)
+		assert.Equal(t, []time.Duration{100 * time.Millisecond}, moved, "the burst's slots were handed at 500 ms, the endpoint takes one each 100 ms: moved to its pace")
+		third, _ := a.enter(ctx, crmJob(now, 6, false), lim)
+		require.NotNil(t, third, "the place given back")
+		_, wait = a.enter(ctx, crmJob(now, 7, false), lim)
+		assert.Equal(t, 400*time.Millisecond, wait, "after the 3 moved jobs, at the endpoint's pace")
+		a.leave(ctx, second)
+		a.leave(ctx, third)
+		require.Contains(t, a.lanes, "crm", "the endpoint's pace is kept")
+		assert.Zero(t, a.lanes["crm"].users)
+		assert.Empty(t, a.lanes["crm"].waiting)
+	})
+}
+
+// TestAdmission_APlaceFreedIsHandedToARunHoldingOn: a job back at its slot
+// that finds the bound full holds on, and the place freed in the process
+// is handed to it without going back to the Places.
+func TestAdmission_APlaceFreedIsHandedToARunHoldingOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		places := &countingPlaces{Places: newMemoryPlaces(time.Now)}
+		a, _ := testAdmission(places)
+		ctx, now := context.Background(), time.Now()
+		lim := limits{bound: 1}
+		held, _ := a.enter(ctx, crmJob(now, 1, false), lim)
+		require.NotNil(t, held)
+		got := make(chan *ticket)
+		go func() {
+			tk, _ := a.enter(ctx, crmJob(now, 2, true), lim)
+			got <- tk
+		}()
+		synctest.Wait() // holding on
+		time.Sleep(50 * time.Millisecond)
+		a.leave(ctx, held)
+		tk := <-got
+		require.NotNil(t, tk, "handed the place")
+		assert.EqualValues(t, 0, places.gives.Load(), "handed in the process, not given back")
+		a.leave(ctx, tk)
+		assert.EqualValues(t, 1, places.gives.Load())
+	})
+}
+
+// TestAdmission_ARunHoldsOnAtMostTwoSpacings: a job back at its slot that
+// finds no place within two spacings takes the chain's next slot.
+func TestAdmission_ARunHoldsOnAtMostTwoSpacings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(newMemoryPlaces(time.Now))
+		ctx, now := context.Background(), time.Now()
+		lim := limits{bound: 4} // spacing: 250 ms before an attempt has ended
+		for i := range 4 {
+			tk, _ := a.enter(ctx, crmJob(now, int64(i), false), lim)
+			require.NotNil(t, tk)
+		}
+		start := time.Now()
+		tk, wait := a.enter(ctx, crmJob(now, 9, true), lim)
+		assert.Nil(t, tk)
+		assert.Equal(t, 500*time.Millisecond, time.Since(start), "held on two spacings")
+		assert.Equal(t, 250*time.Millisecond, wait, "then the next slot")
+	})
+}
+
+// TestAdmission_TheRateDeliversWhatItSays: a backlog behind a rate starts
+// exactly every 1/rate, its jobs coming back at their slots a little late
+// or early as River's fetches bring them; and a rate raised takes effect at
+// the next start, not after the old period.
+func TestAdmission_TheRateDeliversWhatItSays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(newMemoryPlaces(time.Now))
+		ctx, t0 := context.Background(), time.Now()
+		lim := limits{bound: 2, every: 200 * time.Millisecond}
+		type due struct {
+			id int64
+			at time.Time
+		}
+		var starts []time.Time
+		var queue []due
+		for id := range int64(50) {
+			queue = append(queue, due{id, t0})
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		// River's wake: the snoozed jobs move forward to now, every apart,
+		// never later than due.
+		wake := func(_ context.Context, _ string, every time.Duration) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := time.Now()
+			for k := range queue {
+				if turn := now.Add(time.Duration(k) * every); queue[k].at.After(turn) {
+					queue[k].at = turn
+				}
+			}
+			return len(queue), nil
+		}
+		for {
+			mu.Lock()
+			if len(queue) == 0 {
+				mu.Unlock()
+				break
+			}
+			d := queue[0]
+			queue = queue[1:]
+			mu.Unlock()
+			if wait := time.Until(d.at); wait > 0 {
+				time.Sleep(wait)
+			}
+			tk, wait := a.enter(ctx, crmJob(t0, d.id, d.at.After(t0)), lim)
+			if tk == nil {
+				// River's fetch brings it back up to 50 ms late.
+				mu.Lock()
+				queue = append(queue, due{d.id, time.Now().Add(wait + time.Duration(d.id%6)*10*time.Millisecond)})
+				sortDue(queue, func(x, y due) bool { return x.at.Before(y.at) })
+				mu.Unlock()
+				continue
+			}
+			starts = append(starts, time.Now())
+			wg.Go(func() {
+				time.Sleep(30 * time.Millisecond) // the attempt
+				a.ended(ctx, tk, webhook.Attempt{StatusCode: 200, Duration: 30 * time.Millisecond}, wake)
+				a.leave(ctx, tk)
+			})
+		}
+		wg.Wait()
+		require.Len(t, starts, 50)
+		for i := 1; i < len(starts); i++ {
+			assert.GreaterOrEqual(t, starts[i].Sub(starts[i-1]), lim.every, "start %d", i)
+		}
+		span := starts[49].Sub(starts[0])
+		rate := 49 / span.Seconds()
+		t.Logf("49 gaps in %v: %.2f a second", span, rate)
+		assert.GreaterOrEqual(t, rate, 0.95*5, "a backlog gets at least 0.95 of its rate (%v for 49 gaps)", span)
+
+		// From one per 30 s to 50 a second: the next start comes at once.
+		time.Sleep(30 * time.Second)
+		slow := limits{bound: 2, every: 30 * time.Second}
+		tk, _ := a.enter(ctx, crmJob(t0, 100, false), slow)
+		require.NotNil(t, tk)
+		a.leave(ctx, tk)
+		time.Sleep(20 * time.Millisecond)
+		fast := limits{bound: 2, every: 20 * time.Millisecond}
+		tk, wait := a.enter(ctx, crmJob(t0, 101, false), fast)
+		require.NotNil(t, tk, "the raised rate's next start, not the old period's (waited %v)", wait)
+		a.leave(ctx, tk)
+	})
+}
+
+func sortDue[T any](s []T, less func(x, y T) bool) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && less(s[j], s[j-1]); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// TestAdmission_AnAnswerMovesASlowChainForward: once an answer shows the
+// endpoint takes deliveries faster than its waiting jobs were slotted (a
+// backlog that waited for it while down, a burst slotted before any
+// attempt had ended), the waiting jobs are moved to its pace, and once
+// more a second later for those snoozed meanwhile; the chain goes on
+// after them. A chain at the endpoint's pace is left alone.
+func TestAdmission_AnAnswerMovesASlowChainForward(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		places := newMemoryPlaces(time.Now)
+		a, rewakes := testAdmission(places)
+		ctx, now := context.Background(), time.Now()
+		lim := limits{bound: 8}
+		for range 2000 { // waiting for a down endpoint, at its probe in 10 s
+			a.waitForEndpoint(ctx, "crm", lim, 10*time.Second)
+		}
+		assert.Equal(t, 10*time.Second+1999*125*time.Millisecond, places.conns["crm"].chain.Sub(now), "one bound's worth a second")
+
+		tk, _ := a.enter(ctx, crmJob(now, 1, false), lim)
+		require.NotNil(t, tk)
+		var moved []time.Duration
+		wake := func(_ context.Context, id string, every time.Duration) (int, error) {
+			assert.Equal(t, "crm", id)
+			moved = append(moved, every)
+			return 2000, nil
+		}
+		a.ended(ctx, tk, webhook.Attempt{StatusCode: 200, Duration: 400 * time.Millisecond}, wake)
+		a.leave(ctx, tk)
+		assert.Equal(t, []time.Duration{50 * time.Millisecond}, moved, "the backlog at the endpoint's 400 ms over the bound")
+		assert.Equal(t, 2000*50*time.Millisecond, places.conns["crm"].chain.Sub(now), "the chain after the moved jobs")
+		require.Len(t, *rewakes, 1)
+		(*rewakes)[0]()
+		assert.Len(t, moved, 2, "moved again a second on")
+
+		tk, _ = a.enter(ctx, crmJob(now, 2, false), lim)
+		require.NotNil(t, tk)
+		a.ended(ctx, tk, webhook.Attempt{StatusCode: 200, Duration: 400 * time.Millisecond}, wake)
+		a.leave(ctx, tk)
+		assert.Len(t, moved, 2, "a chain at the endpoint's pace stays")
+	})
+}
+
+// TestAdmission_ADownEndpointsBacklogCostsOneBoundASecond: jobs waiting for
+// a down endpoint come back one bound's worth per SnoozeFor, however many.
+func TestAdmission_ADownEndpointsBacklogCostsOneBoundASecond(t *testing.T) {
+	a, _ := testAdmission(newMemoryPlaces(time.Now))
+	counts := map[int]int{}
+	for range 2000 {
+		wait := a.waitForEndpoint(context.Background(), "crm", limits{bound: 8}, time.Second)
+		counts[int(wait/time.Second)]++
+	}
+	for sec, n := range counts {
+		assert.LessOrEqual(t, n, 9, "second %d", sec)
+	}
+}
+
+// countingPlaces counts the gives of the Places it wraps.
+type countingPlaces struct {
+	Places
+	gives atomic.Int32
+}
+
+func (c *countingPlaces) give(ctx context.Context, p place) error {
+	c.gives.Add(1)
+	return c.Places.give(ctx, p)
+}
+
+// fullPlaces is a fleet whose places are all held by other processes.
+type fullPlaces struct{ *memoryPlaces }
+
+func (fullPlaces) take(context.Context, string, int) (place, bool, error) { return place{}, false, nil }
+
+// hungPlaces is a fleet whose store hangs on give and rechain: each call
+// returns only when its context ends.
+type hungPlaces struct{ *memoryPlaces }
+
+func (hungPlaces) give(ctx context.Context, _ place) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (hungPlaces) rechain(ctx context.Context, _ string, _, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestAdmission_AHungStoreHoldsARunAtMostStoreTimeout: what a run writes
+// after its context may have ended (the place given back, the wake of a
+// backlog) is not cut by that end, but a store that hangs holds the run's
+// goroutine storeTimeout at most: River cannot end a run that does not
+// return.
+func TestAdmission_AHungStoreHoldsARunAtMostStoreTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(hungPlaces{newMemoryPlaces(time.Now)})
+		ctx, cancel := context.WithCancel(context.Background())
+		tk, _ := a.enter(ctx, crmJob(time.Now(), 1, false), limits{bound: 1})
+		require.NotNil(t, tk)
+		cancel() // the run's end: River's timeout, or the client stopping
+		start := time.Now()
+		a.leave(ctx, tk)
+		assert.Equal(t, storeTimeout, time.Since(start), "the place given back")
+
+		a.waitForEndpoint(ctx, "crm", limits{bound: 1}, time.Hour)
+		start = time.Now()
+		a.ended(ctx, &ticket{id: "crm", lim: limits{bound: 1}}, webhook.Attempt{StatusCode: 200, Duration: time.Millisecond},
+			func(context.Context, string, time.Duration) (int, error) { return 1, nil })
+		assert.Equal(t, storeTimeout, time.Since(start), "the backlog's wake")
+	})
+}
+
+// TestWorker_SendTestTakesAPlaceInFlight: a Send Test is an attempt in
+// flight like a delivery's, so it never passes the bound: in the process,
+// and across the fleet.
+func TestWorker_SendTestTakesAPlaceInFlight(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	resolve := func(context.Context, string) (webhook.Connection, error) {
+		return webhook.Connection{Name: "crm", URL: "https://example.invalid/hooks", Secret: "whsec_x"}, nil
+	}
+	w, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 1})
+	require.NoError(t, err)
+	ctx := context.Background()
+	tk, _ := w.admission.enter(ctx, crmJob(time.Now(), 1, false), limits{bound: 1})
+	require.NotNil(t, tk, "a delivery in flight")
+	_, err = w.SendTest(ctx, "crm")
+	require.ErrorIs(t, err, ErrBusy, "the process's bound is taken")
+	w.admission.leave(ctx, tk)
+
+	fleet, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 1, Places: fullPlaces{newMemoryPlaces(time.Now)}})
+	require.NoError(t, err)
+	_, err = fleet.SendTest(ctx, "crm")
+	require.ErrorIs(t, err, ErrBusy, "the fleet's places are all held")
+}
+
+// TestWorker_APanickingRateLimitCostsNoAttempt: RateLimit is the caller's
+// code, called from River's worker goroutines: a panic in it is logged and
+// the delivery waits for SnoozeFor, costing no attempt, and the Worker goes
+// on working.
+func TestWorker_APanickingRateLimitCostsNoAttempt(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 1, SnoozeFor: 3 * time.Second, Logger: testdb.Quiet(),
+			RateLimit: func(string) float64 { panic("the settings cache is not loaded") }})
+	require.NoError(t, err)
+	job := crmJob(time.Now(), 1, false)
+	var worked error
+	panicked := func() (v any) {
+		defer func() { v = recover() }()
+		worked = w.Work(context.Background(), job)
+		return nil
+	}()
+	assert.Nil(t, panicked, "Work let RateLimit's panic through")
+	var snooze *rivertype.JobSnoozeError
+	require.ErrorAs(t, worked, &snooze)
+	assert.Equal(t, 3*time.Second, snooze.Duration, "the delivery waits for SnoozeFor")
+	assert.Empty(t, w.admission.lanes, "nothing held")
+}
+
+// TestWorker_AttemptsNeverSentDoNotSpaceTheSlots: the slots of a
+// connection's waiting jobs are spaced by its attempts' time, and an
+// attempt never sent (an event the connection does not subscribe to) took
+// none: however many there were, a job over the bound waits for a slot.
+func TestWorker_AttemptsNeverSentDoNotSpaceTheSlots(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	resolve := func(context.Context, string) (webhook.Connection, error) {
+		return webhook.Connection{Name: "crm", URL: "https://example.invalid/hooks", Secret: "whsec_x", Events: []string{"user.created"}}, nil
+	}
+	w, err := NewWorker(sender, resolve, &WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: time.Second, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for id := range int64(200) {
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: id + 1, Attempt: 1, MaxAttempts: 5},
+			Args: Args{ConnectionID: "crm", DeliveryID: "d", Event: "user.deleted", Body: []byte("{}")}}
+		require.ErrorIs(t, w.Work(ctx, job), webhook.ErrNotSubscribed)
+	}
+	for id := int64(1000); id < 1002; id++ { // the bound, taken
+		tk, _ := w.admission.enter(ctx, crmJob(time.Now(), id, false), limits{bound: 2})
+		require.NotNil(t, tk)
+	}
+	job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 2000, Attempt: 1, MaxAttempts: 5},
+		Args: Args{ConnectionID: "crm", DeliveryID: "e", Event: "user.created", Body: []byte("{}")}}
+	var snooze *rivertype.JobSnoozeError
+	require.ErrorAs(t, w.Work(ctx, job), &snooze)
+	assert.InDelta(t, float64(time.Second/2), float64(snooze.Duration), float64(10*time.Millisecond), "the first slot: SnoozeFor over the bound, no attempt having taken time")
+}
+
+// stressAdmit runs, over two admissions (two processes of a fleet),
+// goroutines that admit runs of one connection, some of them back at
+// their slots (so that they hold on, and are handed places), and checks
+// that no more than bound are ever in flight across both, that no place is
+// held by two runs at once, and that nothing is held at the end.
+func stressAdmit(t *testing.T, places func() Places, bound int) {
+	t.Helper()
+	admissions := []*admission{newAdmission(places(), 40*time.Millisecond, testdb.Quiet()), newAdmission(places(), 40*time.Millisecond, testdb.Quiet())}
+	var (
+		ids      atomic.Int64
+		inFlight atomic.Int64
+		most     atomic.Int64
+		admitted atomic.Int64
+		occupied sync.Map // place -> the run in flight on it
+		wg       sync.WaitGroup
+	)
+	created := time.Now()
+	lim := limits{bound: bound}
+	for g := range 16 {
+		a := admissions[g%2]
+		wg.Go(func() {
+			for range 40 {
+				id := ids.Add(1)
+				ctx, cancel := context.WithCancel(context.Background())
+				if id%7 == 0 {
+					cancel() // River cancels the run as it holds on
+				}
+				tk, _ := a.enter(ctx, crmJob(created, id, id%2 == 0), lim)
+				if tk != nil {
+					admitted.Add(1)
+					n := inFlight.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					if other, taken := occupied.LoadOrStore(tk.place.n, id); !assert.False(t, taken, "place %d held by runs %v and %d at once", tk.place.n, other, id) {
+						cancel()
+						return
+					}
+					time.Sleep(time.Duration(id%3) * time.Millisecond) // the attempt
+					occupied.Delete(tk.place.n)
+					inFlight.Add(-1)
+					a.leave(ctx, tk)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, most.Load(), int64(bound), "in flight across the fleet")
+	assert.Positive(t, admitted.Load())
+	for i, a := range admissions {
+		a.mu.Lock()
+		assert.Empty(t, a.lanes, "admission %d: nothing held, no run holding on", i)
+		a.mu.Unlock()
+	}
+	t.Logf("admitted %d of %d, at most %d in flight", admitted.Load(), ids.Load(), most.Load())
+}
+
+// TestAdmission_UnderStressKeepsTheBound: many runs of one connection
+// admitted and ended at once, in two processes sharing places in memory,
+// never pass the bound and leave nothing held.
+func TestAdmission_UnderStressKeepsTheBound(t *testing.T) {
+	for _, bound := range []int{1, 3} {
+		t.Run(fmt.Sprint(bound), func(t *testing.T) {
+			shared := newMemoryPlaces(time.Now)
+			stressAdmit(t, func() Places { return shared }, bound)
+			assert.NotContains(t, shared.conns["crm"].held, true, "every place given back")
+		})
+	}
+}
+
+// TestConnectionPlaces_UnderStressKeepsTheBound: the same on PostgreSQL,
+// two ConnectionPlaces as two processes have, each with its session.
+func TestConnectionPlaces_UnderStressKeepsTheBound(t *testing.T) {
+	pool, schema := testdb.Schema(t, "stress", true)
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, pool, schema))
+	var made []*ConnectionPlaces
+	stressAdmit(t, func() Places {
+		p := NewConnectionPlaces(pool, schema)
+		made = append(made, p)
+		return p
+	}, 3)
+	after := NewConnectionPlaces(pool, schema)
+	defer after.Close(ctx)
+	for range 3 {
+		_, ok, err := after.take(ctx, "crm", 3)
+		require.NoError(t, err)
+		assert.True(t, ok, "every place given back")
+	}
+	for _, p := range made {
+		p.Close(ctx)
+	}
+}
+
+func TestPaceEvery(t *testing.T) {
+	for _, tc := range []struct {
+		perSecond float64
+		want      time.Duration
+	}{
+		{10, 100 * time.Millisecond},
+		{1, time.Second},
+		{1e9, time.Microsecond}, // the finest pace
+		{0, 0},
+		{-1, 0},
+		{math.NaN(), 0},
+		{math.Inf(1), 0},
+		{math.Inf(-1), 0},
+		{1.0 / (24 * 3600), 24 * time.Hour},
+		{1e-10, maxPaceEvery},
+		{math.SmallestNonzeroFloat64, maxPaceEvery},
+	} {
+		assert.Equal(t, tc.want, paceEvery(tc.perSecond), "%g a second", tc.perSecond)
+	}
+}
+
+func TestSignAfter(t *testing.T) {
+	now := time.UnixMilli(1_000_000).Add(300 * time.Microsecond)
+	for _, tc := range []struct {
+		last int64
+		want time.Duration
+	}{
+		{0, 0},
+		{999_999, 0},
+		{1_000_000, time.Millisecond},     // the same millisecond
+		{1_000_004, 5 * time.Millisecond}, // another process's clock ahead
+	} {
+		if got := signAfter([]logEntry{{Timestamp: 5}, {Timestamp: tc.last}}, now); got != tc.want {
+			t.Errorf("last signed at %d: got %v, want %v", tc.last, got, tc.want)
+		}
+	}
+}
