@@ -17,7 +17,7 @@ import (
 // (the bound across processes holds when it is at most the bound), the
 // deliveries per second against what the bound allows (bound over
 // latency), and River's job runs per delivery.
-func (b *bench) bound(ctx context.Context, k int) (result, error) {
+func (b *bench) bound(ctx context.Context, k int, memory bool) (result, error) {
 	cfg := b.cfg
 	db, err := b.newSchema(ctx, 0)
 	if err != nil {
@@ -28,7 +28,9 @@ func (b *bench) bound(ctx context.Context, k int) (result, error) {
 		return result{}, err
 	}
 	b.ep.reset(cfg.Latency, cfg.N)
-	f, err := b.startFleet(ctx, k, b.workerConfig(db.schema, true, cfg.Cooldown))
+	wc := b.workerConfig(db.schema, true, cfg.Cooldown)
+	wc.Memory = memory
+	f, err := b.startFleet(ctx, k, wc)
 	if err != nil {
 		return result{}, err
 	}
@@ -54,7 +56,7 @@ func (b *bench) bound(ctx context.Context, k int) (result, error) {
 	rate := float64(cfg.N) / took.Seconds()
 	runs := float64(t.Runs) / float64(cfg.N)
 	r := result{
-		Name: fmt.Sprintf("bound-%d", k), N: cfg.N,
+		Name: fmt.Sprintf("bound-%s%d", storeName(memory), k), N: cfg.N,
 		Metrics: []metric{
 			{rate, "deliveries/s"},
 			{rate / allows, "x-bound/latency"},
@@ -76,9 +78,12 @@ func (b *bench) bound(ctx context.Context, k int) (result, error) {
 // runs per second while it is down, then, once it answers (in
 // DrainLatency), how fast the backlog drains against what the endpoint
 // takes (bound over latency).
-func (b *bench) outage(ctx context.Context) (result, error) {
+func (b *bench) outage(ctx context.Context, memory bool) (result, error) {
 	cfg := b.cfg
 	k := cfg.OutageK
+	if memory {
+		k = 1 // the in-memory store is one process's
+	}
 	db, err := b.newSchema(ctx, 0)
 	if err != nil {
 		return result{}, err
@@ -91,7 +96,9 @@ func (b *bench) outage(ctx context.Context) (result, error) {
 	const learn = webhook.DefaultDownAfter + 3
 	want := cfg.Backlog + learn
 	b.ep.reset(cfg.DrainLatency, want)
-	f, err := b.startFleet(ctx, k, b.workerConfig(db.schema, true, cfg.Cooldown))
+	wc := b.workerConfig(db.schema, true, cfg.Cooldown)
+	wc.Memory = memory
+	f, err := b.startFleet(ctx, k, wc)
 	if err != nil {
 		return result{}, err
 	}
@@ -165,7 +172,7 @@ func (b *bench) outage(ctx context.Context) (result, error) {
 	}
 	firstAfter := c.First.Sub(back)
 	r := result{
-		Name: fmt.Sprintf("outage-%d", k), N: cfg.Backlog,
+		Name: fmt.Sprintf("outage-%s%d", storeName(memory), k), N: cfg.Backlog,
 		Metrics: []metric{
 			{waiting, "waiting-runs/s"},
 			{downRuns, "down-runs/delivery"},
@@ -224,4 +231,12 @@ func waitAttempted(ctx context.Context, client *river.Client[pgx.Tx], want int) 
 			return err
 		}
 	}
+}
+
+// storeName is the prefix of a result's name for the in-memory store.
+func storeName(memory bool) string {
+	if memory {
+		return "mem-"
+	}
+	return ""
 }

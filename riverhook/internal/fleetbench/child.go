@@ -63,7 +63,9 @@ type childConfig struct {
 	// Bound with the places in PostgreSQL, endpoint health with the marks
 	// shared there (ConfirmUpEvery a minute). Otherwise the Worker's and
 	// the Sender's defaults (no bound, no health).
-	Fleet         bool          `json:"fleet"`
+	Fleet  bool `json:"fleet"`
+	Memory bool `json:"memory"` // with Fleet, the admission's facts in the process's memory: no Places
+
 	Bound         int           `json:"bound"`
 	SnoozeFor     time.Duration `json:"snooze_for"`     // WorkerOptions.SnoozeFor; 0 is its default
 	ProbeInterval time.Duration `json:"probe_interval"` // HealthOptions.ProbeInterval; 0 is its default
@@ -243,7 +245,9 @@ func (c *child) startClient(ctx context.Context, pool *pgxpool.Pool) error {
 		opts := &riverhook.WorkerOptions{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 		if cfg.Fleet {
 			opts.MaxInFlightPerConnection = cfg.Bound
-			opts.Places = riverhook.NewConnectionPlaces(pool, cfg.Schema)
+			if !cfg.Memory {
+				opts.Places = riverhook.NewConnectionPlaces(pool, cfg.Schema)
+			}
 			opts.SnoozeFor = cfg.SnoozeFor
 		}
 		w, err := riverhook.NewWorker(c.sender, c.resolve, opts)

@@ -75,6 +75,7 @@ type config struct {
 	Run   []string // scenarios, in order
 	Count int      // runs of each
 
+	Memory        bool          // bound and outage: one process on the in-memory store too
 	Bound         int           // MaxInFlightPerConnection
 	Workers       int           // River's MaxWorkers per worker process
 	PoolConns     int           // each worker process's pgxpool MaxConns; 0 is pgx's default
@@ -145,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.DB, "db", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL `URL` (default $TEST_DATABASE_URL)")
 	fs.StringVar(&run, "run", strings.Join(scenarios, ","), "the scenarios to run, comma-separated")
 	fs.IntVar(&cfg.Count, "count", 1, "runs of each scenario (interleaved), for benchstat's medians")
+	fs.BoolVar(&cfg.Memory, "memory", true, "bound and outage: also one worker process with the in-memory store (no Places) first")
 	fs.IntVar(&cfg.Bound, "bound", 8, "MaxInFlightPerConnection, held across processes by the places")
 	fs.IntVar(&cfg.Workers, "workers", 32, "River's MaxWorkers in each worker process")
 	fs.IntVar(&cfg.PoolConns, "pool", 0, "each worker process's pgxpool MaxConns (0: pgx's default, the greater of 4 and the CPUs)")
@@ -334,15 +336,29 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) ([]result, er
 			for _, s := range cfg.Run {
 				switch s {
 				case "bound":
+					if cfg.Memory {
+						r, err := b.bound(ctx, 1, true)
+						if err != nil {
+							return fmt.Errorf("bound, in memory: %w", err)
+						}
+						emit(r)
+					}
 					for _, k := range cfg.Ks {
-						r, err := b.bound(ctx, k)
+						r, err := b.bound(ctx, k, false)
 						if err != nil {
 							return fmt.Errorf("bound, K=%d: %w", k, err)
 						}
 						emit(r)
 					}
 				case "outage":
-					r, err := b.outage(ctx)
+					if cfg.Memory {
+						r, err := b.outage(ctx, true)
+						if err != nil {
+							return fmt.Errorf("outage, in memory: %w", err)
+						}
+						emit(r)
+					}
+					r, err := b.outage(ctx, false)
 					if err != nil {
 						return fmt.Errorf("outage: %w", err)
 					}

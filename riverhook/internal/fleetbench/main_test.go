@@ -45,7 +45,7 @@ func TestRun_EveryScenarioDeliversEachOnce(t *testing.T) {
 	t.Logf("output:\n%s\nprogress:\n%s", &out, &progress)
 	require.NoError(t, err)
 
-	want := []string{"bound-2", "outage-2", "cpu/impl=nop-2", "cpu/impl=inprocess-2", "cpu/impl=riverhook-2", "cpu/impl=riverhook-fleet-2",
+	want := []string{"bound-mem-1", "bound-2", "outage-mem-1", "outage-2", "cpu/impl=nop-2", "cpu/impl=inprocess-2", "cpu/impl=riverhook-2", "cpu/impl=riverhook-fleet-2",
 		"latency/options=fleet/workers=100ms/api=100ms-2", "latency/options=fleet/workers=10ms/api=100ms-2",
 		"latency/options=fleet/workers=10ms/api=10ms-2", "latency/options=none/workers=10ms/api=10ms-2"}
 	var got []string
