@@ -611,10 +611,10 @@ func ExampleWorker_SendTestBytes() {
 	// received deal.closed {"event":"deal.closed","deal":{"id":"deal_test","amount":1200}}
 }
 
-// The daily housekeeping of riverhook's own tables, in one process of the
-// deployment: the marks of endpoints that answer again, and the paces of
-// connections whose starts and slots are all past, both made again when
-// needed.
+// The housekeeping of riverhook's own tables by hand: Register's periodic
+// job (PruneKind) does it hourly on River's leader. The marks of endpoints
+// that answer again, and the paces of connections whose starts and slots
+// are all past, are made again when needed.
 func ExampleConnectionPlaces_Prune() {
 	ctx := context.Background()
 	pool, schema, done := exampleDatabase(ctx)

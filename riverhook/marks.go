@@ -244,3 +244,24 @@ func nullTime(t time.Time) *time.Time {
 }
 
 var _ webhook.HealthMarks = (*EndpointMarks)(nil)
+
+// pruneTables deletes, in schema, the endpoint marks not down and
+// recorded a day ago or more, and the paces whose chain ended a day ago
+// and whose last start was a year ago or more (a rate's start must be kept
+// for as long as its 1/rate, at most maxPaceEvery); it returns how many
+// rows went. A schema without riverhook's tables has nothing to prune.
+func pruneTables(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string) (int64, error) {
+	q := qualifier(schema)
+	var exists bool
+	if err := query(ctx, `SELECT to_regclass($1) IS NOT NULL`, q+"riverhook_pace").Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var n int64
+	err := query(ctx, `WITH marks AS (DELETE FROM `+q+`riverhook_endpoint_mark WHERE NOT down AND recorded_at < now() - interval '1 day' RETURNING 1),
+		paces AS (DELETE FROM `+q+`riverhook_pace WHERE chain < now() - interval '1 day' AND last_start < now() - $1 * interval '1 microsecond' RETURNING 1)
+		SELECT (SELECT count(*) FROM marks) + (SELECT count(*) FROM paces)`, maxPaceEvery.Microseconds()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: pruning riverhook's tables: %w", err)
+	}
+	return n, nil
+}

@@ -17,7 +17,9 @@ import (
 // retry policy.
 
 // Register sets up config, a River client's configuration, for the
-// deliveries of w: it adds w to config.Workers (made when nil), sets
+// deliveries of w: it adds w and riverhook's maintenance (see [PruneKind],
+// a periodic job run by River's leader, unless LeaderElectionDisabled) to
+// config.Workers (made when nil), sets
 // config.RescueStuckJobsAfter to [Worker.RescueStuckJobsAfter] when it is
 // zero, and config.FetchPollInterval to [DefaultFetchPollInterval] (or
 // the FetchCooldown, when longer: River refuses a poll shorter than it)
@@ -42,6 +44,13 @@ func Register(config *river.Config, w *Worker) error {
 	if err := river.AddWorkerSafely(workers, w); err != nil {
 		return fmt.Errorf("riverhook: registering the Worker: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, river.WorkFunc(prune)); err != nil {
+		return fmt.Errorf("riverhook: registering its maintenance: %w", err)
+	}
+	if !config.LeaderElectionDisabled { // River refuses periodic jobs then
+		config.PeriodicJobs = append(config.PeriodicJobs, river.NewPeriodicJob(river.PeriodicInterval(PruneEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, nil }, &river.PeriodicJobOpts{ID: PruneKind, RunOnStart: true}))
+	}
 	config.Workers = workers
 	if config.RescueStuckJobsAfter == 0 {
 		config.RescueStuckJobsAfter = least
@@ -52,6 +61,34 @@ func Register(config *river.Config, w *Worker) error {
 		config.FetchPollInterval = max(DefaultFetchPollInterval, cmp.Or(config.FetchCooldown, river.FetchCooldownDefault))
 	}
 	return nil
+}
+
+// PruneKind is the River job kind of riverhook's maintenance, which
+// [Register] schedules every [PruneEvery] on River's elected leader (and
+// once at its start): it deletes the endpoint marks of endpoints up again
+// for a day (riverhook_endpoint_mark) and the paces of connections with
+// nothing ahead for a day and no start in a year (riverhook_pace). It does
+// nothing in a schema [Migrate] never ran in.
+const PruneKind = "riverhook_prune"
+
+// PruneEvery is how often riverhook's maintenance runs.
+const PruneEvery = time.Hour
+
+// PruneArgs is the job of riverhook's maintenance (see [PruneKind]).
+type PruneArgs struct{}
+
+// Kind returns [PruneKind].
+func (PruneArgs) Kind() string { return PruneKind }
+
+// prune is the work of riverhook's maintenance, on the database and in
+// the schema of the River client running it.
+func prune(ctx context.Context, _ *river.Job[PruneArgs]) error {
+	query, schema, ok := riverQuery(ctx)
+	if !ok {
+		return nil
+	}
+	_, err := pruneTables(ctx, query, schema)
+	return err
 }
 
 // DefaultFetchPollInterval is the River FetchPollInterval [Register] sets
