@@ -108,6 +108,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -144,6 +145,14 @@ type Connection struct {
 	// another event is skipped, with an error matching ErrNotSubscribed.
 	// Empty means every event.
 	Events []string
+
+	// MaxInFlight bounds the connection's attempts in flight at once, and
+	// RateLimit the deliveries a second that may begin to it (a
+	// customer's throttle), for a queue that admits attempts, such as
+	// riverhook's Worker. Zero means the queue's default. The Sender
+	// itself makes the attempts it is asked for.
+	MaxInFlight int
+	RateLimit   float64
 }
 
 // ErrNotSubscribed is matched by the error of a delivery of an event that
@@ -212,6 +221,12 @@ func (c Connection) validate() (*url.URL, error) {
 	}
 	if c.Secret == "" {
 		return nil, connError("secret", "must not be empty")
+	}
+	if c.MaxInFlight < 0 {
+		return nil, connError("maxInFlight", fmt.Sprintf("must not be negative, got %d (zero means the default)", c.MaxInFlight))
+	}
+	if c.RateLimit < 0 || math.IsNaN(c.RateLimit) || math.IsInf(c.RateLimit, 0) {
+		return nil, connError("rateLimit", fmt.Sprintf("want a finite number of deliveries a second, zero for the default, got %v", c.RateLimit))
 	}
 	for i, event := range c.Events {
 		if !validEvent(event) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -44,6 +45,10 @@ func TestConnection_Validate(t *testing.T) {
 		{"GET", func(c *webhook.Connection) { c.Method = "GET" }, "method", `got "GET"`},
 		{"lower-case post", func(c *webhook.Connection) { c.Method = "post" }, "method", "POST, PUT or PATCH"},
 		{"empty secret", func(c *webhook.Connection) { c.Secret = "" }, "secret", "empty"},
+		{"a bound and a rate", func(c *webhook.Connection) { c.MaxInFlight, c.RateLimit = 4, 0.5 }, "", ""},
+		{"negative bound", func(c *webhook.Connection) { c.MaxInFlight = -1 }, "maxInFlight", "negative"},
+		{"negative rate", func(c *webhook.Connection) { c.RateLimit = -1 }, "rateLimit", "got -1"},
+		{"NaN rate", func(c *webhook.Connection) { c.RateLimit = math.NaN() }, "rateLimit", "finite"},
 		{"header name with space", func(c *webhook.Connection) { c.Headers = map[string]string{"X Tenant": "1"} }, `headers["X Tenant"]`, "name"},
 		{"header name with colon", func(c *webhook.Connection) { c.Headers = map[string]string{"X-A:": "1"} }, `headers["X-A:"]`, "name"},
 		{"empty header name", func(c *webhook.Connection) { c.Headers = map[string]string{"": "1"} }, `headers[""]`, "name"},

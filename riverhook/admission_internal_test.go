@@ -534,3 +534,34 @@ func TestSignAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestWorker_AConnectionCarriesItsOwnBoundAndRate: the resolved
+// connection's MaxInFlight and RateLimit are its limits, the Worker's
+// options the defaults where they are zero; RateLimit is not asked for a
+// connection that has its own rate.
+func TestWorker_AConnectionCarriesItsOwnBoundAndRate(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	var asked atomic.Int32
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 8, RateLimit: func(string) float64 { asked.Add(1); return 10 }})
+	require.NoError(t, err)
+	ctx := context.Background()
+	lim, err := w.limits(ctx, "crm", webhook.Connection{MaxInFlight: 2, RateLimit: 4})
+	require.NoError(t, err)
+	assert.Equal(t, limits{bound: 2, every: 250 * time.Millisecond}, lim, "the connection's own")
+	assert.Zero(t, asked.Load())
+	lim, err = w.limits(ctx, "erp", webhook.Connection{})
+	require.NoError(t, err)
+	assert.Equal(t, limits{bound: 8, every: 100 * time.Millisecond}, lim, "the Worker's options")
+	assert.EqualValues(t, 1, asked.Load())
+
+	// A Send Test is held to the connection's own bound.
+	srv := webhook.Connection{Name: "crm", URL: "https://example.invalid/hooks", Secret: "whsec_x", MaxInFlight: 1}
+	w.resolve = func(context.Context, string) (webhook.Connection, error) { return srv, nil }
+	tk, _ := w.admission.enter(ctx, crmJob(time.Now(), 1, false), limits{bound: 1})
+	require.NotNil(t, tk)
+	_, err = w.SendTest(ctx, "crm")
+	require.ErrorIs(t, err, ErrBusy, "one in flight of the connection's one")
+	w.admission.leave(ctx, tk)
+}

@@ -1,6 +1,7 @@
 package riverhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,7 +55,7 @@ func (w *Worker) sendTest(ctx context.Context, connectionID string, send func(we
 	if err != nil {
 		return nil, err
 	}
-	done, err := w.testPlace(ctx, connectionID)
+	done, err := w.testPlace(ctx, connectionID, cmp.Or(conn.MaxInFlight, w.maxPerCon))
 	if err != nil {
 		return nil, err
 	}
@@ -68,15 +69,16 @@ func (w *Worker) sendTest(ctx context.Context, connectionID string, send func(we
 // was promised. Try again once one has ended.
 var ErrBusy = errors.New("riverhook: the connection has as many attempts in flight as its bound allows")
 
-// testPlace takes a place in flight for a Send Test to connection id, in
-// the Worker's Places, and returns the function giving it back.
-func (w *Worker) testPlace(ctx context.Context, id string) (func(), error) {
-	t, err := w.admission.take(ctx, id, limits{bound: w.maxPerCon})
+// testPlace takes a place in flight, of bound, for a Send Test to
+// connection id, in the Worker's Places, and returns the function giving it
+// back.
+func (w *Worker) testPlace(ctx context.Context, id string, bound int) (func(), error) {
+	t, err := w.admission.take(ctx, id, limits{bound: bound})
 	if err != nil {
 		return nil, err
 	}
 	if t == nil {
-		return nil, fmt.Errorf("%w: %d of %d (connection %q)", ErrBusy, w.maxPerCon, w.maxPerCon, id)
+		return nil, fmt.Errorf("%w: %d of %d (connection %q)", ErrBusy, bound, bound, id)
 	}
 	return func() { w.admission.give(ctx, t) }, nil
 }

@@ -22,7 +22,10 @@ import (
 var ErrConnectionGone = errors.New("riverhook: connection gone")
 
 // Resolver returns the connection with the given id as it is now, with its
-// URL, headers and secret. It returns an error matching [ErrConnectionGone]
+// URL, headers and secret, and its own bound in flight and rate
+// (webhook.Connection.MaxInFlight and RateLimit, the WorkerOptions'
+// defaults where zero). It is called at each run of a job, before the run
+// is admitted: answer from memory or one indexed read. It returns an error matching [ErrConnectionGone]
 // when the connection was deleted; any other error, or a panic, ends the
 // run without an attempt: River runs the job again by its client retry
 // policy, and the run costs none of the Sender's attempts (see
@@ -170,7 +173,20 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		return river.JobCancel(ErrErased)
 	}
 	w.due(ctx)
-	lim, err := w.limits(ctx, job.Args.ConnectionID)
+	conn, err := w.resolveConnection(ctx, job.Args.ConnectionID, job.ID)
+	if err != nil {
+		if !cancelledRemotely(ctx) {
+			w.record(ctx, job, w.load(ctx, job).entries)
+		}
+		if errors.Is(err, ErrConnectionGone) {
+			return river.JobCancel(err)
+		}
+		if !stopping(ctx) {
+			w.storeRetry(job, pendingRetry{client: true})
+		}
+		return err
+	}
+	lim, err := w.limits(ctx, job.Args.ConnectionID, conn)
 	if err != nil {
 		return river.JobSnooze(w.snooze)
 	}
@@ -191,19 +207,6 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			w.record(ctx, job, r.entries) // the interrupted runs, told once
 		}
 		return river.JobSnooze(wait)
-	}
-	conn, err := w.resolveConnection(ctx, job.Args.ConnectionID, job.ID)
-	if err != nil {
-		if !cancelledRemotely(ctx) {
-			w.record(ctx, job, r.entries)
-		}
-		if errors.Is(err, ErrConnectionGone) {
-			return river.JobCancel(err)
-		}
-		if !stopping(ctx) {
-			w.storeRetry(job, pendingRetry{client: true})
-		}
-		return err
 	}
 	a := w.sender.Attempt(ctx, conn, job.Args.Event, job.Args.Body, r.n)
 	return w.result(ctx, r, a)
@@ -460,12 +463,14 @@ func signAfter(entries []logEntry, now time.Time) time.Duration {
 	return 0
 }
 
-// limits returns connection id's bound in flight and time between starts
-// (WorkerOptions.RateLimit); or an error when RateLimit panicked, its value
-// logged.
-func (w *Worker) limits(ctx context.Context, id string) (lim limits, err error) {
-	lim.bound = w.maxPerCon
-	if w.rateLimit == nil {
+// limits returns the bound in flight and the time between starts of conn,
+// the connection with the given id: its own MaxInFlight and RateLimit, or
+// the Worker's options where they are zero; or an error when RateLimit
+// panicked, its value logged.
+func (w *Worker) limits(ctx context.Context, id string, conn webhook.Connection) (lim limits, err error) {
+	lim.bound = cmp.Or(conn.MaxInFlight, w.maxPerCon)
+	if conn.RateLimit > 0 || w.rateLimit == nil {
+		lim.every = paceEvery(conn.RateLimit)
 		return lim, nil
 	}
 	defer func() {

@@ -20,7 +20,8 @@ type WorkerOptions struct {
 	// flight at once, so that one slow endpoint cannot take every worker:
 	// in the process, or across the fleet with Places. A job over the bound
 	// is snoozed to a slot of the connection's (see SnoozeFor), costing no
-	// attempt. Zero means no bound.
+	// attempt. A connection's own webhook.Connection.MaxInFlight, as the
+	// Resolver returns it, takes its place. Zero means no bound.
 	MaxInFlightPerConnection int
 
 	// SnoozeFor is how long an attempt to a connection is taken to last
@@ -40,7 +41,9 @@ type WorkerOptions struct {
 	Places Places
 
 	// RateLimit, if not nil, returns the most deliveries a second that may
-	// begin to the connection with the given id: a customer's throttle.
+	// begin to the connection with the given id: a customer's throttle. It
+	// is asked only for a connection without a rate of its own
+	// (webhook.Connection.RateLimit, as the Resolver returns it).
 	// Zero, a negative number or NaN means no limit; a rate under one a
 	// year is one a year. Deliveries begin evenly spaced (1/rate apart, no
 	// burst). A job that comes early is snoozed to a slot, costing no
