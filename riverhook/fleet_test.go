@@ -155,9 +155,10 @@ func TestPlacesChild(t *testing.T) {
 		w.SendTest(ctx, "crm") // its endpoint holds it until the process is killed
 		select {}
 	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, w)
-	client := newClient(t, pool, schema, workers, nil)
+	client := newClient(t, pool, schema, nil, func(config *river.Config) {
+		config.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
+		require.NoError(t, riverhook.Register(config, w)) // the rescue of a killed process's jobs: a minute, not River's hour
+	})
 	require.NoError(t, client.Start(ctx))
 	os.Stdout.WriteString("working\n")
 	select {} // until the test ends it
@@ -320,4 +321,88 @@ func TestFleet_RateHoldsAcrossProcesses(t *testing.T) {
 	// between), which the 150 ms allow for.
 	least := time.Duration(float64(deliveries-1)/rate*float64(time.Second)) - 150*time.Millisecond
 	assert.GreaterOrEqual(t, span, least, "%d starts at %v/s across the fleet", deliveries, rate)
+}
+
+// TestFleet_ChaosLosesNothing runs worker processes on one PostgreSQL
+// through chaos: one SIGKILLed while it holds places (a replacement
+// started), then another whose places' session the database ends
+// (pg_terminate_backend). Every delivery arrives, and the killed process's
+// places free at once: the bound holds but while the process whose session
+// ended still has attempts in flight, which it cannot call back.
+func TestFleet_ChaosLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for River's rescue of a killed process's jobs, about a minute and a half")
+	}
+	t.Parallel()
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+
+	var mu sync.Mutex
+	inFlight, peak := 0, 0
+	seen := map[string]bool{}
+	arrived := make(chan struct{}, 1000)
+	const deliveries = 60
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := webhook.ParsePayload(mustReadAll(r))
+		assert.NoError(t, err)
+		mu.Lock()
+		inFlight++
+		peak = max(peak, inFlight)
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond) // a slow endpoint
+		mu.Lock()
+		inFlight--
+		seen[p.User.ID] = true
+		mu.Unlock()
+		arrived <- struct{}{}
+	})})
+	defer srv.Close()
+	insertFleet(t, pool, schema, deliveries)
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+	waitFor := func(n int, within time.Duration) {
+		t.Helper()
+		deadline := time.After(within)
+		for count() < n {
+			select {
+			case <-arrived:
+			case <-deadline:
+				t.Fatalf("%d of %d deliveries arrived within %v", count(), n, within)
+			}
+		}
+	}
+	start := func() *exec.Cmd { return startPlacesChild(t, "worker", schema, srv) }
+	victim := start()
+	start()
+	waitFor(10, time.Minute)
+
+	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	start()
+	waitFor(30, time.Minute)
+	t.Logf("30 arrived %v after the SIGKILL, peak %d in flight (bound 2)", time.Since(killed).Round(time.Millisecond), peak)
+	mu.Lock()
+	assert.LessOrEqual(t, peak, 2, "the bound held through a SIGKILL")
+	mu.Unlock()
+
+	// A worker whose session of places the database ends.
+	var pid int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		AND (classid::bigint << 32 | objid::bigint) BETWEEN $1 AND $1 + 1 LIMIT 1`, riverhook.PlaceKey(schema, "crm")).Scan(&pid))
+	var ended bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
+	require.True(t, ended)
+	terminated := time.Now()
+	waitFor(deliveries, 3*time.Minute) // the killed process's jobs: River's rescue, a minute and a half at most
+	t.Logf("all %d arrived, %v after the session ended, %v after the SIGKILL; peak %d in flight", deliveries,
+		time.Since(terminated).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), peak)
+}
+
+func mustReadAll(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	return b
 }
