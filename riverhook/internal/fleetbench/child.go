@@ -63,8 +63,9 @@ type childConfig struct {
 	// Bound with the places in PostgreSQL, endpoint health with the marks
 	// shared there (ConfirmUpEvery a minute). Otherwise the Worker's and
 	// the Sender's defaults (no bound, no health).
-	Fleet  bool `json:"fleet"`
-	Memory bool `json:"memory"` // with Fleet, the admission's facts in the process's memory: no Places
+	Fleet  bool    `json:"fleet"`
+	Memory bool    `json:"memory"` // with Fleet, the admission's facts in the process's memory: no Places
+	Rate   float64 `json:"rate"`   // each connection's own RateLimit; 0 for none
 
 	Bound         int           `json:"bound"`
 	SnoozeFor     time.Duration `json:"snooze_for"`     // WorkerOptions.SnoozeFor; 0 is its default
@@ -235,8 +236,10 @@ func (c *child) startClient(ctx context.Context, pool *pgxpool.Pool) error {
 		FetchCooldown:     cfg.FetchCooldown,
 		FetchPollInterval: cfg.FetchPollInterval,
 		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-		Middleware: []rivertype.Middleware{river.WorkerMiddlewareFunc(func(ctx context.Context, _ *rivertype.JobRow, work func(context.Context) error) error {
-			c.runs.Add(1)
+		Middleware: []rivertype.Middleware{river.WorkerMiddlewareFunc(func(ctx context.Context, row *rivertype.JobRow, work func(context.Context) error) error {
+			if row.Kind != riverhook.PruneKind { // riverhook's maintenance, once at the leader's start
+				c.runs.Add(1)
+			}
 			return work(ctx)
 		})},
 	}
@@ -317,7 +320,9 @@ func (c *child) stop(ctx context.Context, limit time.Duration) error {
 
 // resolve returns connection id at the endpoint: every id is a connection.
 func (c *child) resolve(_ context.Context, id string) (webhook.Connection, error) {
-	return connection(c.cfg.Addr, c.cfg.Secret, id), nil
+	conn := connection(c.cfg.Addr, c.cfg.Secret, id)
+	conn.RateLimit = c.cfg.Rate // the connection's own throttle
+	return conn, nil
 }
 
 // send makes n deliveries with Sender.Send from concurrency goroutines, to

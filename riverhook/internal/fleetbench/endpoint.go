@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +49,7 @@ type endpoint struct {
 	inFlight int
 	c        counts
 	arrived  map[string]time.Time // delivery id -> first arrival
+	starts   []time.Time          // the signed timestamps of the first arrivals: when each attempt began
 	all      chan struct{}        // closed once c.Answered reaches want
 	want     int
 }
@@ -132,6 +135,7 @@ func (e *endpoint) reset(latency time.Duration, want int) {
 	e.latency = latency
 	e.c = counts{Peak: e.inFlight}
 	e.arrived = map[string]time.Time{}
+	e.starts = nil
 	e.want = want
 	e.all = make(chan struct{})
 	if want == 0 {
@@ -159,6 +163,16 @@ func (e *endpoint) counts() counts {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.c
+}
+
+// startTimes returns when the first attempt of each delivery began, as it
+// was signed, in order.
+func (e *endpoint) startTimes() []time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := slices.Clone(e.starts)
+	slices.SortFunc(s, time.Time.Compare)
+	return s
 }
 
 // arrivals returns when each delivery first arrived.
@@ -202,6 +216,9 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.arrived[id] = at
 		e.c.Distinct++
 		first = true
+		if ms, err := strconv.ParseInt(r.Header.Get(webhook.HeaderTimestamp), 10, 64); err == nil {
+			e.starts = append(e.starts, time.UnixMilli(ms))
+		}
 	}
 	all, latency := e.all, e.latency
 	e.mu.Unlock()

@@ -75,7 +75,9 @@ type config struct {
 	Run   []string // scenarios, in order
 	Count int      // runs of each
 
-	Memory        bool          // bound and outage: one process on the in-memory store too
+	Memory        bool          // bound, outage and rate: one process on the in-memory store too
+	RateN         int           // rate: the backlog
+	Rates         []float64     // rate: the connection's rates
 	Bound         int           // MaxInFlightPerConnection
 	Workers       int           // River's MaxWorkers per worker process
 	PoolConns     int           // each worker process's pgxpool MaxConns; 0 is pgx's default
@@ -106,7 +108,7 @@ type config struct {
 	LatencyK int
 }
 
-var scenarios = []string{"bound", "outage", "cpu", "latency"}
+var scenarios = []string{"bound", "outage", "rate", "cpu", "latency"}
 
 // flagsEnv holds flags read before the command line's (the package doc).
 const flagsEnv = "FLEETBENCH_FLAGS"
@@ -142,7 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	var cfg config
-	var run, ks string
+	var run, ks, rates string
 	fs.StringVar(&cfg.DB, "db", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL `URL` (default $TEST_DATABASE_URL)")
 	fs.StringVar(&run, "run", strings.Join(scenarios, ","), "the scenarios to run, comma-separated")
 	fs.IntVar(&cfg.Count, "count", 1, "runs of each scenario (interleaved), for benchstat's medians")
@@ -168,6 +170,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.CPURounds, "cpu-rounds", 10, "cpu: rounds the -cpu-n deliveries are made in, each implementation its share in turn")
 	fs.IntVar(&cfg.CPURate, "cpu-rate", 1000, "cpu: deliveries a second each implementation is given (River's jobs inserted, Sends started), those due every 10 ms: the same load for all; 0: all of a round at once, each as fast as it goes")
 	fs.IntVar(&cfg.CPUWarm, "cpu-warm", 1000, "cpu: deliveries each implementation makes first, not counted (a process's start: its first TLS handshake, its heap's growth)")
+	fs.IntVar(&cfg.RateN, "rate-n", 300, "rate: deliveries in the backlog")
+	fs.StringVar(&rates, "rates", "5,50", "rate: each connection's own RateLimit, comma-separated")
 	fs.IntVar(&cfg.Rate, "rate", 300, "latency: deliveries inserted a second")
 	fs.DurationVar(&cfg.For, "for", 10*time.Second, "latency: how long they are inserted")
 	fs.IntVar(&cfg.LatencyK, "latency-k", 2, "latency: worker processes")
@@ -186,6 +190,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return cfg, fmt.Errorf("-run: unknown scenario %q (have %s)", s, strings.Join(scenarios, ", "))
 		}
 		cfg.Run = append(cfg.Run, s)
+	}
+	for s := range strings.SplitSeq(rates, ",") {
+		r, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(r > 0) {
+			return cfg, fmt.Errorf("-rates: %q is not a rate", s)
+		}
+		cfg.Rates = append(cfg.Rates, r)
 	}
 	for s := range strings.SplitSeq(ks, ",") {
 		k, err := strconv.Atoi(s)
@@ -363,6 +374,23 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) ([]result, er
 						return fmt.Errorf("outage: %w", err)
 					}
 					emit(r)
+				case "rate":
+					for _, perSecond := range cfg.Rates {
+						if cfg.Memory {
+							r, err := b.rate(ctx, perSecond, 1, true)
+							if err != nil {
+								return fmt.Errorf("rate %g, in memory: %w", perSecond, err)
+							}
+							emit(r)
+						}
+						for _, k := range []int{1, 2} {
+							r, err := b.rate(ctx, perSecond, k, false)
+							if err != nil {
+								return fmt.Errorf("rate %g, K=%d: %w", perSecond, k, err)
+							}
+							emit(r)
+						}
+					}
 				case "cpu":
 					rs, err := b.cpu(ctx)
 					if err != nil {

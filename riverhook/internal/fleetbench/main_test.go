@@ -35,7 +35,7 @@ func TestRun_EveryScenarioDeliversEachOnce(t *testing.T) {
 		"-n", "8", "-latency", "50ms", "-k", "2",
 		"-backlog", "10", "-down", "600ms", "-window", "300ms", "-snooze", "100ms", "-probe", "100ms", "-drain-limit", "1m",
 		"-cpu-n", "20", "-cpu-conns", "4", "-cpu-warm", "10", "-cpu-rounds", "3",
-		"-rate", "100", "-for", "200ms",
+		"-rate", "100", "-for", "200ms", "-rate-n", "6", "-rates", "20",
 	}, io.Discard)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -45,7 +45,7 @@ func TestRun_EveryScenarioDeliversEachOnce(t *testing.T) {
 	t.Logf("output:\n%s\nprogress:\n%s", &out, &progress)
 	require.NoError(t, err)
 
-	want := []string{"bound-mem-1", "bound-2", "outage-mem-1", "outage-2", "cpu/impl=nop-2", "cpu/impl=inprocess-2", "cpu/impl=riverhook-2", "cpu/impl=riverhook-fleet-2",
+	want := []string{"bound-mem-1", "bound-2", "outage-mem-1", "outage-2", "rate-20/mem-1", "rate-20/1", "rate-20/2", "cpu/impl=nop-2", "cpu/impl=inprocess-2", "cpu/impl=riverhook-2", "cpu/impl=riverhook-fleet-2",
 		"latency/options=fleet/workers=100ms/api=100ms-2", "latency/options=fleet/workers=10ms/api=100ms-2",
 		"latency/options=fleet/workers=10ms/api=10ms-2", "latency/options=none/workers=10ms/api=10ms-2"}
 	var got []string
