@@ -287,7 +287,8 @@ func (a *admission) waitForEndpoint(ctx context.Context, id string, lim limits, 
 
 // spacing is the time between connection id's slots: its attempt time over
 // its bound (a place frees that often), or its time between starts when
-// longer.
+// longer. Before an attempt has ended, SnoozeFor over the bound, or the
+// time between starts when there is a rate.
 func (a *admission) spacing(id string, lim limits) time.Duration {
 	if lim.bound <= 0 {
 		return lim.every
@@ -298,6 +299,9 @@ func (a *admission) spacing(id string, lim limits) time.Duration {
 		took = l.took
 	}
 	a.mu.Unlock()
+	if took == 0 && lim.every > 0 {
+		return lim.every // a rate says the pace before any attempt has ended
+	}
 	if took == 0 {
 		took = a.snooze
 	}
