@@ -2,7 +2,6 @@ package riverhook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -191,10 +190,15 @@ type ConnectionPlaces struct {
 	schema string
 	pace   string
 
+	qmu      sync.Mutex // guards queue and flushing
+	queue    []*call    // the calls waiting for the next round trip
+	flushing bool       // a caller is making the round trips
+
 	mu      sync.Mutex         // serialises the session's statements
 	conn    *pgx.Conn          // the session; nil until the first take, and after it ends
 	session uint64             // counts the sessions opened
 	held    map[string][]int32 // connection id -> the places the session holds: a session takes its own lock again
+	trips   int                // round trips made, for tests
 }
 
 // NewConnectionPlaces returns the places in schema ("" for the search path)
@@ -249,50 +253,164 @@ func (p *ConnectionPlaces) take(ctx context.Context, id string, bound int) (plac
 	if err := ctx.Err(); err != nil {
 		return place{}, false, err
 	}
-	// The session's statements run to their end whatever the run's
-	// context: pgx closes a connection whose statement is cancelled, and
-	// the session's places would go with it.
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	bound = min(bound, maxBound)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	conn, err := p.sessionConn(ctx)
-	if err != nil {
-		return place{}, false, fmt.Errorf("riverhook: opening the session of the places: %w", err)
+	c := &call{id: id, bound: min(bound, maxBound), done: make(chan struct{})}
+	p.do(ctx, c)
+	if c.err != nil {
+		return place{}, false, fmt.Errorf("riverhook: taking a place for connection %q: %w", id, c.err)
 	}
-	// A Limit over a filter of a function scan stops at the first row
-	// that passes: one lock at most. The session's own places are skipped,
-	// as it would take them again; in a CASE, which PostgreSQL evaluates
-	// in order: a generic plan puts the lock before a plain AND's other
-	// condition (TestConnectionPlaces_TakeLocksOnePlace).
-	var n int32
-	err = conn.QueryRow(ctx, `SELECT n FROM generate_series(0, $2::int - 1) AS n
-		WHERE CASE WHEN n = ANY($3::int[]) THEN false ELSE pg_try_advisory_lock($1::bigint + n) END LIMIT 1`,
-		placeKey(p.schema, id), bound, p.held[id]).Scan(&n)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return place{}, false, nil
-	case err != nil:
-		p.lost(ctx)
-		return place{}, false, fmt.Errorf("riverhook: taking a place for connection %q: %w", id, err)
-	}
-	p.held[id] = append(p.held[id], n)
-	return place{connectionID: id, n: int(n), session: p.session}, true, nil
+	return c.got, c.ok, nil
 }
 
 func (p *ConnectionPlaces) give(ctx context.Context, pl place) error {
+	c := &call{id: pl.connectionID, give: true, got: pl, done: make(chan struct{})}
+	p.do(ctx, c)
+	if c.err != nil {
+		return fmt.Errorf("riverhook: giving back a place of connection %q: %w", pl.connectionID, c.err)
+	}
+	return nil
+}
+
+// call is a take or a give on the session, and what became of it.
+type call struct {
+	id    string
+	bound int   // a take's
+	give  bool  // a give, of got
+	got   place // the place taken, or given back
+	ok    bool  // a place was taken
+	err   error
+	done  chan struct{}
+}
+
+// do makes c on the session. The calls made while a round trip is under
+// way share the next one: their statements go in one pgx batch, so that a
+// busy process pays a round trip for many attempts' places, not two each.
+// The caller that finds none under way makes the round trips until no call
+// waits. The statements run to their end, bounded by storeTimeout, whatever
+// the callers' contexts: pgx closes a connection whose statement is
+// cancelled, and the session's places would go with it.
+func (p *ConnectionPlaces) do(ctx context.Context, c *call) {
+	p.qmu.Lock()
+	p.queue = append(p.queue, c)
+	if p.flushing {
+		p.qmu.Unlock()
+		<-c.done
+		return
+	}
+	p.flushing = true
+	for len(p.queue) > 0 {
+		calls := p.queue
+		p.queue = nil
+		p.qmu.Unlock()
+		p.roundTrip(ctx, calls)
+		p.qmu.Lock()
+	}
+	p.flushing = false
+	p.qmu.Unlock()
+	<-c.done
+}
+
+// roundTrip makes calls in one batch: the gives in one statement, then
+// the takes of each connection in one statement each, which take as many
+// places as the connection has takes. A connection's takes of another
+// bound wait for the next round trip: one statement per connection keeps
+// the places it takes distinct.
+func (p *ConnectionPlaces) roundTrip(ctx context.Context, calls []*call) {
 	ctx, cancel := detached(ctx)
 	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conn == nil || pl.session != p.session {
-		return nil // its session ended, and the place with it
+	var later []*call
+	defer func() {
+		for _, c := range calls {
+			close(c.done)
+		}
+		if len(later) > 0 {
+			p.qmu.Lock()
+			p.queue = append(later, p.queue...)
+			p.qmu.Unlock()
+		}
+	}()
+	var keys []int64
+	var given []int32
+	takes := map[string][]*call{}
+	var order []string
+	for i := 0; i < len(calls); i++ {
+		c := calls[i]
+		switch {
+		case c.give && (p.conn == nil || c.got.session != p.session):
+			// its session ended, and the place with it
+		case c.give:
+			keys, given = append(keys, placeKey(p.schema, c.id)), append(given, int32(c.got.n))
+			p.forget(c.got)
+		case len(takes[c.id]) > 0 && takes[c.id][0].bound != c.bound:
+			later = append(later, c)
+			calls = slices.Delete(calls, i, i+1)
+			i--
+		default:
+			if len(takes[c.id]) == 0 {
+				order = append(order, c.id)
+			}
+			takes[c.id] = append(takes[c.id], c)
+		}
 	}
-	if _, err := p.conn.Exec(ctx, `SELECT pg_advisory_unlock($1::bigint + $2::int)`, placeKey(p.schema, pl.connectionID), pl.n); err != nil {
-		p.lost(ctx)
-		return fmt.Errorf("riverhook: giving back a place of connection %q: %w", pl.connectionID, err)
+	if len(keys) == 0 && len(order) == 0 {
+		return
 	}
+	fail := func(err error) {
+		p.lost(ctx) // the database may have ended the session, and its places with it
+		for _, c := range calls {
+			c.err = err
+		}
+	}
+	conn, err := p.sessionConn(ctx)
+	if err != nil {
+		fail(fmt.Errorf("opening the session of the places: %w", err))
+		return
+	}
+	p.trips++
+	var b pgx.Batch
+	if len(keys) > 0 {
+		b.Queue(`SELECT pg_advisory_unlock(k + n) FROM unnest($1::bigint[], $2::int[]) AS g(k, n)`, keys, given)
+	}
+	// A Limit over a filter of a function scan stops at its count of rows
+	// that pass: one lock a place. The session's own places are skipped,
+	// as it would take them again; in a CASE, which PostgreSQL evaluates
+	// in order: a generic plan puts the lock before a plain AND's other
+	// condition (TestConnectionPlaces_TakeLocksOnePlace).
+	for _, id := range order {
+		b.Queue(`SELECT n FROM generate_series(0, $2::int - 1) AS n
+			WHERE CASE WHEN n = ANY($3::int[]) THEN false ELSE pg_try_advisory_lock($1::bigint + n) END LIMIT $4`,
+			placeKey(p.schema, id), takes[id][0].bound, p.held[id], len(takes[id]))
+	}
+	results := conn.SendBatch(ctx, &b)
+	defer results.Close()
+	if len(keys) > 0 {
+		if _, err := results.Exec(); err != nil {
+			fail(err)
+			return
+		}
+	}
+	for _, id := range order {
+		rows, err := results.Query()
+		if err != nil {
+			fail(err)
+			return
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			fail(err)
+			return
+		}
+		for i, n := range got {
+			c := takes[id][i]
+			c.got, c.ok = place{connectionID: id, n: int(n), session: p.session}, true
+			p.held[id] = append(p.held[id], n)
+		}
+	}
+}
+
+// forget drops pl from the session's places. Under p.mu.
+func (p *ConnectionPlaces) forget(pl place) {
 	held := p.held[pl.connectionID]
 	if i := slices.Index(held, int32(pl.n)); i >= 0 {
 		held = slices.Delete(held, i, i+1)
@@ -302,7 +420,6 @@ func (p *ConnectionPlaces) give(ctx context.Context, pl place) error {
 	} else {
 		p.held[pl.connectionID] = held
 	}
-	return nil
 }
 
 // Close ends the process's session, freeing the places it holds. A place

@@ -231,3 +231,63 @@ func TestConnectionPlaces_Prune(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"ops"}, left, "a slot to come")
 }
+
+// TestConnectionPlaces_CallsAtOnceShareARoundTrip: takes and gives made at
+// once, of several connections and bounds, share round trips, and each
+// connection's places are taken once each, never past its bound.
+func TestConnectionPlaces_CallsAtOnceShareARoundTrip(t *testing.T) {
+	t.Parallel()
+	a, b := twoProcesses(t)
+	ctx := context.Background()
+	connections := []string{"crm", "erp", "hr", "ops"}
+	const calls = 96
+	var mu sync.Mutex
+	held := map[string]map[int]bool{}
+	var taken []place
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			id, bound := connections[i%4], 8
+			if i%8 == 0 {
+				bound = 6 // as a second Worker of the process might ask
+			}
+			p, ok, err := a.take(ctx, id, bound)
+			if !assert.NoError(t, err) || !ok {
+				return
+			}
+			assert.Less(t, p.n, 8)
+			mu.Lock()
+			defer mu.Unlock()
+			if held[id] == nil {
+				held[id] = map[int]bool{}
+			}
+			assert.False(t, held[id][p.n], "place %d of %s taken twice", p.n, id)
+			held[id][p.n] = true
+			taken = append(taken, p)
+		})
+	}
+	wg.Wait()
+	for _, id := range connections {
+		assert.Len(t, held[id], 8, "%s: its places were free, each taken once", id)
+		_, ok, err := b.take(ctx, id, 8)
+		require.NoError(t, err)
+		assert.False(t, ok, "%s: all held", id)
+	}
+	a.mu.Lock()
+	trips := a.trips
+	a.mu.Unlock()
+	t.Logf("%d takes in %d round trips", calls, trips)
+	assert.Less(t, trips, calls, "takes made at once share round trips")
+
+	for _, p := range taken {
+		wg.Go(func() { assert.NoError(t, a.give(ctx, p)) })
+	}
+	wg.Wait()
+	for _, id := range connections {
+		for range 8 {
+			_, ok, err := b.take(ctx, id, 8)
+			require.NoError(t, err)
+			assert.True(t, ok, "%s: every place free again", id)
+		}
+	}
+}
