@@ -49,6 +49,8 @@ type lane struct {
 	took    time.Duration // a moving average of its attempts' times; 0 before the first
 	waiting []chan place  // runs holding on for a place, longest first
 	users   int           // runs in the admission or in an attempt
+	chain   time.Time     // the end of the chain as this process last handed it a slot
+	handed  time.Duration // the longest spacing this process handed slots at since the chain was last rewritten
 }
 
 // limits are a connection's bound in flight (0 for none) and time between
@@ -268,7 +270,19 @@ func (a *admission) wait(ctx context.Context, id string, spacing time.Duration) 
 			slog.String("connection_id", id), slog.String("error", err.Error()))
 		return a.snooze
 	}
+	a.handed(id, wait, spacing)
 	return wait
+}
+
+// handed notes a slot handed to a job of connection id, wait from now at
+// spacing: whether the chain may be behind the endpoint's pace is asked of
+// the Places only by a process that handed slots ahead.
+func (a *admission) handed(id string, wait, spacing time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.lane(id)
+	l.chain = later(l.chain, time.Now().Add(wait))
+	l.handed = max(l.handed, spacing)
 }
 
 // waitForEndpoint returns how long a job whose endpoint is down snoozes:
@@ -282,6 +296,7 @@ func (a *admission) waitForEndpoint(ctx context.Context, id string, lim limits, 
 			slog.String("connection_id", id), slog.String("error", err.Error()))
 		return max(least, a.snooze)
 	}
+	a.handed(id, wait, spacing)
 	return wait
 }
 
@@ -327,6 +342,16 @@ func (a *admission) ended(ctx context.Context, t *ticket, at webhook.Attempt, wa
 		return
 	}
 	spacing := a.spacing(t.id, t.lim)
+	a.mu.Lock()
+	l := a.lane(t.id)
+	ahead := isBehind(time.Until(l.chain), l.handed, spacing) // as this process handed the chain
+	if ahead {
+		l.handed = spacing // asked once: the Places' answer stands for the fleet
+	}
+	a.mu.Unlock()
+	if !ahead {
+		return
+	}
 	ctx, cancel := detached(ctx)
 	defer cancel()
 	behind, err := a.places.behind(ctx, t.id, spacing)
@@ -363,7 +388,7 @@ func (a *admission) use(id string, n int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	l := a.lane(id)
-	if l.users += n; l.users == 0 && len(l.waiting) == 0 && l.took == 0 {
+	if l.users += n; l.users == 0 && len(l.waiting) == 0 && l.took == 0 && l.chain.Before(time.Now()) {
 		delete(a.lanes, id)
 	}
 }

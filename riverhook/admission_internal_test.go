@@ -454,7 +454,10 @@ func stressAdmit(t *testing.T, places func() Places, bound int) {
 	assert.Positive(t, admitted.Load())
 	for i, a := range admissions {
 		a.mu.Lock()
-		assert.Empty(t, a.lanes, "admission %d: nothing held, no run holding on", i)
+		for id, l := range a.lanes {
+			assert.Zero(t, l.users, "admission %d, %s: no run", i, id)
+			assert.Empty(t, l.waiting, "admission %d, %s: no run holding on", i, id)
+		}
 		a.mu.Unlock()
 	}
 	t.Logf("admitted %d of %d, at most %d in flight", admitted.Load(), ids.Load(), most.Load())
