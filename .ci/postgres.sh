@@ -59,5 +59,16 @@ pg_start() {
 		-o "-h 127.0.0.1 -p $port -k $pg_dir/run -c fsync=off -c max_connections=200" start > /dev/null ||
 		{ cat "$pg_dir/run/log"; return 1; }
 	export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+	# The command that restarts it, for riverhook's test of a fleet across
+	# a restart (run on its own: every test on the server sees it).
+	cat >"$pg_dir/restart" <<SH
+#!/bin/sh
+if [ "\$(id -u)" = 0 ]; then
+	exec su postgres -s /bin/sh -c "$pg_bin/pg_ctl -D $pg_dir/data -m fast -w restart -l $pg_dir/run/log -o '-h 127.0.0.1 -p $port -k $pg_dir/run -c fsync=off -c max_connections=200' >/dev/null"
+fi
+exec $pg_bin/pg_ctl -D $pg_dir/data -m fast -w restart -l $pg_dir/run/log -o '-h 127.0.0.1 -p $port -k $pg_dir/run -c fsync=off -c max_connections=200' >/dev/null
+SH
+	chmod 755 "$pg_dir/restart"
+	export TEST_PG_RESTART="$pg_dir/restart"
 	echo "started a throwaway PostgreSQL on 127.0.0.1:$port"
 }

@@ -406,3 +406,67 @@ func mustReadAll(r *http.Request) []byte {
 	b, _ := io.ReadAll(r.Body)
 	return b
 }
+
+// TestFleet_SurvivesARestartOfPostgreSQL restarts the database under two
+// worker processes delivering (TEST_PG_RESTART, a command .ci/run gives,
+// run alone: every test on the server would see the restart): every
+// delivery arrives, delivery resumes once the database is back, and the
+// bound holds but while attempts sent before the restart are still in
+// flight (their processes' sessions, and places, ended with it).
+func TestFleet_SurvivesARestartOfPostgreSQL(t *testing.T) {
+	restart := os.Getenv("TEST_PG_RESTART")
+	if restart == "" || os.Getenv("RIVERHOOK_RESTART_TEST") != "1" {
+		t.Skip("set TEST_PG_RESTART (a command restarting the test database) and RIVERHOOK_RESTART_TEST=1, and run this test alone, as .ci/run does")
+	}
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	var mu sync.Mutex
+	seen := map[string]time.Time{}
+	arrived := make(chan struct{}, 1000)
+	const deliveries = 60
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := webhook.ParsePayload(mustReadAll(r))
+		assert.NoError(t, err)
+		time.Sleep(100 * time.Millisecond) // a slow endpoint
+		mu.Lock()
+		if _, ok := seen[p.User.ID]; !ok {
+			seen[p.User.ID] = time.Now()
+		}
+		mu.Unlock()
+		arrived <- struct{}{}
+	})})
+	defer srv.Close()
+	insertFleet(t, pool, schema, deliveries)
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+	startPlacesChild(t, "worker", schema, srv)
+	startPlacesChild(t, "worker", schema, srv)
+	for count() < 10 {
+		<-arrived
+	}
+	out, err := exec.Command(restart).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	restarted := time.Now()
+	deadline := time.After(3 * time.Minute)
+	for count() < deliveries {
+		select {
+		case <-arrived:
+		case <-deadline:
+			t.Fatalf("%d of %d deliveries arrived within 3 minutes of the restart", count(), deliveries)
+		}
+	}
+	var first time.Time
+	mu.Lock()
+	for _, at := range seen {
+		if at.After(restarted) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	mu.Unlock()
+	t.Logf("all %d arrived; delivery resumed %v after the restart, the last %v after it", deliveries,
+		first.Sub(restarted).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
+}
