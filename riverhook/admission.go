@@ -67,6 +67,7 @@ type ticket struct {
 	lim    limits
 	place  place
 	placed bool
+	back   bool      // the job came back at a slot: the connection has a chain
 	since  time.Time // when the run was admitted
 }
 
@@ -100,7 +101,7 @@ func (a *admission) enter(ctx context.Context, job *river.Job[Args], lim limits)
 		a.use(id, -1)
 		return nil, a.wait(ctx, id, a.spacing(id, lim))
 	}
-	t.since = time.Now()
+	t.since, t.back = time.Now(), job.ScheduledAt.After(job.CreatedAt)
 	return t, 0
 }
 
@@ -344,7 +345,10 @@ func (a *admission) ended(ctx context.Context, t *ticket, at webhook.Attempt, wa
 	spacing := a.spacing(t.id, t.lim)
 	a.mu.Lock()
 	l := a.lane(t.id)
-	ahead := isBehind(time.Until(l.chain), l.handed, spacing) // as this process handed the chain
+	// Ask the Places as this process handed the chain, or, when it has
+	// handed none since it last asked, for a job that came from a slot:
+	// another process handed the chain, and may have stopped.
+	ahead := isBehind(time.Until(l.chain), l.handed, spacing) || t.back && l.handed == 0
 	if ahead {
 		l.handed = spacing // asked once: the Places' answer stands for the fleet
 	}

@@ -568,3 +568,39 @@ func TestWorker_AConnectionCarriesItsOwnBoundAndRate(t *testing.T) {
 	require.ErrorIs(t, err, ErrBusy, "one in flight of the connection's one")
 	w.admission.leave(ctx, tk)
 }
+
+// TestAdmission_SlotsHandedByAStoppedProcessAreMovedToThePace: a process
+// that handed a burst its slots at its first guess, then stopped, leaves
+// the chain to the others: the first job of the chain another process
+// works, once answered, moves the rest to the endpoint's pace.
+func TestAdmission_SlotsHandedByAStoppedProcessAreMovedToThePace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := newMemoryPlaces(time.Now) // the fleet's store
+		stopped, _ := testAdmission(shared)
+		other, rewakes := testAdmission(shared)
+		ctx, now := context.Background(), time.Now()
+		lim := limits{bound: 2}
+		for range 2 {
+			tk, _ := stopped.enter(ctx, crmJob(now, 0, false), lim)
+			require.NotNil(t, tk)
+		}
+		for i := range 120 {
+			_, wait := stopped.enter(ctx, crmJob(now, int64(i+1), false), lim)
+			require.Positive(t, wait)
+		}
+		// The process stops; its places free (its session ends). A job of
+		// the chain comes to the other at its slot.
+		shared.conns["crm"].held = nil
+		time.Sleep(500 * time.Millisecond)
+		tk, _ := other.enter(ctx, crmJob(now, 1, true), lim)
+		require.NotNil(t, tk)
+		var moved []time.Duration
+		other.ended(ctx, tk, webhook.Attempt{StatusCode: 200, Duration: 20 * time.Millisecond}, func(_ context.Context, _ string, every time.Duration) (int, error) {
+			moved = append(moved, every)
+			return 119, nil
+		})
+		other.leave(ctx, tk)
+		assert.Equal(t, []time.Duration{10 * time.Millisecond}, moved, "the chain handed at 500 ms, moved to the endpoint's 20 ms over the bound")
+		assert.Len(t, *rewakes, 1)
+	})
+}
