@@ -222,7 +222,6 @@ type replayShard struct {
 	n        int            // entries in all buckets, some maybe expired
 	max      int
 	spare    [][]entrySlot // slots of dropped buckets, cleared, for new ones
-	hot      warmHint      // the table a Verifier's next claim goes to, for warm
 }
 
 // replayBucket holds the keys of the deliveries whose timestamps fall in

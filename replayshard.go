@@ -8,8 +8,7 @@ import (
 // This file holds a MemoryReplayStore's shard: its entries in buckets by
 // timestamp, found, claimed, settled, dropped as they expire and evicted
 // when the shard is full. replay.go holds the store and its interface,
-// replaytable.go a bucket's table, replaywarm.go the hint a Verifier warms
-// the claim's slot by.
+// replaytable.go a bucket's table.
 
 // noIndex is the index of a key given without a timestamp: its entry is
 // looked for in every bucket, and kept in the bucket of its expiry.
@@ -38,7 +37,6 @@ func (sh *replayShard) claim(k replayKey, index, now int64, st stamp) ReplayStat
 			b, i = sh.bucket(index), -1 // where k goes is to be found again
 		}
 		sh.insert(b, i, &k, st)
-		sh.hot.publish(b)
 		return ReplayUnseen
 	}
 	if _, _, old, ok := sh.find(k, index, now); ok {

@@ -70,7 +70,7 @@ func Verify(secret string, h http.Header, body []byte) error {
 		return fmt.Errorf("%w: set the connection's secret (\"Show Secret\" in the dashboard)", ErrEmptySecret)
 	}
 	var sig [sha256.Size]byte
-	_, err := verify(nil, secret, DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body, &sig, nil)
+	_, err := verify(nil, secret, DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body, &sig)
 	return err
 }
 
@@ -274,7 +274,7 @@ func (v *Verifier) authenticate(h http.Header, body []byte, d *signed) error {
 	}
 	d.now, d.tol = v.clock(), cmp.Or(v.tolerance, DefaultTolerance)
 	var err error
-	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig, v.warmed())
+	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig)
 	return err
 }
 
@@ -327,9 +327,8 @@ func bodyTooLarge(limit int64) error {
 // verify is the one verification routine behind Verify and Verifier.Verify.
 // It checks the signature before the window, so that an expired timestamp is
 // reported only for an authentic delivery. It returns the timestamp, and
-// leaves the signature's digest in got. The slot of warm's (nil: none) that
-// a claim of the delivery will read is prefetched before the HMAC.
-func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte, got *[sha256.Size]byte, warm *MemoryReplayStore) (int64, error) {
+// leaves the signature's digest in got.
+func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte, got *[sha256.Size]byte) (int64, error) {
 	if int64(len(body)) > maxBody {
 		return 0, bodyTooLarge(maxBody)
 	}
@@ -351,7 +350,6 @@ func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody in
 	if err := parseSignature(sigText, got); err != nil {
 		return 0, err
 	}
-	warm.warm(got, ts)
 	if !matchesAny(keys, secret, tsText, body, got) {
 		return 0, fmt.Errorf("%w: %s is not the HMAC-SHA256 of this body with the configured secret", ErrSignatureMismatch, HeaderSignature)
 	}
