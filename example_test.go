@@ -476,6 +476,25 @@ func ExampleVerifier_Verify_replay() {
 	// the sender's retry: <nil>
 }
 
+// The replay memory is one field to turn off: with AllowReplays, nothing is
+// remembered, and a copy verifies as the delivery did. ReplayStore, the
+// other field, shares the memory between the instances of a receiver.
+func ExampleVerifierOptions_allowReplays() {
+	secret := "whsec_test_secret"
+	v, err := webhook.NewVerifier([]string{secret}, &webhook.VerifierOptions{AllowReplays: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	body := []byte(`{"event":"user.identified"}`)
+	delivery := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, time.Now())
+
+	fmt.Println("delivery:", v.Verify(delivery, body))
+	fmt.Println("its copy:", v.Verify(delivery, body))
+	// Output:
+	// delivery: <nil>
+	// its copy: <nil>
+}
+
 // A receiver of several events, each decoded into its own type. An event
 // without a handler is logged and acknowledged, as the spec asks.
 func ExampleOn() {

@@ -13,8 +13,8 @@ import (
 
 // This file holds the HTTP side of receiving: reading a request's body
 // under its limit (into recycled buffers, guarded against late readers),
-// the Middleware and its answers to refused requests; once.go hands each
-// delivery over once, events.go dispatches the typed events.
+// the Middleware, handing each delivery to the handler once, and its
+// answers to refused requests; events.go dispatches the typed events.
 
 // ErrUnreadableBody is matched by the error of a request whose body could
 // not be read (the client went away, or sent a malformed chunked body). It
@@ -109,6 +109,76 @@ type serving struct {
 	w      http.ResponseWriter // the writer underneath (statusWriter's)
 	status int                 // the final status written, 0 before
 }
+
+// serveOnce hands the authentic delivery d to serve unless its signature
+// was handled (a copy is acknowledged) or is being handled (a copy is asked
+// to come back). The outcome is recorded when serve returns: handled on a
+// 2xx answer; otherwise, or when serve panics, forgotten, so that a copy is
+// handled.
+func (v *Verifier) serveOnce(sw *statusWriter, r *http.Request, d *signed, body []byte, serve func(http.ResponseWriter, []byte)) {
+	w := sw.w
+	state, err := v.claim(r.Context(), d)
+	switch {
+	case err != nil:
+		v.refuse(w, r, err)
+		return
+	case state == ReplayHandling:
+		v.refuse(w, r, fmt.Errorf("%w: a copy of this delivery (the same signature) is being handled; retry once it has an outcome", ErrInProgress))
+		return
+	case state != ReplayUnseen && state != ReplayHandling && state != ReplayHandled:
+		v.refuse(w, r, fmt.Errorf("%w: Claim answered %v, which is no ReplayState", ErrReplayStore, state))
+		return
+	case state == ReplayHandled:
+		if v.logger != nil { // nil only in a zero Verifier
+			v.logger.LogAttrs(r.Context(), slog.LevelInfo, "webhook: duplicate delivery acknowledged; it was handled before",
+				slog.String("remote", r.RemoteAddr))
+		}
+		writeAck(w)
+		return
+	}
+	ended := false
+	defer func() { v.settle(r.Context(), d, ended && sw.succeeded()) }()
+	serve(sw, body)
+	ended = true
+}
+
+// statusWriter records the status a handler answers, for serveOnce: a
+// view of the request's serving, whose body's mark tells the delivery
+// claimed for the handler (see recordedOutside). Unwrap lets
+// http.ResponseController reach the writer underneath.
+type statusWriter serving
+
+func (w *statusWriter) Header() http.Header { return w.w.Header() }
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.w.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.w.Write(p)
+}
+
+// Flush flushes the writer underneath, if it can: a flush before any
+// status sends 200. A writer that cannot flush sent nothing, and the status
+// is still the handler's to choose.
+func (w *statusWriter) Flush() {
+	err := http.NewResponseController(w.w).Flush()
+	if w.status == 0 && !errors.Is(err, http.ErrNotSupported) {
+		w.status = http.StatusOK
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.w }
+
+// succeeded reports whether the answer is a 2xx: a handler that wrote
+// nothing is answered 200 by net/http.
+func (w *statusWriter) succeeded() bool { return w.status == 0 || w.status >= 200 && w.status < 300 }
 
 // bodySlot is what a request's body takes while the middleware serves,
 // recycled (bodySlots): the verified bytes in a pooled buffer, readable

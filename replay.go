@@ -6,17 +6,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
-	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// This file holds the memory of signatures: the ReplayStore interface a
-// Verifier remembers deliveries in (being handled, or handled), and
-// MemoryReplayStore, its default; once.go holds how the Verifier uses it.
+// This file holds the replay memory: the ReplayStore interface a Verifier
+// remembers deliveries in (being handled, or handled), MemoryReplayStore,
+// its default, and how a Verifier consults it.
 
 // ErrReplayed is matched by the error of a delivery whose signature a
 // [Verifier] accepted before, within the window, when it is verified without
@@ -140,23 +141,23 @@ type MemoryReplayStoreOptions struct {
 }
 
 // MemoryReplayStore is the [ReplayStore] of one process, the default of a
-// [Verifier]: entries spread over 64 shards, each with its own lock, and
-// expire by time. The zero MemoryReplayStore is ready to use, with the
-// defaults of NewMemoryReplayStore(nil).
+// [Verifier]. The zero MemoryReplayStore is ready to use, with the defaults
+// of NewMemoryReplayStore(nil).
 //
-// Memory is bounded by MaxEntries, whatever the arrival rate. Each key is
-// kept as 128 bits (see Add) with its expiry, in tables of 5 seconds of
-// delivery timestamps each, which are dropped whole once their last entry
-// has expired, or once eviction or Release has emptied them; a table is
-// never kept with fewer entries than it had room for. An entry takes about
-// 41 bytes with the room tables keep to grow (a slot is 24 bytes, a table
-// at most 3/4 full). At 1,000 deliveries per second arriving on time, a
-// 5-minute window holds 300,000 entries: about 12 MiB (measured by
-// TestMemoryReplayStore_MemoryPer1000PerSecond), and at the default bound,
-// DefaultMaxReplayEntries, about 41 MiB. A shard that is full
-// forgets an entry of its oldest timestamps to make room, which lets that
-// one delivery be handled again until it leaves the window: size MaxEntries
-// above twice the tolerance times your peak rate.
+// It holds at most MaxEntries keys, whatever the arrival rate. Each key is
+// kept as 128 bits (see Add) with its expiry, in Go maps: one per 5 seconds
+// of delivery timestamps, in each of 64 shards with a lock of its own. A map
+// is dropped whole once its last entry has expired. An entry takes about 42
+// bytes, with the room its map keeps to grow. Deliveries on time, over the
+// 5-minute window (measured by TestMemoryReplayStore_MemoryPer1000PerSecond):
+//
+//   - 100 a second: 30,000 entries, about 1 MiB;
+//   - 1,000 a second: 300,000 entries, about 12 MiB;
+//   - at the default bound, DefaultMaxReplayEntries: about 50 MiB.
+//
+// A full shard forgets an entry of its oldest timestamps to make room. That
+// one delivery may then be handled again until it leaves the window: size
+// MaxEntries above twice the tolerance times your peak rate.
 //
 // A MemoryReplayStore is safe for concurrent use. No method blocks on
 // anything but a shard's lock, and none fails.
@@ -170,8 +171,7 @@ type MemoryReplayStore struct {
 
 const (
 	replayShards = 64
-	replaySpan   = int64(5 * time.Second) // of timestamps in one bucket
-	maxSpare     = 4                      // tables' slots kept for reuse per shard
+	replaySpan   = 5 * time.Second // of timestamps in one bucket
 )
 
 // replayKey is an entry's key: the first 128 bits of a signature digest.
@@ -186,10 +186,16 @@ func newStamp(expiry int64, handling bool) stamp {
 	if handling {
 		s |= 1
 	}
-	if s == 0 { // an empty slot's (entrySlot): expire 2 ns later
-		s = 2
-	}
 	return s
+}
+
+func (s stamp) expiry() int64 { return int64(s &^ 1) }
+
+func (s stamp) state() ReplayState {
+	if s&1 == 1 {
+		return ReplayHandling
+	}
+	return ReplayHandled
 }
 
 // expiryAt is now (Unix ns) plus d, saturated: a huge TTL or lease never
@@ -203,34 +209,6 @@ func expiryAt(now int64, d time.Duration) int64 {
 		return math.MinInt64
 	}
 	return now + int64(d)
-}
-
-func (s stamp) expiry() int64 { return int64(s &^ 1) }
-
-func (s stamp) state() ReplayState {
-	if s&1 == 1 {
-		return ReplayHandling
-	}
-	return ReplayHandled
-}
-
-type replayShard struct {
-	mu       sync.Mutex
-	nextDrop int64          // no bucket can be dropped before, Unix ns by the store's clock
-	buckets  []replayBucket // in order of index, none empty
-	seed     hashSeed       // the store's
-	n        int            // entries in all buckets, some maybe expired
-	max      int
-	spare    [][]entrySlot // slots of dropped buckets, cleared, for new ones
-	hot      warmHint      // the table a Verifier's next claim goes to, for warm
-}
-
-// replayBucket holds the keys of the deliveries whose timestamps fall in
-// one span (for keys given without a timestamp, whose expiries do).
-type replayBucket struct {
-	index int64 // timestamp / replaySpan
-	until int64 // when its last entry expires, or later
-	seen  entryTable
 }
 
 // NewMemoryReplayStore returns an empty MemoryReplayStore configured by
@@ -261,9 +239,7 @@ func (s *MemoryReplayStore) setup(maxEntries int, now func() time.Time) {
 	// MaxEntries split over the shards in use, each holding one at least:
 	// the bound is MaxEntries exactly.
 	s.used = min(replayShards, maxEntries)
-	seed := hashSeed{rand.Uint64(), rand.Uint64()}
 	for i := range s.used {
-		s.shards[i].seed = seed
 		s.shards[i].max = maxEntries / s.used
 		if i < maxEntries%s.used {
 			s.shards[i].max++
@@ -316,6 +292,28 @@ func (s *MemoryReplayStore) Release(_ context.Context, key string) error {
 	return nil
 }
 
+// Len returns how many keys the store holds that have not expired. It
+// looks at every entry, taking every shard's lock in turn.
+func (s *MemoryReplayStore) Len() int {
+	s.init()
+	now := s.now().UnixNano()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.drop(now)
+		for _, b := range sh.buckets {
+			for _, st := range b.seen {
+				if st.expiry() > now {
+					n++
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
 // locate returns key's entry key, its shard and the current time.
 func (s *MemoryReplayStore) locate(key string) (replayKey, *replayShard, int64) {
 	s.init()
@@ -339,44 +337,258 @@ func hexDigits(s string) bool {
 	return true
 }
 
-// Len returns how many keys the store holds that have not expired. It
-// looks at every entry, taking every shard's lock in turn.
-func (s *MemoryReplayStore) Len() int {
+// delivery returns the entry key of a delivery's signature digest, its
+// shard, and the index of the bucket of its timestamp (Unix ms): the
+// Verifier's way in, without a key to encode and decode.
+func (s *MemoryReplayStore) delivery(sig *[sha256.Size]byte, tsMillis int64) (replayKey, *replayShard, int64) {
 	s.init()
-	now := s.now().UnixNano()
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.drop(now)
-		for _, b := range sh.buckets {
-			for _, e := range b.seen.slots {
-				if e.st != 0 && e.st.expiry() > now {
-					n++
-				}
-			}
-		}
-		sh.mu.Unlock()
-	}
-	return n
+	var k replayKey
+	copy(k[:], sig[:])
+	return k, s.shard(k), tsMillis / replaySpan.Milliseconds()
 }
 
 func (s *MemoryReplayStore) shard(k replayKey) *replayShard {
 	return &s.shards[int(k[0])%s.used] // the key is an HMAC: uniform already
 }
 
-// The Verifier's paths: the key is the signature's digest, and it lives in
-// the bucket of the delivery's timestamp, one map lookup away.
-
-func (s *MemoryReplayStore) delivery(sig *[sha256.Size]byte, tsMillis int64) (replayKey, *replayShard, int64, int64) {
-	k, sh, index := s.at(sig, tsMillis)
-	return k, sh, index, s.now().UnixNano()
+// replayShard is a 64th of a MemoryReplayStore: its entries in buckets by
+// timestamp, under a lock of its own.
+type replayShard struct {
+	mu       sync.Mutex
+	buckets  []*replayBucket // in order of index, none empty
+	n        int             // entries in all buckets, some maybe expired
+	max      int
+	nextDrop int64 // no bucket can be dropped before, Unix ns by the store's clock
 }
 
-// at is delivery without the clock.
-func (s *MemoryReplayStore) at(sig *[sha256.Size]byte, tsMillis int64) (replayKey, *replayShard, int64) {
-	s.init()
-	var k replayKey
-	copy(k[:], sig[:])
-	return k, s.shard(k), tsMillis * int64(time.Millisecond) / replaySpan
+// replayBucket holds the entries of the deliveries whose timestamps fall in
+// one span (for keys given without a timestamp, whose expiries do).
+type replayBucket struct {
+	index int64 // Unix time / replaySpan
+	until int64 // when its last entry expires, or later
+	seen  map[replayKey]stamp
+}
+
+// noIndex is the index of a key given without a timestamp: its entry is
+// looked for in every bucket, and kept in the bucket of its expiry.
+const noIndex = math.MinInt64
+
+// claim records k as st in the bucket of index, unless it is there (or, for
+// noIndex, in any bucket) and has not expired, and returns what it held.
+func (sh *replayShard) claim(k replayKey, index, now int64, st stamp) ReplayState {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.drop(now)
+	if _, old, ok := sh.find(k, index, now); ok {
+		return old.state()
+	}
+	sh.put(k, index, st)
+	return ReplayUnseen
+}
+
+// complete records k as st (handled), in place of a claim.
+func (sh *replayShard) complete(k replayKey, index, now int64, st stamp) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b, _, ok := sh.find(k, index, now); ok {
+		b.seen[k] = st
+		sh.extend(b, st)
+		return
+	}
+	sh.put(k, index, st) // its claim expired or was evicted
+}
+
+// release forgets k if it is being handled.
+func (sh *replayShard) release(k replayKey, index, now int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if b, old, ok := sh.find(k, index, now); ok && old.state() == ReplayHandling {
+		sh.remove(b, k)
+	}
+}
+
+// find returns the bucket holding a live entry for k, and the entry: in
+// the bucket of index, or for noIndex in any, the newest first.
+func (sh *replayShard) find(k replayKey, index, now int64) (*replayBucket, stamp, bool) {
+	if index != noIndex {
+		i, ok := sh.search(index)
+		if !ok {
+			return nil, 0, false
+		}
+		b := sh.buckets[i]
+		st, ok := b.seen[k]
+		return b, st, ok && st.expiry() > now
+	}
+	for j := len(sh.buckets) - 1; j >= 0; j-- {
+		b := sh.buckets[j]
+		if st, ok := b.seen[k]; ok && st.expiry() > now {
+			return b, st, true
+		}
+	}
+	return nil, 0, false
+}
+
+// put records k as st in the bucket of index (of st's expiry for noIndex),
+// forgetting an entry of the oldest bucket first when the shard is full.
+func (sh *replayShard) put(k replayKey, index int64, st stamp) {
+	if index == noIndex {
+		index = st.expiry() / int64(replaySpan)
+	}
+	i, ok := sh.search(index)
+	if ok {
+		if _, ok = sh.buckets[i].seen[k]; ok { // expired: replaced in place
+			sh.buckets[i].seen[k] = st
+			sh.extend(sh.buckets[i], st)
+			return
+		}
+	}
+	if sh.n >= sh.max {
+		sh.evict() // which may drop a bucket: where index goes is to be found again
+	}
+	if i, ok = sh.search(index); !ok {
+		sh.buckets = slices.Insert(sh.buckets, i, &replayBucket{index: index, seen: map[replayKey]stamp{}})
+	}
+	b := sh.buckets[i]
+	b.seen[k] = st
+	sh.n++
+	sh.extend(b, st)
+}
+
+// extend keeps b until st expires.
+func (sh *replayShard) extend(b *replayBucket, st stamp) {
+	b.until = max(b.until, st.expiry())
+	sh.nextDrop = min(sh.nextDrop, b.until)
+}
+
+// search returns the position of the bucket of index and true, or where it
+// would go and false. Most deliveries are on time: their bucket is the
+// last.
+func (sh *replayShard) search(index int64) (int, bool) {
+	i := len(sh.buckets)
+	for i > 0 && sh.buckets[i-1].index > index {
+		i--
+	}
+	if i > 0 && sh.buckets[i-1].index == index {
+		return i - 1, true
+	}
+	return i, false
+}
+
+// drop forgets the buckets whose every entry has expired.
+func (sh *replayShard) drop(now int64) {
+	if now < sh.nextDrop {
+		return
+	}
+	next := int64(math.MaxInt64)
+	sh.buckets = slices.DeleteFunc(sh.buckets, func(b *replayBucket) bool {
+		if b.until > now {
+			next = min(next, b.until)
+			return false
+		}
+		sh.n -= len(b.seen)
+		return true
+	})
+	sh.nextDrop = next
+}
+
+// evict forgets an entry of the oldest bucket, the soonest to leave the
+// window, to make room.
+func (sh *replayShard) evict() {
+	b := sh.buckets[0] // the shard is full: it holds an entry
+	for k := range b.seen {
+		sh.remove(b, k)
+		return
+	}
+}
+
+// remove forgets k's entry in b, and b once it is empty.
+func (sh *replayShard) remove(b *replayBucket, k replayKey) {
+	delete(b.seen, k)
+	sh.n--
+	if len(b.seen) == 0 {
+		sh.buckets = slices.DeleteFunc(sh.buckets, func(x *replayBucket) bool { return x == b })
+	}
+}
+
+// The Verifier's side: the store it was given, or its own memory store by
+// the way in that needs no key encoded.
+
+// replayTTL is how long the entry of a delivery with timestamp ts (Unix
+// ms), verified at now with tolerance tol, lives: until ts leaves the
+// window, which checkWindow accepts at an age of exactly tol.
+func replayTTL(ts int64, now time.Time, tol time.Duration) time.Duration {
+	ms := ts + tol.Milliseconds() + 1 - now.UnixMilli() // cannot overflow: ts has at most 18 digits
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		return math.MaxInt64 // a Tolerance of centuries: the entry outlives the process
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// checkReplay records the accepted delivery d as handled, and refuses it
+// when it was recorded before: Verify's rule.
+func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
+	ttl := replayTTL(d.ts, d.now, d.tol)
+	var added bool
+	if v.mem != nil {
+		k, sh, index := v.mem.delivery(&d.sig, d.ts)
+		now := v.mem.now().UnixNano()
+		added = sh.claim(k, index, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen
+	} else {
+		var err error
+		added, err = v.store.Add(ctx, hex.EncodeToString(d.sig[:]), ttl)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrReplayStore, err)
+		}
+	}
+	if !added {
+		return fmt.Errorf("%w: this signature was accepted before, within the window; the sender signs every attempt afresh, so this is a copy", ErrReplayed)
+	}
+	return nil
+}
+
+// claim claims the delivery d for its handler, and returns what its
+// signature held: ReplayUnseen when the handler is to run.
+func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
+	lease := min(v.lease, replayTTL(d.ts, d.now, d.tol))
+	if v.mem != nil {
+		k, sh, index := v.mem.delivery(&d.sig, d.ts)
+		d.claimed = v.mem.now().UnixNano()
+		return sh.claim(k, index, d.claimed, newStamp(expiryAt(d.claimed, lease), true)), nil
+	}
+	st, err := v.store.Claim(ctx, hex.EncodeToString(d.sig[:]), lease)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrReplayStore, err)
+	}
+	return st, nil
+}
+
+// settle records the outcome of d's handler: handled, so that a copy is
+// acknowledged, or released, so that a copy is handled. ctx is the
+// request's, which may be over by now: the outcome is kept all the same.
+func (v *Verifier) settle(ctx context.Context, d *signed, handled bool) {
+	ttl := replayTTL(d.ts, d.now, d.tol)
+	if v.mem != nil {
+		// At the claim's time, not the store's clock again: the entry
+		// handled expires as the window ends (ttl is from verification),
+		// not a handler's time later, and a clock read is saved.
+		k, sh, index := v.mem.delivery(&d.sig, d.ts)
+		if handled {
+			sh.complete(k, index, d.claimed, newStamp(expiryAt(d.claimed, ttl), false))
+		} else {
+			sh.release(k, index, d.claimed)
+		}
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	key := hex.EncodeToString(d.sig[:])
+	var err error
+	if handled {
+		err = v.store.Complete(ctx, key, ttl)
+	} else {
+		err = v.store.Release(ctx, key)
+	}
+	if err != nil && v.logger != nil { // nil only in a zero Verifier
+		v.logger.LogAttrs(ctx, slog.LevelError, "webhook: cannot record a delivery's outcome in the replay store",
+			slog.Bool("handled", handled), slog.String("error", err.Error()))
+	}
 }

@@ -70,7 +70,7 @@ func Verify(secret string, h http.Header, body []byte) error {
 		return fmt.Errorf("%w: set the connection's secret (\"Show Secret\" in the dashboard)", ErrEmptySecret)
 	}
 	var sig [sha256.Size]byte
-	_, err := verify(nil, secret, DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body, &sig, nil)
+	_, err := verify(nil, secret, DefaultTolerance, DefaultMaxBodyBytes, time.Now(), h, body, &sig)
 	return err
 }
 
@@ -103,18 +103,19 @@ type VerifierOptions struct {
 	// later: not 401).
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
-	// ReplayStore remembers the signatures of accepted deliveries until
-	// they leave the window, so that an exact repeat is refused with an
-	// error matching ErrReplayed. Give a shared store when several
-	// instances receive the same connection's deliveries. Nil means a
-	// MemoryReplayStore of the Verifier's own, with the default bound and
-	// the Verifier's Now.
+	// ReplayStore is the replay memory: it remembers the signatures of
+	// accepted deliveries until they leave the window, so that an exact
+	// repeat is refused with an error matching ErrReplayed. Give a shared
+	// store when several instances receive the same connection's
+	// deliveries. Nil means a MemoryReplayStore of the Verifier's own, with
+	// the default bound and the Verifier's Now.
 	ReplayStore ReplayStore
 
-	// AllowReplays turns replay refusal off: a delivery verifies as many
-	// times as it is received within the window, as with the package-level
-	// Verify, and Middleware and NewHandler hand every copy to the handler.
-	// ReplayStore and HandlerLease are then ignored.
+	// AllowReplays turns the replay memory off: a delivery verifies as
+	// many times as it is received within the window, as with the
+	// package-level Verify, and Middleware and NewHandler hand every copy
+	// to the handler. Nothing is remembered; ReplayStore and HandlerLease
+	// are ignored.
 	AllowReplays bool
 
 	// HandlerLease bounds how long Middleware and NewHandler ask a copy of
@@ -133,20 +134,23 @@ type VerifierOptions struct {
 // defaults, as NewVerifier(secrets, nil) does.
 //
 // A Verifier remembers, by default, each authentic delivery's signature
-// until the delivery's timestamp leaves the window (see
-// VerifierOptions.ReplayStore). [Verifier.Verify] refuses an exact repeat
-// with an error matching [ErrReplayed]; [Verifier.Middleware] and the event
-// handlers hand a delivery to the handler once and acknowledge its copies
-// without losing one (see Middleware). It is on by default because the
-// spec's window is meant "to prevent replay" yet lets a captured delivery
-// verify again for 5 minutes, and because it never refuses a genuine
-// delivery: the sender signs every attempt afresh, each with a later
-// timestamp, and only authentic, fresh deliveries are remembered, so a
-// forger cannot fill the memory. The cost is two lookups in a table per
-// delivery and bounded memory, about 12 MiB at 1,000 deliveries per second
-// (see [MemoryReplayStore]). Receivers running several instances share a
-// [ReplayStore]; with the default, each instance knows the copies it sees
-// itself.
+// until its timestamp leaves the window: its replay memory, a
+// [MemoryReplayStore] of its own. [Verifier.Verify] refuses an exact repeat
+// with an error matching [ErrReplayed]. [Verifier.Middleware] and the event
+// handlers hand a delivery to the handler once, and acknowledge its copies
+// without losing one (see Middleware). The memory is bounded: about 1 MiB at
+// 100 deliveries a second, 12 MiB at 1,000, and 50 MiB at the default
+// bound (see [MemoryReplayStore]). It is on by default because the spec's
+// window is meant "to prevent replay", yet lets a captured delivery verify
+// again for 5 minutes. It never refuses a genuine delivery: the sender signs every
+// attempt afresh, with a later timestamp. Only authentic, fresh deliveries
+// are remembered, so a forger cannot fill the memory.
+//
+// One field of [VerifierOptions] turns the replay memory off, or shares it
+// between the instances of a receiver:
+//
+//	&webhook.VerifierOptions{AllowReplays: true}  // off: every copy is handled
+//	&webhook.VerifierOptions{ReplayStore: shared} // one memory for all instances
 type Verifier struct {
 	keys         atomic.Pointer[[]*keyedMAC] // replaced whole by SetSecrets
 	tolerance    time.Duration
@@ -274,7 +278,7 @@ func (v *Verifier) authenticate(h http.Header, body []byte, d *signed) error {
 	}
 	d.now, d.tol = v.clock(), cmp.Or(v.tolerance, DefaultTolerance)
 	var err error
-	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig, v.warmed())
+	d.ts, err = verify(*keys, "", d.tol, v.maxBodyBytes(), d.now, h, body, &d.sig)
 	return err
 }
 
@@ -327,9 +331,8 @@ func bodyTooLarge(limit int64) error {
 // verify is the one verification routine behind Verify and Verifier.Verify.
 // It checks the signature before the window, so that an expired timestamp is
 // reported only for an authentic delivery. It returns the timestamp, and
-// leaves the signature's digest in got. The slot of warm's (nil: none) that
-// a claim of the delivery will read is prefetched before the HMAC.
-func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte, got *[sha256.Size]byte, warm *MemoryReplayStore) (int64, error) {
+// leaves the signature's digest in got.
+func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody int64, now time.Time, h http.Header, body []byte, got *[sha256.Size]byte) (int64, error) {
 	if int64(len(body)) > maxBody {
 		return 0, bodyTooLarge(maxBody)
 	}
@@ -351,7 +354,6 @@ func verify(keys []*keyedMAC, secret string, tolerance time.Duration, maxBody in
 	if err := parseSignature(sigText, got); err != nil {
 		return 0, err
 	}
-	warm.warm(got, ts)
 	if !matchesAny(keys, secret, tsText, body, got) {
 		return 0, fmt.Errorf("%w: %s is not the HMAC-SHA256 of this body with the configured secret", ErrSignatureMismatch, HeaderSignature)
 	}
