@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"expvar"
 	"fmt"
 	"io"
 	"log"
@@ -559,6 +560,30 @@ func ExampleLastWriterWins() {
 	// saved ada@new.example as of 10:02
 	// 200
 	// 200
+}
+
+// Counting what LastWriterWins did with each update: applied, skipped as
+// stale (overtaken by a newer one) or skipped as a duplicate (a copy).
+// expvar.Map counts safely from many requests at once, and serves the counts
+// on /debug/vars once published with expvar.NewMap.
+func ExampleLastWriterWins_outcomes() {
+	var outcomes expvar.Map
+	onUser := webhook.LastWriterWins(func(ctx context.Context, p webhook.Payload) error {
+		return nil // save the user
+	}, &webhook.LastWriterWinsOptions[webhook.Payload]{
+		OnOutcome: func(_ context.Context, _ webhook.Payload, o webhook.LastWriterOutcome) {
+			outcomes.Add(o.String(), 1)
+		},
+	})
+
+	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	for _, minute := range []time.Duration{2, 1, 2, 3} { // 1 is overtaken; the second 2 is a copy
+		p := webhook.SamplePayload(at)
+		p.User.ID, p.User.UpdatedAt = "usr_ada", webhook.NewTime(at.Add(minute*time.Minute))
+		_ = onUser(context.Background(), p)
+	}
+	fmt.Println(outcomes.String())
+	// Output: {"applied": 2, "duplicate": 1, "stale": 1}
 }
 
 // A Send Test of an event of the service's own, to a connection that

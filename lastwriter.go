@@ -17,13 +17,46 @@ import (
 // PostgreSQL recipe in the README). Its methods are called concurrently; an
 // error makes the handler answer 500, so that the sender retries.
 type VersionStore interface {
-	// Newer reports whether version is newer than the version recorded
-	// for key: true when none is.
-	Newer(ctx context.Context, key string, version time.Time) (bool, error)
+	// Last returns the newest version recorded for key, and false when
+	// none is.
+	Last(ctx context.Context, key string) (version time.Time, ok bool, err error)
 
 	// Record records version for key, unless a newer one is recorded: a
 	// version never goes back.
 	Record(ctx context.Context, key string, version time.Time) error
+}
+
+// LastWriterOutcome is what [LastWriterWins] did with an event that ended
+// without an error. Its String is a word fit for a metric's label, and its
+// values are small integers, fit to index an array of counters.
+type LastWriterOutcome int
+
+const (
+	// LastWriterApplied: the event was handed to fn, which returned nil.
+	// Its version is recorded, unless it has none (an empty key or a zero
+	// version).
+	LastWriterApplied LastWriterOutcome = iota + 1
+
+	// LastWriterStale: a newer version of its key was handled before
+	// (deliveries overtook each other). fn was not called.
+	LastWriterStale
+
+	// LastWriterDuplicate: the same version of its key was handled before
+	// (a copy, or a late retry of a delivery handled). fn was not called.
+	LastWriterDuplicate
+)
+
+// String returns "applied", "stale" or "duplicate".
+func (o LastWriterOutcome) String() string {
+	switch o {
+	case LastWriterApplied:
+		return "applied"
+	case LastWriterStale:
+		return "stale"
+	case LastWriterDuplicate:
+		return "duplicate"
+	}
+	return fmt.Sprintf("LastWriterOutcome(%d)", int(o))
 }
 
 // LastWriterWinsOptions configures [LastWriterWins]. A nil
@@ -39,8 +72,14 @@ type LastWriterWinsOptions[T any] struct {
 	// with an empty key or a zero version has no order: it is handled.
 	Version func(event T) (key string, version time.Time)
 
-	// Logger receives, at level Info, each event skipped as stale. Nil
-	// means no logging.
+	// OnOutcome, if set, is called with each event that ends without an
+	// error, once fn (if called) has returned, and says what was done:
+	// count the outcomes here. It is called concurrently for different
+	// keys, and must not block. Nil means no call.
+	OnOutcome func(ctx context.Context, event T, outcome LastWriterOutcome)
+
+	// Logger receives, at level Info, each event skipped as stale or as a
+	// duplicate. Nil means no logging.
 	Logger *slog.Logger
 }
 
@@ -50,7 +89,8 @@ type LastWriterWinsOptions[T any] struct {
 // equal version (a late retry, a copy, deliveries overtaking each other) is
 // skipped and acknowledged: the wrapped function returns nil without
 // calling fn. fn's error is returned, and nothing recorded, so that the
-// retry is handled.
+// retry is handled. LastWriterWinsOptions.OnOutcome hears which of these
+// happened: applied, skipped as stale, or skipped as a duplicate.
 //
 // Within a process, events of one key are handed to fn one at a time, so
 // that the check, fn and the record cannot interleave. Across instances,
@@ -96,28 +136,40 @@ func LastWriterWins[T any](fn func(ctx context.Context, event T) error, opts *La
 		logger = slog.New(slog.DiscardHandler)
 	}
 	var locks keyLocks
-	return func(ctx context.Context, event T) error {
+	apply := func(ctx context.Context, event T) (LastWriterOutcome, error) {
 		key, v := version(event)
 		if key == "" || v.IsZero() {
-			return fn(ctx, event)
+			return LastWriterApplied, fn(ctx, event)
 		}
 		defer locks.lock(key)()
-		newer, err := store.Newer(ctx, key, v)
+		last, ok, err := store.Last(ctx, key)
 		if err != nil {
-			return fmt.Errorf("webhook: last writer wins: reading the version of %q: %w", key, err)
+			return 0, fmt.Errorf("webhook: last writer wins: reading the version of %q: %w", key, err)
 		}
-		if !newer {
-			logger.LogAttrs(ctx, slog.LevelInfo, "webhook: skipping a stale event; a newer or equal version was handled",
-				slog.String("key", key), slog.Time("version", v))
-			return nil
+		if ok && !v.After(last) {
+			o := LastWriterStale
+			if v.Equal(last) {
+				o = LastWriterDuplicate
+			}
+			logger.LogAttrs(ctx, slog.LevelInfo, "webhook: skipping an event; a newer or equal version was handled",
+				slog.String("key", key), slog.Time("version", v), slog.String("outcome", o.String()))
+			return o, nil
 		}
 		if err := fn(ctx, event); err != nil {
-			return err
+			return 0, err
 		}
 		if err := store.Record(context.WithoutCancel(ctx), key, v); err != nil {
-			return fmt.Errorf("webhook: last writer wins: recording the version of %q: %w", key, err)
+			return 0, fmt.Errorf("webhook: last writer wins: recording the version of %q: %w", key, err)
 		}
-		return nil
+		return LastWriterApplied, nil
+	}
+	onOutcome := opts.OnOutcome
+	return func(ctx context.Context, event T) error {
+		o, err := apply(ctx, event)
+		if err == nil && onOutcome != nil {
+			onOutcome(ctx, event, o)
+		}
+		return err
 	}
 }
 
@@ -202,15 +254,16 @@ func NewMemoryVersionStore(opts *MemoryVersionStoreOptions) (*MemoryVersionStore
 	return &MemoryVersionStore{max: max(1, maxKeys/2), single: maxKeys == 1, cur: make(map[string]time.Time)}, nil
 }
 
-// Newer reports whether version is newer than the one recorded for key.
-func (s *MemoryVersionStore) Newer(_ context.Context, key string, version time.Time) (bool, error) {
+// Last returns the newest version recorded for key, and false when none
+// is (or it was forgotten).
+func (s *MemoryVersionStore) Last(_ context.Context, key string) (time.Time, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last, ok := s.cur[key]
 	if !ok {
 		last, ok = s.old[key]
 	}
-	return !ok || version.After(last), nil
+	return last, ok, nil
 }
 
 // Record records version for key, unless a newer one is recorded.

@@ -58,6 +58,60 @@ func TestLastWriterWins_AppliesOnlyNewerVersions(t *testing.T) {
 	assert.Equal(t, []string{"usr_a@10:02", "usr_b@09:00", "usr_a@10:03", "usr_a@00:00"}, applied)
 }
 
+// TestLastWriterWins_ReportsWhatItDid: OnOutcome hears, for every event
+// that ends without an error, whether it was applied, skipped as stale (an
+// older version) or skipped as a duplicate (the version handled last).
+func TestLastWriterWins_ReportsWhatItDid(t *testing.T) {
+	const none webhook.LastWriterOutcome = 0 // an error: nothing reported
+	var got []webhook.LastWriterOutcome
+	failNext := false
+	on := webhook.LastWriterWins(func(context.Context, webhook.Payload) error {
+		if failNext {
+			failNext = false
+			return errors.New("database unavailable")
+		}
+		return nil
+	}, &webhook.LastWriterWinsOptions[webhook.Payload]{
+		OnOutcome: func(_ context.Context, p webhook.Payload, o webhook.LastWriterOutcome) {
+			got = append(got, o)
+		},
+	})
+	at := func(hhmm string) time.Time { t, _ := time.Parse("15:04", hhmm); return t }
+
+	steps := []struct {
+		p    webhook.Payload
+		fail bool
+		want webhook.LastWriterOutcome
+	}{
+		{p: userAt("usr_a", at("10:02")), want: webhook.LastWriterApplied},
+		{p: userAt("usr_a", at("10:01")), want: webhook.LastWriterStale},
+		{p: userAt("usr_a", at("10:02")), want: webhook.LastWriterDuplicate},
+		{p: userAt("usr_a", at("10:03")), fail: true, want: none},
+		{p: userAt("usr_a", at("10:03")), want: webhook.LastWriterApplied},
+		{p: userAt("usr_a", time.Time{}), want: webhook.LastWriterApplied}, // no version: handled
+	}
+	for i, s := range steps {
+		got = nil
+		failNext = s.fail
+		err := on(context.Background(), s.p)
+		assert.Equal(t, s.fail, err != nil, "step %d: %v", i, err)
+		var want []webhook.LastWriterOutcome
+		if s.want != none {
+			want = []webhook.LastWriterOutcome{s.want}
+		}
+		assert.Equal(t, want, got, "step %d", i)
+	}
+
+	for o, want := range map[webhook.LastWriterOutcome]string{
+		webhook.LastWriterApplied:   "applied",
+		webhook.LastWriterStale:     "stale",
+		webhook.LastWriterDuplicate: "duplicate",
+		none:                        "LastWriterOutcome(0)",
+	} {
+		assert.Equal(t, want, o.String())
+	}
+}
+
 // TestLastWriterWins_OneKeyAtATime races many versions of one key: the
 // handler sees them one at a time, each newer than the last it saw.
 func TestLastWriterWins_OneKeyAtATime(t *testing.T) {
@@ -124,11 +178,11 @@ func TestMemoryVersionStore_IsBounded(t *testing.T) {
 		require.NoError(t, s.Record(ctx, fmt.Sprint("usr_", i), now))
 		require.LessOrEqual(t, s.Len(), 100)
 	}
-	newer, _ := s.Newer(ctx, "usr_9999", now)
-	assert.False(t, newer, "the recent keys are kept")
+	last, ok, _ := s.Last(ctx, "usr_9999")
+	assert.True(t, ok && last.Equal(now), "the recent keys are kept")
 	require.NoError(t, s.Record(ctx, "usr_9999", now.Add(-time.Hour)))
-	newer, _ = s.Newer(ctx, "usr_9999", now)
-	assert.False(t, newer, "a version never goes back")
+	last, _, _ = s.Last(ctx, "usr_9999")
+	assert.True(t, last.Equal(now), "a version never goes back, got %v", last)
 	_, err = webhook.NewMemoryVersionStore(&webhook.MemoryVersionStoreOptions{MaxKeys: -1})
 	assert.Error(t, err)
 }

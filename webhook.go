@@ -1,39 +1,43 @@
 // Package webhook sends and verifies the service's signed webhooks: JSON
-// deliveries of user.identified events, signed with HMAC-SHA256 over
-// "<timestamp>.<body>".
+// deliveries of events, signed with HMAC-SHA256 over "<timestamp>.<body>".
 //
 // # Sending
 //
 // The service's backend delivers a [Payload] to each [Connection] a customer
-// configured with a [Sender]. [Sender.Send] validates the connection, encodes
-// the payload once, signs every attempt with a fresh timestamp over the
-// identical body, retries failures by its [RetryPolicy], and returns the
-// delivery-attempt log as a [Result]; when every attempt failed the error is
-// a [*DeliveryError] holding them all. [Sender.SendAll] delivers to several
-// connections at once, [Sender.SendTest] is the dashboard's "Send Test" with
-// a diagnosis a person can act on, and [Sender.Attempt] makes a single try
-// for a job queue that owns the retries.
+// configured, with a [Sender]. [Sender.Send] validates the connection and
+// encodes the payload once. It signs every attempt with a fresh timestamp over
+// the identical body, and retries failures by its [RetryPolicy]. It returns
+// the delivery-attempt log as a [Result]. When every attempt failed, the error
+// is a [*DeliveryError] holding them all.
 //
-//	s, err := webhook.NewSender(nil)
-//	...
-//	res, err := s.Send(ctx, conn, payload)
-//	for _, a := range res.Attempts { ... } // the log, also on failure
+//   - [Sender.SendAll] delivers to several connections at once.
+//
+//   - [Sender.SendTest] is the dashboard's "Send Test", with a diagnosis a
+//     person can act on.
+//
+//   - [Sender.Attempt] makes a single try, for a job queue that owns the
+//     retries.
+//
+//     s, err := webhook.NewSender(nil)
+//     ...
+//     res, err := s.Send(ctx, conn, payload)
+//     for _, a := range res.Attempts { ... } // the log, also on failure
 //
 // # Receiving
 //
-// A customer's endpoint checks each delivery with a [Verifier]: the
-// signature, the timestamp window ([DefaultTolerance] either way) and the
-// body size ([DefaultMaxBodyBytes]). [Verifier.Middleware] wraps any
-// http.Handler and answers 401 (413 for a body over the limit) to what fails;
+// A customer's endpoint checks each delivery with a [Verifier]. It checks the
+// signature, the timestamp window ([DefaultTolerance] either way) and the body
+// size ([DefaultMaxBodyBytes]). [Verifier.Middleware] wraps any http.Handler.
+// It answers 401 to what fails, and 413 to a body over the limit.
 // [NewEventHandler] also decodes each event into the type its handler takes
-// ([On]), and [NewHandler] is the one-liner for [EventUserIdentified]. Both
-// hand a delivery to the handler once: a copy of one that was handled is
-// acknowledged 200 without a second run, a copy of one whose handler failed
-// is handled, in bounded memory or a shared [ReplayStore]. [LastWriterWins]
-// makes a handler idempotent on a key and a version. [Verifier.Verify]
-// refuses an exact repeat with [ErrReplayed].
-// [Verify] checks one request against one secret with the defaults, and
-// keeps no memory.
+// ([On]). [NewHandler] is the one-liner for [EventUserIdentified].
+//
+// Both hand a delivery to the handler once. A copy of a handled delivery is
+// acknowledged 200 without a second run. A copy of one whose handler failed is
+// handled. [LastWriterWins] makes a handler idempotent on a key and a version,
+// and reports what it did. [Verifier.Verify] refuses an exact repeat with
+// [ErrReplayed]. [Verify] checks one request against one secret with the
+// defaults, and keeps no memory.
 //
 //	v, err := webhook.NewVerifier([]string{os.Getenv("WEBHOOK_SECRET")}, nil)
 //	...
@@ -41,62 +45,81 @@
 //		return crm.Upsert(ctx, p.User) // an error answers 500 and the service retries
 //	}, nil))
 //
+// # Memory
+//
+// The package writes nothing to disk. It keeps three things in memory:
+//
+//   - The replay memory of each [Verifier], on by default: the signature of
+//     each delivery accepted within the window. It is bounded by
+//     [MemoryReplayStoreOptions].MaxEntries. It takes about 1.5 MiB at 100
+//     deliveries a second, and 12 MiB at 1,000.
+//     [VerifierOptions].AllowReplays turns it off. [VerifierOptions].ReplayStore
+//     shares it.
+//   - The timestamps each [Sender] signed lately: the last one per secret and
+//     body, for two seconds at most.
+//   - Endpoint health, when [SenderOptions].Health is set: the endpoints
+//     failing or with attempts waiting on them. An endpoint no attempt goes to
+//     is forgotten after an hour, or a day when down.
+//
+// A [Sender] and a [Verifier] also keep the keyed hash states of their own
+// secrets. [Sign] and [Verify] reuse those of their last secrets from a pool
+// that the garbage collector empties.
+//
 // # Retries
 //
 // By default ([DefaultRetryPolicy]) a delivery makes one attempt and up to 3
-// retries, waiting 1 s, 2 s and 4 s, and retries every failure: a non-2xx
+// retries, waiting 1 s, 2 s and 4 s. It retries every failure: a non-2xx
 // answer, a network error, or no answer within the attempt timeout
-// ([DefaultAttemptTimeout], 30 s per attempt). A 3xx answer is a failure;
-// redirects are never followed. Nothing is retried after the caller's
-// context is done, when the destination was refused before sending, or when
-// the wait would end past the context's deadline. [ExponentialBackoff],
-// [WithJitter] and [WithRetryAfter] build other schedules. Endpoint health
-// ([HealthOptions], opt-in) holds deliveries back from an endpoint that
-// keeps failing without an answer, and probes it until it answers.
+// ([DefaultAttemptTimeout], 30 s). A 3xx answer is a failure; redirects are
+// never followed. Nothing is retried after the caller's context is done, or
+// when the destination was refused before sending. Nor is it retried when the
+// wait would end past the context's deadline. [ExponentialBackoff],
+// [WithJitter] and [WithRetryAfter] build other schedules.
+//
+// Endpoint health ([HealthOptions], opt-in) holds deliveries back from an
+// endpoint that keeps failing without an answer. It probes the endpoint until
+// it answers.
 //
 // # Security
 //
 // Only https:// URLs are accepted. The default transport ([NewTransport])
-// refuses, at dial time and on the address DNS resolved, every address that
-// is not globally reachable: loopback, private, link-local (cloud
-// metadata), shared, multicast, documentation, reserved, and IPv6 forms that
-// carry such an IPv4 address ([ErrBlockedDestination]). It uses no proxy
-// unless told, bounds response headers to 64 KiB, and no answer (1xx, 101,
-// trickled headers, an endless body) holds an attempt past its timeout. A
-// Client of your own keeps the guard when its transport is, or wraps, one
-// from NewTransport. Custom headers cannot replace Content-Type, the
-// X-Service-* headers or the transport's own headers. Secrets never appear
-// in a delivery, an error, a log line, json.Marshal or the formatting of a
-// [Connection]; neither do custom header values, nor a URL's path, query or
-// user information, where many webhook URLs carry their credential: an
-// endpoint is named by its origin, such as https://hooks.example.com/….
-// Nothing is printed unless a *slog.Logger is given. What a receiver sends
-// (a body, a status line, a Location header, a certificate's names) is
-// printed only as printable text, without control or format characters
-// ([Attempt.ResponseText]). [NewSecret] makes a secret with 256 bits of
-// entropy.
+// refuses every address that is not globally reachable. It checks at dial time,
+// on the address DNS resolved. It refuses loopback, private, link-local (cloud
+// metadata), shared, multicast, documentation and reserved addresses. It also
+// refuses IPv6 forms that carry such an IPv4 address ([ErrBlockedDestination]).
+// A Client of your own keeps the guard when its transport is, or wraps, one
+// from NewTransport.
 //
-// Verification uses the raw body as received and the timestamp exactly as
-// its header carried it (canonical decimal only), compares signatures in
-// constant time with [hmac.Equal], checks the signature before the window
-// (so an expired-timestamp error is only ever given for an authentic
-// delivery), refuses an empty secret, accepts several secrets at once for
-// rotation, and never puts an expected signature in an error. The event
-// header is not signed: [NewHandler] dispatches on the signed body. The
-// middleware's r.Body, read after the handler returned, from any goroutine,
-// fails: it never shows another request's bytes.
+// The transport uses no proxy unless told. It bounds response headers to 64
+// KiB. No answer (1xx, 101, trickled headers, an endless body) holds an
+// attempt past its timeout. Custom headers cannot replace Content-Type, the
+// X-Service-* headers or the transport's own headers.
 //
-// No secret is kept for the life of the process: a [Sender] and a
-// [Verifier] keep the keyed hash states of their own secrets (a Sender a
-// bounded number), and [Sign] and [Verify] reuse those of their last
-// secrets from a pool the garbage collector empties.
+// Secrets never appear in a delivery, an error, a log line, json.Marshal or
+// the formatting of a [Connection]. Neither do custom header values, nor a
+// URL's path, query or user information, where many webhook URLs carry their
+// credential. An endpoint is named by its origin, such as
+// https://hooks.example.com/…. Nothing is printed unless a *slog.Logger is
+// given. What a receiver sends is printed only as printable text, without
+// control or format characters ([Attempt.ResponseText]). [NewSecret] makes a
+// secret with 256 bits of entropy.
+//
+// Verification uses the raw body as received. It uses the timestamp exactly as
+// its header carried it (canonical decimal only). It compares signatures in
+// constant time with [hmac.Equal]. It checks the signature before the window,
+// so an expired-timestamp error is only ever given for an authentic delivery.
+// It refuses an empty secret, and accepts several secrets at once for
+// rotation. It never puts an expected signature in an error. The event header
+// is not signed: [NewHandler] dispatches on the signed body. The middleware's
+// r.Body, read after the handler returned, from any goroutine, fails. It never
+// shows another request's bytes.
 //
 // # Testing and durable deliveries
 //
 // Package webhooktest is to this package what net/http/httptest is to
-// net/http: a recording, verifying HTTPS receiver with scripted answers, a
-// Sender that trusts it, and signed requests for receivers' tests. The
-// nested module github.com/signedhook/webhook/riverhook makes deliveries
+// net/http. It has a recording, verifying HTTPS receiver with scripted
+// answers, a Sender that trusts it, and signed requests for receivers' tests.
+// The nested module github.com/signedhook/webhook/riverhook makes deliveries
 // durable with River on PostgreSQL, one [Sender.Attempt] per job.
 package webhook
 

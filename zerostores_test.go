@@ -53,9 +53,9 @@ func TestMemoryVersionStore_ZeroValueKeepsVersions(t *testing.T) {
 	require.NoError(t, s.Record(ctx, "usr_a", t2))
 	require.NoError(t, s.Record(ctx, "usr_b", t2))
 	require.NoError(t, s.Record(ctx, "usr_c", t2))
-	newer, err := s.Newer(ctx, "usr_a", t2.Add(-time.Hour))
+	last, ok, err := s.Last(ctx, "usr_a")
 	require.NoError(t, err)
-	assert.False(t, newer, "usr_a's older update is stale")
+	assert.True(t, ok && last.Equal(t2), "usr_a's version is kept, got %v %v", last, ok)
 	assert.Equal(t, 3, s.Len())
 }
 

@@ -70,9 +70,16 @@ func newLogEntry(a webhook.Attempt, run int) logEntry {
 		e.RetryIn = a.RetryIn.String()
 	}
 	if text := a.ResponseText(); text != "" {
-		e.Response = cutJSON(text, maxEntryBytes-jsonbSpaces-entryLen(&e)-len(`,"response":""`))
+		head, _ := json.Marshal(e) // fails only for a start past year 9999, as marshalLog then does
+		e.Response = cutJSON(text, maxEntryBytes-jsonbSpaces-len(head)-len(`,"response":""`))
 	}
 	return e
+}
+
+// marshalLog returns the JSON of attemptLog{Attempts: entries}, the job's
+// output.
+func marshalLog(entries []logEntry) ([]byte, error) {
+	return json.Marshal(attemptLog{Attempts: entries})
 }
 
 // tookText is an entry's Took: to the microsecond, which DeliveryOf reads

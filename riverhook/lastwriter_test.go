@@ -29,10 +29,13 @@ type pgVersions struct {
 	table string
 }
 
-func (s pgVersions) Newer(ctx context.Context, key string, version time.Time) (bool, error) {
-	var newer bool
-	err := s.pool.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM `+s.table+` WHERE key = $1 AND version >= $2)`, key, version).Scan(&newer)
-	return newer, err
+func (s pgVersions) Last(ctx context.Context, key string) (time.Time, bool, error) {
+	var last time.Time
+	err := s.pool.QueryRow(ctx, `SELECT version FROM `+s.table+` WHERE key = $1`, key).Scan(&last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	return last, err == nil, err
 }
 
 func (s pgVersions) Record(ctx context.Context, key string, version time.Time) error {
