@@ -353,25 +353,35 @@ var healthRank = map[string]int{"unknown": 0, "up": 1, "failing": 2, "down": 3, 
 
 // health returns the health of the request's connection's endpoint: the
 // worst of what the marks and the serving process's Sender know of its
-// origin and of its URL.
+// origin and of its URL. The marks are read at each call, so the health
+// shown follows them whether or not this process makes attempts. What the
+// Sender knows counts unless a mark of the same origin or URL changed
+// later: an API tier's Sender holds the down it read at its start until
+// it makes an attempt, which it may never do.
 func (c *console) health(r *http.Request, req request) (health, error) {
 	endpoint, key, failing, err := c.worker.EndpointHealth(r.Context(), req.conn)
 	if err != nil {
 		return health{}, err
 	}
 	h := health{Endpoint: cmp.Or(endpoint, "(unparsable URL)"), State: "unknown"} // the origin alone, printable (Connection.Endpoint)
-	known := failing
+	var marks []webhook.EndpointHealth
 	if c.opts.Marks != nil && endpoint != "" {
-		marks, err := c.opts.Marks.Endpoint(r.Context(), endpoint)
+		all, err := c.opts.Marks.Endpoint(r.Context(), endpoint)
 		if err != nil {
 			// What this process knows, logged: "unknown" unless it
 			// knows something, never a false up.
 			c.logger.WarnContext(r.Context(), "console: reading the endpoint health marks; showing this process's own", "connection_id", req.conn, "error", err.Error())
 		}
-		for _, m := range marks {
+		for _, m := range all {
 			if !m.PerURL || m.URLKey == key {
-				known = append(known, m)
+				marks = append(marks, m)
 			}
+		}
+	}
+	known := marks
+	for _, e := range failing {
+		if !supersededBy(e, marks) {
+			known = append(known, e)
 		}
 	}
 	for _, e := range known {
@@ -399,6 +409,21 @@ func (c *console) health(r *http.Request, req request) (health, error) {
 		}
 	}
 	return h, nil
+}
+
+// supersededBy reports whether a mark of own's origin or URL changed after
+// own did (after its run of failures began, for one failing, not down).
+func supersededBy(own webhook.EndpointHealth, marks []webhook.EndpointHealth) bool {
+	at := own.Changed
+	if at.IsZero() {
+		at = own.Since
+	}
+	for _, m := range marks {
+		if m.PerURL == own.PerURL && m.URLKey == own.URLKey && m.Changed.After(at) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *console) apiHealth(w http.ResponseWriter, r *http.Request, req request) {

@@ -164,12 +164,16 @@ type Options struct {
 
 	// Marks are the endpoint health marks the deployment's Senders share
 	// (riverhook.EndpointMarks, given to each as HealthOptions.Marks): the
-	// connection's health is read there, so that a console served by the
-	// API tier shows what the workers found. Nil means the serving
-	// process's own Sender alone, as when the marks cannot be read (logged).
-	// Either way, an endpoint nothing is known
-	// of is shown "unknown", never "up": set HealthOptions.ConfirmUpEvery
-	// for endpoints that answer to be marked up.
+	// connection's health is read there at each page and health request,
+	// one indexed read, so that a console served by the API tier shows
+	// what the workers found as soon as they mark it. What the serving
+	// process's own Sender knows counts too, unless a mark changed later.
+	// Set it in an API tier: its Sender follows the marks only while it
+	// makes attempts. Nil means the serving process's own Sender alone, as
+	// when the marks cannot be read (logged). Either way, an endpoint
+	// nothing is known of is shown "unknown", never "up": set
+	// HealthOptions.ConfirmUpEvery for endpoints that answer to be marked
+	// up.
 	Marks Marks
 
 	// Logger receives the errors answered 500, as they are. Nil means no
