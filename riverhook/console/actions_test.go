@@ -6,14 +6,20 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
 	"github.com/signedhook/webhook/riverhook/console"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 // The API's actions: Resend, Recover and Send Test, and their rate limits.
@@ -157,4 +163,61 @@ func TestConsole_RecoverTakesOnlyAYesOrANo(t *testing.T) {
 		require.Equal(t, http.StatusOK, got.Code, got.Body.String())
 		assert.Contains(t, got.Body.String(), `"dry_run": true`, yes)
 	}
+}
+
+// TestConsole_ASendTestRefusedAsBusyKeepsItsTurn: a Send Test refused
+// because every place in flight is held (503, Retry-After: 5) was not
+// made, so it spends no turn of TestEvery: tried again once a place is
+// free, it is sent.
+func TestConsole_ASendTestRefusedAsBusyKeepsItsTurn(t *testing.T) {
+	t.Parallel()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := false
+		once.Do(func() { first = true })
+		if first { // the first attempt holds the connection's one place
+			close(arrived)
+			<-release
+		}
+	})})
+	defer srv.Close()
+	conn := srv.Connection()
+	w, err := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) { return conn, nil },
+		&riverhook.WorkerOptions{MaxInFlightPerConnection: 1})
+	require.NoError(t, err)
+	f := consoleOn(t, w, nil)
+
+	held := make(chan error)
+	go func() {
+		_, err := w.SendTest(context.Background(), "crm")
+		held <- err
+	}()
+	<-arrived
+	got := f.do(t, "POST", "/api/connections/crm/test", "")
+	require.Equal(t, http.StatusServiceUnavailable, got.Code, got.Body.String())
+	assert.Equal(t, "5", got.Header().Get("Retry-After"))
+	close(release)
+	require.NoError(t, <-held)
+
+	got = f.do(t, "POST", "/api/connections/crm/test", "")
+	assert.Equal(t, http.StatusOK, got.Code, "the busy test spent no turn: %s", got.Body.String())
+	got = f.do(t, "POST", "/api/connections/crm/test", "")
+	assert.Equal(t, http.StatusTooManyRequests, got.Code, "the test sent spent it")
+}
+
+// consoleOn returns the console on a schema of its own, acting through w,
+// for connection "crm", with opts (nil: the defaults).
+func consoleOn(t *testing.T, w *riverhook.Worker, opts *console.Options) *fixture {
+	t.Helper()
+	pool, schema := testdb.Schema(t, "console", true)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	if opts == nil {
+		opts = &console.Options{}
+	}
+	opts.Connections = func(*http.Request) ([]string, error) { return []string{"crm"}, nil }
+	h, err := console.New(client, pool, w, opts)
+	require.NoError(t, err)
+	return &fixture{pool: pool, schema: schema, client: client, worker: w, handler: h}
 }

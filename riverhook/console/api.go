@@ -202,8 +202,7 @@ func (c *console) resend(w http.ResponseWriter, r *http.Request, req request) (r
 	if !ok {
 		return resent{}, 0, nil
 	}
-	if wait, ok := c.limits.allow(actionResend, req.conn, strconv.FormatInt(row.ID, 10)); !ok {
-		c.tooSoon(w, r, req, wait)
+	if !c.allowed(w, r, req, actionResend, strconv.FormatInt(row.ID, 10)) {
 		return resent{}, 0, nil
 	}
 	reason := "resent from the console by " + c.actor(r)
@@ -272,8 +271,7 @@ func (c *console) runRecover(w http.ResponseWriter, r *http.Request, req request
 	if dry {
 		action = actionDryRun
 	}
-	if wait, ok := c.limits.allow(action, req.conn, ""); !ok {
-		c.tooSoon(w, r, req, wait)
+	if !c.allowed(w, r, req, action, "") {
 		return nil, 0, nil
 	}
 	res, err := riverhook.Recover(r.Context(), c.client, c.db, req.conn, riverhook.RecoverParams{Since: since,
@@ -298,15 +296,38 @@ func (c *console) apiRecover(w http.ResponseWriter, r *http.Request, req request
 	}
 }
 
+// allowed takes the turn of action for the request's connection, on
+// subject, and reports whether it may run; if not, it has answered (429,
+// or 500 when the turns cannot be read).
+func (c *console) allowed(w http.ResponseWriter, r *http.Request, req request, action, subject string) bool {
+	_, wait, ok, err := c.limits.allow(r.Context(), action, req.conn, subject)
+	switch {
+	case err != nil:
+		c.fail(w, r, req, err)
+	case !ok:
+		c.tooSoon(w, r, req, wait)
+	}
+	return err == nil && ok
+}
+
 // test runs the request's Send Test, rate-limited; ok is false once it
-// has answered.
+// has answered. A test refused as busy was not made: it gives its turn
+// back, so that trying again once a place is free is not too soon.
 func (c *console) test(w http.ResponseWriter, r *http.Request, req request) (testResult, bool) {
-	if wait, ok := c.limits.allow(actionTest, req.conn, ""); !ok {
+	turn, wait, ok, err := c.limits.allow(r.Context(), actionTest, req.conn, "")
+	switch {
+	case err != nil:
+		c.fail(w, r, req, err)
+		return testResult{}, false
+	case !ok:
 		c.tooSoon(w, r, req, wait)
 		return testResult{}, false
 	}
 	t, err := c.sendTest(r.Context(), req.conn)
 	if errors.Is(err, riverhook.ErrBusy) {
+		if err := c.limits.giveBack(r.Context(), actionTest, req.conn, turn); err != nil {
+			c.logger.WarnContext(r.Context(), "console: giving back the turn of a Send Test refused as busy", "connection_id", req.conn, "error", err.Error())
+		}
 		c.busy(w, r, req)
 		return testResult{}, false
 	}

@@ -232,12 +232,12 @@ func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	c.limits = newLimiter(map[string]time.Duration{
+	c.limits = &limiter{every: map[string]time.Duration{
 		actionTest:    rateOf(opts.TestEvery),
 		actionRecover: rateOf(opts.RecoverEvery),
 		actionDryRun:  rateOf(opts.RecoverEvery),
 		actionResend:  cmp.Or(opts.ResendEvery, DefaultResendInterval),
-	})
+	}, turns: newMemoryTurns()}
 	theme, err := themeCSS(opts.Theme)
 	if err != nil {
 		return nil, err
