@@ -43,7 +43,8 @@
 //   - POST /api/connections/{id}/recover: [riverhook.Recover] of the
 //     given-up deliveries since (required), a dry run with dry_run=true.
 //   - POST /api/connections/{id}/test: [riverhook.Worker.SendTest].
-//   - GET /api/connections/{id}/health: the endpoint's health.
+//   - GET /api/connections/{id}/health: the endpoint's health, read from
+//     [Options.Marks] at each request.
 //
 // Every error of the API is {"error": "..."}, a path or a method it does
 // not have included: 400, 403 (a browser's cross-origin POST), 404, 405
@@ -68,11 +69,13 @@
 //   - No secret, header value or URL path appears in a page or the JSON: an
 //     endpoint is named by its origin. The payload, which holds a user's
 //     personal data, is shown only with [Options.ShowPayload].
-//   - Send Test, Recover and Resend are rate-limited per connection. A
-//     resend of the delivery resent last is let through: it inserts
+//   - Send Test, Recover and Resend are rate-limited per connection: in
+//     the serving process, or across API replicas with [Options.Limits].
+//     A resend of the delivery resent last is let through: it inserts
 //     nothing, as riverhook resends a delivery once. The second post of a
 //     double click on Resend leads where the first led, the new
-//     delivery's page, not to an error.
+//     delivery's page, not to an error. A Send Test refused as busy (503)
+//     made no attempt, and spends no turn.
 package console
 
 import (
@@ -141,6 +144,13 @@ type Options struct {
 	// Resend, posted again within 10 s by the same Actor (a double
 	// click), is answered as its first post was.
 	ResendEvery time.Duration
+
+	// Limits, if not nil, keeps the turns of TestEvery, RecoverEvery and
+	// ResendEvery in the database ([NewSharedLimits]), so that they hold
+	// across the console's API replicas. Nil keeps them in the serving
+	// process's memory: enough for one process, while N replicas would
+	// each allow the limit.
+	Limits *SharedLimits
 
 	// Title names the console in its bar and on its first page, such as
 	// your service's name. Empty means DefaultTitle.
@@ -238,6 +248,9 @@ func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker
 		actionDryRun:  rateOf(opts.RecoverEvery),
 		actionResend:  cmp.Or(opts.ResendEvery, DefaultResendInterval),
 	}, turns: newMemoryTurns()}
+	if opts.Limits != nil {
+		c.limits.turns = opts.Limits
+	}
 	theme, err := themeCSS(opts.Theme)
 	if err != nil {
 		return nil, err
