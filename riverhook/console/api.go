@@ -440,7 +440,8 @@ func supersededBy(own webhook.EndpointHealth, marks []webhook.EndpointHealth) bo
 		at = own.Since
 	}
 	for _, m := range marks {
-		if m.PerURL == own.PerURL && m.URLKey == own.URLKey && m.Changed.After(at) {
+		same := !m.PerURL && !own.PerURL || m.PerURL && own.PerURL && m.URLKey == own.URLKey // a confirmation's URLKey names the URL that answered
+		if same && m.Changed.After(at) {
 			return true
 		}
 	}
