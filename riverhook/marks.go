@@ -25,6 +25,8 @@ var migrations = []string{
 	// written by every process, read since a time; and a connection's
 	// last start (its rate) and chain of slots, shared by the fleet
 	// (ConnectionPlaces). A place in flight is an advisory lock, not a row.
+	// And the console's last turn of each rate-limited action per
+	// connection, shared by its API replicas (console.NewSharedLimits).
 	`CREATE TABLE riverhook_endpoint_mark (
 		endpoint text NOT NULL,
 		url_key text NOT NULL DEFAULT '',
@@ -44,6 +46,13 @@ var migrations = []string{
 		last_start timestamptz NOT NULL DEFAULT '-infinity',
 		chain timestamptz NOT NULL DEFAULT '-infinity',
 		spacing bigint NOT NULL DEFAULT 0
+	);
+	CREATE TABLE riverhook_console_turn (
+		connection_id text NOT NULL,
+		action text NOT NULL,
+		taken timestamptz NOT NULL,
+		subject text NOT NULL DEFAULT '',
+		PRIMARY KEY (connection_id, action)
 	);`,
 }
 

@@ -1,19 +1,26 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
 	"github.com/signedhook/webhook/riverhook/console"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 // The API's actions: Resend, Recover and Send Test, and their rate limits.
@@ -157,4 +164,123 @@ func TestConsole_RecoverTakesOnlyAYesOrANo(t *testing.T) {
 		require.Equal(t, http.StatusOK, got.Code, got.Body.String())
 		assert.Contains(t, got.Body.String(), `"dry_run": true`, yes)
 	}
+}
+
+// TestConsole_ASendTestRefusedAsBusyKeepsItsTurn: a Send Test refused
+// because every place in flight is held (503, Retry-After: 5) was not
+// made, so it spends no turn of TestEvery: tried again once a place is
+// free, it is sent.
+func TestConsole_ASendTestRefusedAsBusyKeepsItsTurn(t *testing.T) {
+	t.Parallel()
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in memory", true: "shared"}[shared], func(t *testing.T) {
+			t.Parallel()
+			arrived, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				first := false
+				once.Do(func() { first = true })
+				if first { // the first attempt holds the connection's one place
+					close(arrived)
+					<-release
+				}
+			})})
+			defer srv.Close()
+			conn := srv.Connection()
+			w, err := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) { return conn, nil },
+				&riverhook.WorkerOptions{MaxInFlightPerConnection: 1})
+			require.NoError(t, err)
+			f := consoleOn(t, w, shared)
+
+			held := make(chan error)
+			go func() {
+				_, err := w.SendTest(context.Background(), "crm")
+				held <- err
+			}()
+			<-arrived
+			got := f.do(t, "POST", "/api/connections/crm/test", "")
+			require.Equal(t, http.StatusServiceUnavailable, got.Code, got.Body.String())
+			assert.Equal(t, "5", got.Header().Get("Retry-After"))
+			close(release)
+			require.NoError(t, <-held)
+
+			got = f.do(t, "POST", "/api/connections/crm/test", "")
+			assert.Equal(t, http.StatusOK, got.Code, "the busy test spent no turn: %s", got.Body.String())
+			got = f.do(t, "POST", "/api/connections/crm/test", "")
+			assert.Equal(t, http.StatusTooManyRequests, got.Code, "the test sent spent it")
+		})
+	}
+}
+
+// consoleOn returns the console on a schema of its own, acting through w,
+// for connection "crm"; with shared, its turns are in the database
+// (Options.Limits).
+func consoleOn(t *testing.T, w *riverhook.Worker, shared bool) *fixture {
+	t.Helper()
+	pool, schema := testdb.Schema(t, "console", true)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	opts := &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"crm"}, nil }}
+	if shared {
+		require.NoError(t, riverhook.Migrate(context.Background(), pool, schema))
+		opts.Limits = console.NewSharedLimits(pool, schema)
+	}
+	h, err := console.New(client, pool, w, opts)
+	require.NoError(t, err)
+	return &fixture{pool: pool, schema: schema, client: client, worker: w, handler: h}
+}
+
+// TestConsole_LimitsHoldAcrossReplicas serves one database from two
+// replicas of the console sharing their turns (Options.Limits): what one
+// allowed, the other refuses within the interval, with the rest of its
+// wait; a resend of the delivery resent last is let through on either.
+func TestConsole_LimitsHoldAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, f.pool, f.schema))
+	replica := func() *fixture {
+		h, err := console.New(f.client, f.pool, f.worker, &console.Options{Connections: customerConnections,
+			TestEvery: time.Hour, RecoverEvery: time.Hour, ResendEvery: time.Hour, Limits: console.NewSharedLimits(f.pool, f.schema)})
+		require.NoError(t, err)
+		return &fixture{handler: h}
+	}
+	a, b := replica(), replica()
+	resend := func(d string) string {
+		return "/api/connections/crm/deliveries/" + strconv.FormatInt(f.jobs[d], 10) + "/resend"
+	}
+	for _, tc := range []struct{ name, path, form, again string }{
+		{"send test", "/api/connections/crm/test", "", ""},
+		{"recover", "/api/connections/crm/recover", "since=24h", ""},
+		{"dry run", "/api/connections/crm/recover", "since=24h&dry_run=true", ""},
+		{"resend", resend("given-up"), "", resend("hostile")},
+	} {
+		ran := time.Now()
+		got := a.do(t, "POST", tc.path, tc.form)
+		require.Equal(t, http.StatusOK, got.Code, "%s: %s", tc.name, got.Body.String())
+		again := cmp.Or(tc.again, tc.path)
+		got = b.do(t, "POST", again, tc.form)
+		assert.Equal(t, http.StatusTooManyRequests, got.Code, "%s on the other replica: %s", tc.name, got.Body.String())
+		assertRetryAfter(t, got.Header(), time.Hour, ran)
+	}
+	got := b.do(t, "POST", resend("given-up"), "")
+	assert.Equal(t, http.StatusOK, got.Code, "the delivery resent last, again: %s", got.Body.String())
+	got = a.do(t, "POST", "/api/connections/erp/test", "", "X-Customer", "both")
+	assert.Equal(t, http.StatusOK, got.Code, "per connection: %s", got.Body.String())
+
+	// At once on both replicas, the first turn of a connection: one alone.
+	codes := make(chan int, 8)
+	var wg sync.WaitGroup
+	for i := range cap(codes) {
+		wg.Go(func() {
+			codes <- []*fixture{a, b}[i%2].do(t, "POST", "/api/connections/erp/recover", "since=24h&dry_run=true", "X-Customer", "both").Code
+		})
+	}
+	wg.Wait()
+	close(codes)
+	counts := map[int]int{}
+	for code := range codes {
+		counts[code]++
+	}
+	assert.Equal(t, map[int]int{http.StatusOK: 1, http.StatusTooManyRequests: 7}, counts)
 }

@@ -202,8 +202,7 @@ func (c *console) resend(w http.ResponseWriter, r *http.Request, req request) (r
 	if !ok {
 		return resent{}, 0, nil
 	}
-	if wait, ok := c.limits.allow(actionResend, req.conn, strconv.FormatInt(row.ID, 10)); !ok {
-		c.tooSoon(w, r, req, wait)
+	if !c.allowed(w, r, req, actionResend, strconv.FormatInt(row.ID, 10)) {
 		return resent{}, 0, nil
 	}
 	reason := "resent from the console by " + c.actor(r)
@@ -272,8 +271,7 @@ func (c *console) runRecover(w http.ResponseWriter, r *http.Request, req request
 	if dry {
 		action = actionDryRun
 	}
-	if wait, ok := c.limits.allow(action, req.conn, ""); !ok {
-		c.tooSoon(w, r, req, wait)
+	if !c.allowed(w, r, req, action, "") {
 		return nil, 0, nil
 	}
 	res, err := riverhook.Recover(r.Context(), c.client, c.db, req.conn, riverhook.RecoverParams{Since: since,
@@ -298,15 +296,38 @@ func (c *console) apiRecover(w http.ResponseWriter, r *http.Request, req request
 	}
 }
 
+// allowed takes the turn of action for the request's connection, on
+// subject, and reports whether it may run; if not, it has answered (429,
+// or 500 when the turns cannot be read).
+func (c *console) allowed(w http.ResponseWriter, r *http.Request, req request, action, subject string) bool {
+	_, wait, ok, err := c.limits.allow(r.Context(), action, req.conn, subject)
+	switch {
+	case err != nil:
+		c.fail(w, r, req, err)
+	case !ok:
+		c.tooSoon(w, r, req, wait)
+	}
+	return err == nil && ok
+}
+
 // test runs the request's Send Test, rate-limited; ok is false once it
-// has answered.
+// has answered. A test refused as busy was not made: it gives its turn
+// back, so that trying again once a place is free is not too soon.
 func (c *console) test(w http.ResponseWriter, r *http.Request, req request) (testResult, bool) {
-	if wait, ok := c.limits.allow(actionTest, req.conn, ""); !ok {
+	turn, wait, ok, err := c.limits.allow(r.Context(), actionTest, req.conn, "")
+	switch {
+	case err != nil:
+		c.fail(w, r, req, err)
+		return testResult{}, false
+	case !ok:
 		c.tooSoon(w, r, req, wait)
 		return testResult{}, false
 	}
 	t, err := c.sendTest(r.Context(), req.conn)
 	if errors.Is(err, riverhook.ErrBusy) {
+		if err := c.limits.giveBack(r.Context(), actionTest, req.conn, turn); err != nil {
+			c.logger.WarnContext(r.Context(), "console: giving back the turn of a Send Test refused as busy", "connection_id", req.conn, "error", err.Error())
+		}
 		c.busy(w, r, req)
 		return testResult{}, false
 	}
@@ -353,25 +374,35 @@ var healthRank = map[string]int{"unknown": 0, "up": 1, "failing": 2, "down": 3, 
 
 // health returns the health of the request's connection's endpoint: the
 // worst of what the marks and the serving process's Sender know of its
-// origin and of its URL.
+// origin and of its URL. The marks are read at each call, so the health
+// shown follows them whether or not this process makes attempts. What the
+// Sender knows counts unless a mark of the same origin or URL changed
+// later: an API tier's Sender holds the down it read at its start until
+// it makes an attempt, which it may never do.
 func (c *console) health(r *http.Request, req request) (health, error) {
 	endpoint, key, failing, err := c.worker.EndpointHealth(r.Context(), req.conn)
 	if err != nil {
 		return health{}, err
 	}
 	h := health{Endpoint: cmp.Or(endpoint, "(unparsable URL)"), State: "unknown"} // the origin alone, printable (Connection.Endpoint)
-	known := failing
+	var marks []webhook.EndpointHealth
 	if c.opts.Marks != nil && endpoint != "" {
-		marks, err := c.opts.Marks.Endpoint(r.Context(), endpoint)
+		all, err := c.opts.Marks.Endpoint(r.Context(), endpoint)
 		if err != nil {
 			// What this process knows, logged: "unknown" unless it
 			// knows something, never a false up.
 			c.logger.WarnContext(r.Context(), "console: reading the endpoint health marks; showing this process's own", "connection_id", req.conn, "error", err.Error())
 		}
-		for _, m := range marks {
+		for _, m := range all {
 			if !m.PerURL || m.URLKey == key {
-				known = append(known, m)
+				marks = append(marks, m)
 			}
+		}
+	}
+	known := marks
+	for _, e := range failing {
+		if !supersededBy(e, marks) {
+			known = append(known, e)
 		}
 	}
 	for _, e := range known {
@@ -399,6 +430,22 @@ func (c *console) health(r *http.Request, req request) (health, error) {
 		}
 	}
 	return h, nil
+}
+
+// supersededBy reports whether a mark of own's origin or URL changed after
+// own did (after its run of failures began, for one failing, not down).
+func supersededBy(own webhook.EndpointHealth, marks []webhook.EndpointHealth) bool {
+	at := own.Changed
+	if at.IsZero() {
+		at = own.Since
+	}
+	for _, m := range marks {
+		same := !m.PerURL && !own.PerURL || m.PerURL && own.PerURL && m.URLKey == own.URLKey // a confirmation's URLKey names the URL that answered
+		if same && m.Changed.After(at) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *console) apiHealth(w http.ResponseWriter, r *http.Request, req request) {

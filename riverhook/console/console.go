@@ -43,7 +43,8 @@
 //   - POST /api/connections/{id}/recover: [riverhook.Recover] of the
 //     given-up deliveries since (required), a dry run with dry_run=true.
 //   - POST /api/connections/{id}/test: [riverhook.Worker.SendTest].
-//   - GET /api/connections/{id}/health: the endpoint's health.
+//   - GET /api/connections/{id}/health: the endpoint's health, read from
+//     [Options.Marks] at each request.
 //
 // Every error of the API is {"error": "..."}, a path or a method it does
 // not have included: 400, 403 (a browser's cross-origin POST), 404, 405
@@ -68,11 +69,13 @@
 //   - No secret, header value or URL path appears in a page or the JSON: an
 //     endpoint is named by its origin. The payload, which holds a user's
 //     personal data, is shown only with [Options.ShowPayload].
-//   - Send Test, Recover and Resend are rate-limited per connection. A
-//     resend of the delivery resent last is let through: it inserts
+//   - Send Test, Recover and Resend are rate-limited per connection: in
+//     the serving process, or across API replicas with [Options.Limits].
+//     A resend of the delivery resent last is let through: it inserts
 //     nothing, as riverhook resends a delivery once. The second post of a
 //     double click on Resend leads where the first led, the new
-//     delivery's page, not to an error.
+//     delivery's page, not to an error. A Send Test refused as busy (503)
+//     made no attempt, and spends no turn.
 package console
 
 import (
@@ -142,6 +145,13 @@ type Options struct {
 	// click), is answered as its first post was.
 	ResendEvery time.Duration
 
+	// Limits, if not nil, keeps the turns of TestEvery, RecoverEvery and
+	// ResendEvery in the database ([NewSharedLimits]), so that they hold
+	// across the console's API replicas. Nil keeps them in the serving
+	// process's memory: enough for one process, while N replicas would
+	// each allow the limit.
+	Limits *SharedLimits
+
 	// Title names the console in its bar and on its first page, such as
 	// your service's name. Empty means DefaultTitle.
 	Title string
@@ -164,12 +174,16 @@ type Options struct {
 
 	// Marks are the endpoint health marks the deployment's Senders share
 	// (riverhook.EndpointMarks, given to each as HealthOptions.Marks): the
-	// connection's health is read there, so that a console served by the
-	// API tier shows what the workers found. Nil means the serving
-	// process's own Sender alone, as when the marks cannot be read (logged).
-	// Either way, an endpoint nothing is known
-	// of is shown "unknown", never "up": set HealthOptions.ConfirmUpEvery
-	// for endpoints that answer to be marked up.
+	// connection's health is read there at each page and health request,
+	// one indexed read, so that a console served by the API tier shows
+	// what the workers found as soon as they mark it. What the serving
+	// process's own Sender knows counts too, unless a mark changed later.
+	// Set it in an API tier: its Sender follows the marks only while it
+	// makes attempts. Nil means the serving process's own Sender alone, as
+	// when the marks cannot be read (logged). Either way, an endpoint
+	// nothing is known of is shown "unknown", never "up": set
+	// HealthOptions.ConfirmUpEvery for endpoints that answer to be marked
+	// up.
 	Marks Marks
 
 	// Logger receives the errors answered 500, as they are. Nil means no
@@ -228,12 +242,15 @@ func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	c.limits = newLimiter(map[string]time.Duration{
+	c.limits = &limiter{every: map[string]time.Duration{
 		actionTest:    rateOf(opts.TestEvery),
 		actionRecover: rateOf(opts.RecoverEvery),
 		actionDryRun:  rateOf(opts.RecoverEvery),
 		actionResend:  cmp.Or(opts.ResendEvery, DefaultResendInterval),
-	})
+	}, turns: newMemoryTurns()}
+	if opts.Limits != nil {
+		c.limits.turns = opts.Limits
+	}
 	theme, err := themeCSS(opts.Theme)
 	if err != nil {
 		return nil, err

@@ -496,3 +496,53 @@ func deadEndpoint(t *testing.T, marks console.Marks) (*fixture, *webhook.Sender,
 	require.NoError(t, err)
 	return &fixture{handler: h}, sender, dead, ln
 }
+
+// TestConsole_HealthFollowsTheMarksWithoutAnAttempt serves the console from
+// an API tier whose own Sender shares the fleet's marks and never makes an
+// attempt. It started while the endpoint was marked down, so it holds that
+// down. A worker's Sender then finds the endpoint up: the console shows
+// "up" at its next read, with no attempt of its own.
+func TestConsole_HealthFollowsTheMarksWithoutAnAttempt(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, "console", true)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	marks := riverhook.NewEndpointMarks(pool, schema)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	conn := srv.Connection()
+	now := time.Now()
+	require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: conn.Endpoint(), Down: true, Since: now.Add(-time.Minute),
+		Changed: now.Add(-time.Second), NextProbe: now.Add(-time.Second), Failures: 4, LastFailure: webhook.Attempt{Kind: webhook.KindRefused}}))
+
+	api := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{Marks: marks}})
+	require.NoError(t, api.Flush(ctx)) // its first read of the marks, at NewSender
+	require.Len(t, api.Health(), 1, "the API tier's Sender starts from the down mark")
+	w, err := riverhook.NewWorker(api, func(context.Context, string) (webhook.Connection, error) { return conn, nil }, nil)
+	require.NoError(t, err)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
+	require.NoError(t, err)
+	h, err := console.New(client, pool, w, &console.Options{
+		Connections: func(*http.Request) ([]string, error) { return []string{"crm"}, nil },
+		Marks:       marks,
+	})
+	require.NoError(t, err)
+	f := &fixture{handler: h}
+	state := func() string {
+		return decode[map[string]any](t, f.do(t, "GET", "/api/connections/crm/health", "").Body.String())["state"].(string)
+	}
+	require.Equal(t, "down", state())
+	before := len(srv.Deliveries())
+
+	worker := srv.Sender(&webhook.SenderOptions{Health: &webhook.HealthOptions{Marks: marks, ConfirmUpEvery: time.Minute}})
+	a := worker.Attempt(ctx, conn, webhook.EventUserIdentified, []byte(`{}`), 1) // its probe, answered
+	require.True(t, a.OK(), "%v", a.Err)
+	require.NoError(t, worker.Flush(ctx)) // its mark up, written
+
+	assert.Equal(t, "up", state(), "the worker's mark up, read when the console renders")
+	page := f.do(t, "GET", "/connections/crm", "").Body.String()
+	assert.True(t, strings.Contains(page, `<span class="health health-up">up</span>`), "the page shows up")
+	assert.False(t, strings.Contains(page, "Your endpoint is down."), "the page has no banner")
+	assert.Len(t, srv.Deliveries(), before+1, "the worker's probe alone: the API tier made no attempt")
+	assert.Len(t, api.Health(), 1, "its own Sender still holds the down it read")
+}

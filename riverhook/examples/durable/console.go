@@ -32,6 +32,7 @@ func serveConsole(addr string, client *river.Client[pgx.Tx], pool *pgxpool.Pool,
 		Connections: func(*http.Request) ([]string, error) { return ids, nil }, // the demo's scope: every connection
 		Actor:       func(*http.Request) string { return "the durable example's console" },
 		Marks:       riverhook.NewEndpointMarks(pool, schema), // what every worker found, not this process alone
+		Limits:      console.NewSharedLimits(pool, schema),    // Send Test, Recover and Resend limited across replicas
 		Logger:      logger,
 	})
 	if err != nil {
