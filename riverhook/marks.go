@@ -255,8 +255,9 @@ func nullTime(t time.Time) *time.Time {
 var _ webhook.HealthMarks = (*EndpointMarks)(nil)
 
 // pruneTables deletes, in schema, the endpoint marks not down and
-// recorded a day ago or more, and the paces whose chain ended a day ago
-// and whose last start was a year ago or more (a rate's start must be kept
+// recorded a day ago or more, the console's turns taken a day ago or more,
+// and the paces whose chain ended a day ago and whose last start was a
+// year ago or more (a rate's start must be kept
 // for as long as its 1/rate, at most maxPaceEvery); it returns how many
 // rows went. A schema without riverhook's tables has nothing to prune.
 func pruneTables(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string) (int64, error) {
@@ -267,8 +268,9 @@ func pruneTables(ctx context.Context, query func(ctx context.Context, sql string
 	}
 	var n int64
 	err := query(ctx, `WITH marks AS (DELETE FROM `+q+`riverhook_endpoint_mark WHERE NOT down AND recorded_at < now() - interval '1 day' RETURNING 1),
-		paces AS (DELETE FROM `+q+`riverhook_pace WHERE chain < now() - interval '1 day' AND last_start < now() - $1 * interval '1 microsecond' RETURNING 1)
-		SELECT (SELECT count(*) FROM marks) + (SELECT count(*) FROM paces)`, maxPaceEvery.Microseconds()).Scan(&n)
+		paces AS (DELETE FROM `+q+`riverhook_pace WHERE chain < now() - interval '1 day' AND last_start < now() - $1 * interval '1 microsecond' RETURNING 1),
+		turns AS (DELETE FROM `+q+`riverhook_console_turn WHERE taken < now() - interval '1 day' RETURNING 1)
+		SELECT (SELECT count(*) FROM marks) + (SELECT count(*) FROM paces) + (SELECT count(*) FROM turns)`, maxPaceEvery.Microseconds()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: pruning riverhook's tables: %w", err)
 	}

@@ -35,16 +35,18 @@ func TestPruneTables_KeepsWhatIsAhead(t *testing.T) {
 		INSERT INTO `+q+`riverhook_pace (connection_id, last_start, chain) VALUES
 			('idle', '-infinity', now() - interval '2 days'),
 			('slotted', '-infinity', now() + interval '1 hour'),
-			('weekly', now() - interval '2 days', now() - interval '2 days')`)
+			('weekly', now() - interval '2 days', now() - interval '2 days');
+		INSERT INTO `+q+`riverhook_console_turn (connection_id, action, taken) VALUES ('old', 'test', now() - interval '2 days'), ('new', 'test', now())`)
 	require.NoError(t, err)
 	n, err = pruneTables(ctx, query, schema)
 	require.NoError(t, err)
-	assert.EqualValues(t, 2, n)
-	rows, err := pool.Query(ctx, `SELECT endpoint FROM `+q+`riverhook_endpoint_mark UNION ALL SELECT connection_id FROM `+q+`riverhook_pace ORDER BY 1`)
+	assert.EqualValues(t, 3, n)
+	rows, err := pool.Query(ctx, `SELECT endpoint FROM `+q+`riverhook_endpoint_mark UNION ALL SELECT connection_id FROM `+q+`riverhook_pace
+		UNION ALL SELECT connection_id FROM `+q+`riverhook_console_turn ORDER BY 1`)
 	require.NoError(t, err)
 	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	assert.Equal(t, []string{"https://down.example:443", "https://fresh.example:443", "slotted", "weekly"}, left)
+	assert.Equal(t, []string{"https://down.example:443", "https://fresh.example:443", "new", "slotted", "weekly"}, left)
 }
 
 // TestRegister_SchedulesTheMaintenance: Register adds the maintenance's

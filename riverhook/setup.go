@@ -66,8 +66,9 @@ func Register(config *river.Config, w *Worker) error {
 // PruneKind is the River job kind of riverhook's maintenance, which
 // [Register] schedules every [PruneEvery] on River's elected leader (and
 // once at its start): it deletes the endpoint marks of endpoints up again
-// for a day (riverhook_endpoint_mark) and the paces of connections with
-// nothing ahead for a day and no start in a year (riverhook_pace). It does
+// for a day (riverhook_endpoint_mark), the console's turns a day old
+// (riverhook_console_turn), and the paces of connections with nothing
+// ahead for a day and no start in a year (riverhook_pace). It does
 // nothing in a schema [Migrate] never ran in.
 const PruneKind = "riverhook_prune"
 
