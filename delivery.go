@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -20,8 +22,9 @@ import (
 )
 
 // This file holds one delivery's attempts: signing each one, the retry
-// decision, reading and bounding the answer; classify.go names what kind of
-// failure an attempt had.
+// decision, reading and bounding the answer, and what an attempt learns of
+// its connection (connTrace); classify.go names what kind of failure an
+// attempt had.
 
 // Response bodies: the log keeps the start, the rest is drained up to a
 // bound so the connection can be reused.
@@ -446,4 +449,40 @@ func (d *delivery) scrubText(s string) string {
 		d.secrets = d.conn.secrets()
 	}
 	return d.secrets.Scrub(s)
+}
+
+// connTrace notes the connection an attempt got (httptrace's GotConn):
+// endpoint health counts only the attempts that got none against their
+// endpoint, and a connection of NewTransport's reads what its attempts
+// lend it (readbudget.go). One is made per attempt, since net/http may
+// call it from another goroutine.
+type connTrace struct {
+	connected atomic.Bool
+	conn      atomic.Pointer[boundedConn] // lent the attempt's allowance
+	got1xx    informational
+	trace     httptrace.ClientTrace
+}
+
+func newConnTrace() *connTrace {
+	t := &connTrace{}
+	t.trace.GotConn = t.gotConn
+	t.trace.Got1xxResponse = func(_ int, h textproto.MIMEHeader) error { return t.got1xx.count(h) }
+	return t
+}
+
+func (t *connTrace) gotConn(info httptrace.GotConnInfo) {
+	t.connected.Store(true)
+	if c := boundedOf(info.Conn); c != nil {
+		c.begin()
+		if old := t.conn.Swap(c); old != nil {
+			old.end() // net/http retried the request on another connection
+		}
+	}
+}
+
+// done ends the attempt's loan to its connection, once its answer is read.
+func (t *connTrace) done() {
+	if c := t.conn.Swap(nil); c != nil {
+		c.end()
+	}
 }

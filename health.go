@@ -3,6 +3,7 @@ package webhook
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -10,13 +11,401 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 )
 
-// This file holds endpoint health: marking an endpoint down after a run of
-// failures without an answer, probing it while down, and reporting changes.
+// This file holds endpoint health: its options and what it reports, then
+// the Sender's shell (health) around the clock-explicit core in
+// healthstate.go: admitting an attempt, recording its end, reporting the
+// changes, and following the marks of the other processes.
+
+// Endpoint health: defaults of [HealthOptions].
+const (
+	DefaultDownAfter          = 5
+	DefaultProbeInterval      = 10 * time.Second
+	DefaultMaxProbeInterval   = 5 * time.Minute
+	DefaultMaxUnanswered      = 4
+	DefaultMaxUnansweredTotal = 8
+)
+
+// ErrEndpointDown is matched by the error of a delivery, or of an attempt,
+// that a [Sender] with endpoint health did not send because its endpoint is
+// down. Nothing was sent: the caller decides what to do with it.
+var ErrEndpointDown = errors.New("webhook: endpoint down")
+
+// ErrEndpointNotAnswering is matched, with [ErrEndpointDown], by the error
+// of an attempt that a [Sender] with endpoint health did not send because
+// its URL does not answer: attempts connect and then time out with no
+// answer (the URL is isolated, probed one attempt at a time), or
+// [HealthOptions].MaxUnanswered attempts are in flight to it and none has
+// answered for a while, or [HealthOptions].MaxUnansweredTotal attempts and
+// retries wait on endpoints that do not answer. Nothing was sent.
+var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
+
+// HealthOptions turns endpoint health on in a [Sender]
+// (SenderOptions.Health). A nil *HealthOptions there leaves it off: every
+// attempt dials, as the service's schedule says. A zero field selects the
+// documented default.
+//
+// Health watches two scopes. An origin (scheme, host and port, in one
+// spelling: see [EndpointHealth]) is what fails to connect: a name that no
+// longer resolves, a port that refuses, a host that hangs in its TLS
+// handshake, a proxy that cannot reach it. One URL is what connects and
+// then never answers: an application hung behind its load balancer, one
+// tenant's path on a shared host. Each is marked down after DownAfter
+// failures of its own in a row. An origin's are attempts with no
+// connection: kinds dns, refused, tls and unreachable, and a timeout or
+// reset before a connection. A URL's are attempts that connected and timed
+// out with no answer. They count once per delivery, so one payload that
+// hangs its handler, retried again and again, never takes its URL down. Any
+// answer, a 4xx or 5xx included, proves both up and resets the counts. An
+// attempt sent before the endpoint was last reached is old news: its
+// failure is not counted.
+//
+// While an origin or URL is down, no attempt is sent to it but one probe
+// at a time: a real attempt of a real delivery, let through ProbeInterval
+// after it went down, then at intervals that double after each failed
+// probe, up to MaxProbeInterval. Every other attempt fails at once with
+// kind [KindDown], having sent nothing, with an error matching
+// [ErrEndpointDown] ([ErrEndpointNotAnswering] too for a URL). A delivery
+// whose endpoint goes down during its attempt ends then, rather than
+// waiting for a retry that would be refused. [Sender.SendTest] is always
+// sent, so that a customer who fixed the endpoint sees it answer.
+//
+// Before a URL is known not to answer, MaxUnanswered bounds the attempts
+// waiting on it once it has been silent for a while: it cannot hold every
+// caller. MaxUnansweredTotal bounds the same across every endpoint not
+// answering, probes included, so that many dead endpoints cannot hold
+// every caller either. A URL that answers, however slowly and at whatever
+// concurrency, is never held back.
+//
+// Each Sender keeps its own view, in memory, of what is failing or in
+// flight only. With several processes, each learns and probes on its own.
+// An endpoint no attempt is made to is forgotten after an hour, or a day if
+// it is down.
+type HealthOptions struct {
+	// DownAfter is how many attempts in a row that got no connection mark
+	// the endpoint down. Zero means DefaultDownAfter.
+	DownAfter int
+
+	// ProbeInterval is how long after it went down an endpoint is first
+	// probed; each failed probe doubles the wait, up to MaxProbeInterval.
+	// Zero means DefaultProbeInterval.
+	ProbeInterval time.Duration
+
+	// MaxProbeInterval caps the wait between probes. Zero means
+	// DefaultMaxProbeInterval.
+	MaxProbeInterval time.Duration
+
+	// MaxUnanswered bounds the attempts in flight to one URL that has been
+	// silent for eight times what an answer typically takes at this Sender
+	// (at least 50 ms, at most half the attempt timeout and 5 s, the time
+	// the spec gives a receiver): past it, the next attempts to that URL
+	// are refused at once ([ErrEndpointNotAnswering]) until one answers.
+	// Zero means DefaultMaxUnanswered.
+	MaxUnanswered int
+
+	// MaxUnansweredTotal bounds, across all endpoints, what waits on an
+	// endpoint that is not answering: attempts in flight to a URL that is
+	// failing with no answer or isolated (its probes), to an origin whose
+	// attempts time out before they connect (its probes too), or to a URL
+	// silent as MaxUnanswered says; and deliveries of [Sender.Send] waiting
+	// to retry one of them. Past it, such attempts are refused at once, and
+	// such deliveries end rather than wait for their retry, with an error
+	// matching [ErrEndpointNotAnswering]: however many endpoints stop
+	// answering, they hold at most this many of the caller's goroutines
+	// (beyond the first two attempts to each, which nothing tells from
+	// attempts to an endpoint that answers), and the others go to the
+	// endpoints that answer. A Send Test
+	// is counted, never refused. Zero means DefaultMaxUnansweredTotal:
+	// twice the default per URL, so that one silent URL is bounded by its
+	// own bound, and a small share of the tens of goroutines a service
+	// delivers from; raise it with the workers if many endpoints are
+	// probed at once.
+	MaxUnansweredTotal int
+
+	// OnChange, if not nil, is called when an endpoint goes down and when
+	// it comes back up, once per change, with its state then: to mark it
+	// in the service's table (join on [Connection.Endpoint] and
+	// [Connection.URLKey]), tell the customer, or disable a connection
+	// down for days. It runs off the attempt path, on a goroutine of its
+	// own, with a context that ends after [OnChangeTimeout]. Changes of one
+	// endpoint are reported in order, one at a time; those of different
+	// endpoints may be reported concurrently. A panic in it is logged
+	// (SenderOptions.Logger), and the changes after it are still reported.
+	// On shutdown, [Sender.Flush] waits for the reports under way.
+	OnChange func(ctx context.Context, h EndpointHealth)
+
+	// Marks, if not nil, shares endpoint health with the other processes
+	// of a deployment: every change this Sender reports (and, with
+	// ConfirmUpEvery, every confirmation) is also written there, and the
+	// marks the others write are read at most FollowEvery apart and
+	// followed, so that every process holds back an endpoint one of them
+	// found down, and a process starting up starts from the marks: they
+	// are read at NewSender, and the first attempts wait for that read
+	// (at most OnChangeTimeout). Later reads are off the attempt path; an
+	// error is logged and the Sender goes on with what it knows.
+	Marks HealthMarks
+
+	// FollowEvery is how often, at most, the marks are read while
+	// attempts are made. Zero means DefaultFollowEvery; negative is an
+	// error.
+	FollowEvery time.Duration
+
+	// ConfirmUpEvery, if not zero, also reports an endpoint up (Down
+	// false) at its first answer and then at most once per ConfirmUpEvery
+	// while it answers, with the URL that answered (URLKey). With several
+	// processes, a down mark written by one that then died is cleared
+	// within ConfirmUpEvery of another's next answer from that endpoint.
+	// Clear only a mark written before the confirmation's Changed: reports
+	// of several processes may arrive out of order. It costs one OnChange
+	// per endpoint answering, per ConfirmUpEvery.
+	ConfirmUpEvery time.Duration
+}
+
+// OnChangeTimeout bounds each call of HealthOptions.OnChange: its context
+// ends then.
+const OnChangeTimeout = 10 * time.Second
+
+// HealthMarks keeps the endpoint health marks of a deployment where every
+// process reads them: each Sender with HealthOptions.Marks writes the
+// changes it sees and follows those the others write, so that an endpoint
+// one process found down is held back by all within about
+// HealthOptions.FollowEvery, and a process starting up starts from the
+// marks. riverhook's PostgreSQL store is one (riverhook.EndpointMarks).
+//
+// Its methods are called off the attempt path, concurrently, with a context
+// that ends after OnChangeTimeout; an error is logged and the Sender goes on
+// with what it knows itself.
+type HealthMarks interface {
+	// Mark records h, a change or a confirmation as HealthOptions.OnChange
+	// reports it, unless the store holds a mark of the same endpoint (its
+	// origin, or for a PerURL mark its URLKey) that changed later
+	// (Changed): reports of several processes may arrive out of order.
+	Mark(ctx context.Context, h EndpointHealth) error
+
+	// Since returns the marks recorded at or after after, by the store's
+	// clock (all of them for the zero time), and the time to give the next
+	// call: the latest recording time among them, or after when there are
+	// none. A mark is returned again if recorded again; the Sender applies
+	// each by its Changed.
+	Since(ctx context.Context, after time.Time) (marks []EndpointHealth, next time.Time, err error)
+}
+
+// EndpointHealth is what a [Sender] knows of an endpoint that is failing or
+// down.
+type EndpointHealth struct {
+	// Endpoint is the origin that identifies it, such as
+	// "https://hooks.example.com:443".
+	Endpoint string
+
+	// Down reports whether deliveries to it are held back.
+	Down bool
+
+	// Since is when its run of failures began.
+	Since time.Time
+
+	// Changed is when it last went down or came back up; zero while it
+	// fails without being down.
+	Changed time.Time
+
+	// Failures is how many attempts in a row failed without a
+	// connection.
+	Failures int
+
+	// LastFailure is the last of them.
+	LastFailure Attempt
+
+	// NextProbe is, while it is down, when the next probe may go.
+	NextProbe time.Time
+
+	// PerURL reports whether this is one URL of Endpoint, not the whole
+	// origin: a URL whose attempts connect and then get no answer, isolated
+	// alone so that the origin's other paths are unaffected. Its path is
+	// not shown (Endpoint ends in "/…"): it may be a credential.
+	PerURL bool
+
+	// Confirmed reports that this is not a change but an endpoint that
+	// answered, confirmed up (HealthOptions.ConfirmUpEvery): it may have
+	// been up all along. Down is false.
+	Confirmed bool
+
+	// URLKey is, for a URL's change (PerURL) and for an endpoint
+	// confirmed up (HealthOptions.ConfirmUpEvery), the key of that URL:
+	// what [Connection.URLKey] returns for it, never the URL itself.
+	URLKey string
+}
+
+// String describes h on one line for people.
+func (h EndpointHealth) String() string {
+	state := "failing"
+	if h.Down {
+		state = "down"
+	}
+	if h.PerURL {
+		state = "not answering"
+		if h.Down {
+			state = "isolated, not answering"
+		}
+	}
+	return fmt.Sprintf("%s %s since %s: %d failed attempt(s) in a row, the last %s",
+		h.Endpoint, state, h.Since.UTC().Format(time.RFC3339), h.Failures, h.LastFailure.Kind)
+}
+
+// queue logs e's new state, at, and adds it to the changes to report; it
+// returns reports with e added when the caller is to report them. Under
+// h.mu.
+func (h *health) queue(e *endpoint, at endpointState, reports []*endpoint) []*endpoint {
+	st := e.stateOf(&at)
+	level, msg := slog.LevelInfo, "webhook: endpoint up"
+	switch {
+	case st.Down && st.PerURL:
+		level, msg = slog.LevelWarn, "webhook: endpoint isolated: a URL that connects and does not answer"
+	case st.Down:
+		level, msg = slog.LevelWarn, "webhook: endpoint down"
+	}
+	h.logger.LogAttrs(context.Background(), level, msg, slog.String("endpoint", st.Endpoint),
+		slog.Time("since", st.Since), slog.Int("failures", st.Failures), slog.String("last_kind", string(st.LastFailure.Kind)))
+	if h.onChange == nil {
+		return reports
+	}
+	if !st.Down && !st.PerURL && h.confirmUp > 0 {
+		h.confirmed[st.Endpoint] = at.changed // reported up: the next confirmation is due a ConfirmUpEvery later
+	}
+	e.changes = append(e.changes, st)
+	if e.reporting {
+		return reports
+	}
+	e.reporting = true
+	return append(reports, e)
+}
+
+// report hands e's changes to OnChange, in order, until none is left. Only
+// one goroutine reports an endpoint's changes at a time; it stops reporting
+// under the lock under which it finds none left, so a change queued by
+// another goroutine is always reported.
+func (h *health) report(e *endpoint) {
+	for {
+		h.mu.Lock()
+		if len(e.changes) == 0 {
+			e.reporting = false
+			if !e.perURL {
+				h.forgetIfWell(e.origin, e, h.now())
+			} else if u := h.urls[e.url]; u != nil && &u.endpoint == e && u.settled() {
+				h.forgetURL(e.url, u)
+			}
+			h.mu.Unlock()
+			return
+		}
+		c := e.changes[0]
+		e.changes = e.changes[1:]
+		h.mu.Unlock()
+		h.tell(c)
+	}
+}
+
+// confirm reports, with ConfirmUpEvery, the origin of attempt a, which
+// answered, up: at its first answer, then at most once per
+// ConfirmUpEvery. It goes through the origin's changes, so that it is
+// never reported out of order with its going down. Under h.mu.
+func (h *health) confirm(t ticket, a *Attempt, now time.Time, reports []*endpoint) []*endpoint {
+	if h.confirmUp <= 0 || h.onChange == nil || a.StatusCode == 0 {
+		return reports
+	}
+	if last, ok := h.confirmed[t.origin]; ok && now.Sub(last) < h.confirmUp {
+		return reports
+	}
+	e := h.endpoints[t.origin]
+	if e == nil {
+		e = &endpoint{origin: t.origin, touched: now}
+		h.endpoints[t.origin] = e
+	}
+	if e.down {
+		return reports
+	}
+	h.confirmed[t.origin] = now
+	st := e.state()
+	st.Changed, st.URLKey, st.Confirmed = now, urlKey(t.url), true
+	e.changes = append(e.changes, st)
+	if e.reporting {
+		return reports
+	}
+	e.reporting = true
+	return append(reports, e)
+}
+
+// forgetConfirmed drops the confirmations older than ConfirmUpEvery: their
+// next answer is confirmed again. Under h.mu.
+func (h *health) forgetConfirmed(now time.Time) {
+	for origin, at := range h.confirmed {
+		if now.Sub(at) >= h.confirmUp {
+			delete(h.confirmed, origin)
+		}
+	}
+}
+
+// tell calls OnChange with c, logging a panic: the changes queued behind it
+// are still reported. Its context ends after OnChangeTimeout.
+func (h *health) tell(c EndpointHealth) {
+	ctx, cancel := context.WithTimeout(context.Background(), OnChangeTimeout)
+	defer cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			h.logger.LogAttrs(context.Background(), slog.LevelError, "webhook: HealthOptions.OnChange panicked",
+				slog.String("endpoint", c.Endpoint), slog.Bool("down", c.Down), slog.Any("panic", v))
+		}
+	}()
+	h.onChange(ctx, c)
+}
+
+// state returns what is known of e. Under h.mu.
+func (e *endpoint) state() EndpointHealth { return e.stateOf(&e.endpointState) }
+
+// stateOf returns e as reported in state st.
+func (e *endpoint) stateOf(st *endpointState) EndpointHealth {
+	s := EndpointHealth{Endpoint: e.name(), Down: st.down, Since: st.since, Changed: st.changed, Failures: st.failures, LastFailure: st.last, PerURL: e.perURL}
+	if e.perURL {
+		s.URLKey = urlKey(e.url)
+	}
+	if st.down {
+		s.NextProbe = st.nextProbe
+	}
+	return s
+}
+
+// snapshot returns the endpoints and URLs failing or down, sorted, having
+// forgotten the idle ones.
+func (h *health) snapshot() []EndpointHealth {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.swept = time.Time{} // now, whatever the last sweep was
+	h.sweep(h.now())
+	out := make([]EndpointHealth, 0, len(h.endpoints))
+	for _, e := range h.endpoints {
+		if e.failures > 0 || e.down {
+			out = append(out, e.state())
+		}
+	}
+	for _, u := range h.urls {
+		if u.failures > 0 || u.down {
+			out = append(out, u.state())
+		}
+	}
+	slices.SortFunc(out, func(a, b EndpointHealth) int {
+		return cmp.Or(strings.Compare(a.Endpoint, b.Endpoint), cmp.Compare(boolInt(a.PerURL), boolInt(b.PerURL)))
+	})
+	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // health is a Sender's view of its endpoints: the origins failing or down,
 // and the URLs with attempts in flight or failing. Only those are kept, and
@@ -386,4 +775,321 @@ func (h *health) release(origin string, lease uint64) {
 // millisecond, so that a queue that waits it never spins.
 func spread(wait, interval time.Duration) time.Duration {
 	return max(wait+rand.N(interval+1), time.Millisecond)
+}
+
+// What an attempt's end does: its outcome recorded for its URL and its
+// origin, the changes queued for OnChange, and the forgetting of what no
+// longer needs watching.
+
+// record notes attempt a, admitted with t, which got a connection if
+// connected and whose delivery's body is body; it reports the changes of
+// state through OnChange.
+func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
+	now := h.now()
+	var bodyHash uint64
+	uo := urlOutcome(a.Kind, connected)
+	if uo == outcomeFailed {
+		bodyHash = maphash.Bytes(h.seed, body) | 1 // never 0, which counts no delivery
+	}
+	h.mu.Lock()
+	if t.waiting {
+		h.waiting--
+	}
+	h.sweep(now)
+	if a.StatusCode != 0 { // an answer: the typical time it takes
+		h.typical = average(h.typical, a.Duration, h.answers == 0)
+		h.answers++
+	}
+	reports := h.recordURL(t, uo, a, bodyHash, now, nil)
+	reports = h.recordOrigin(t, originOutcome(a.Kind, connected), a, now, reports)
+	h.mu.Unlock()
+	for _, e := range reports {
+		h.reports.Add(1) // before the attempt returns: Sender.Flush waits for it
+		go func() {
+			defer h.reports.Done()
+			h.report(e)
+		}()
+	}
+}
+
+// average adds d to the moving average avg (weight 1/16); the first d
+// sets it.
+func average(avg, d time.Duration, first bool) time.Duration {
+	if first {
+		return d
+	}
+	return avg + (d-avg)/16
+}
+
+// recordURL applies outcome o of attempt a to its URL. Under h.mu.
+func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now time.Time, reports []*endpoint) []*endpoint {
+	u := h.urls[t.url]
+	if u == nil {
+		return reports
+	}
+	u.touched = now
+	u.end(a.StatusCode != 0, now)
+	if o != outcomeNeutral || t.urlLease != 0 {
+		if changed, at := u.record(&h.policy, o, a, t.admitted, t.urlLease, body, now); changed {
+			reports = h.queue(&u.endpoint, at, reports)
+			if !u.down && h.fleet != nil {
+				// Found up here: another process's mark no longer seeds
+				// this URL's next entry, though it may stay recorded
+				// (its clock ahead of this one's).
+				delete(h.fleet.urlMarks, urlKey(t.url))
+			}
+		}
+	}
+	if u.settled() {
+		h.forgetURL(t.url, u)
+	}
+	return reports
+}
+
+// forgetURL drops u, the entry of URL key, and keeps it for the next URL
+// to come: nothing refers to it once it is out of the map (a report in
+// progress would, but then u is not dropped). Under h.mu.
+func (h *health) forgetURL(key string, u *urlEntry) {
+	delete(h.urls, key)
+	*u = urlEntry{} // what it held (its last failure's error and body) may go
+	h.spare.Put(u)
+}
+
+// settled reports whether u has nothing to remember: nothing in flight, no
+// run of failures, not down, nothing to report. Unlike an origin, whose
+// attempts are not counted, a URL need not keep the time it was last
+// reached once nothing is in flight: no attempt sent before can still end.
+// So a URL that answers is kept only while attempts to it are in flight.
+func (u *urlEntry) settled() bool {
+	return u.inFlight == 0 && u.failures == 0 && !u.down && !u.reporting && len(u.changes) == 0
+}
+
+// recordOrigin applies outcome o of attempt a to its origin, which a
+// failure begins to track. Under h.mu.
+func (h *health) recordOrigin(t ticket, o outcome, a *Attempt, now time.Time, reports []*endpoint) []*endpoint {
+	e := h.endpoints[t.origin]
+	if e == nil && o != outcomeFailed {
+		return h.confirm(t, a, now, reports)
+	}
+	if e == nil {
+		e = &endpoint{origin: t.origin}
+		h.endpoints[t.origin] = e
+	}
+	e.touched = now
+	if changed, at := e.record(&h.policy, o, a, t.admitted, t.lease, 0, now); changed {
+		reports = h.queue(e, at, reports)
+	} else {
+		reports = h.confirm(t, a, now, reports)
+	}
+	h.forgetIfWell(t.origin, e, now)
+	return reports
+}
+
+// forgetIfWell drops origin e once it is well and nothing of it is left to
+// report. Under h.mu.
+func (h *health) forgetIfWell(origin string, e *endpoint, now time.Time) {
+	if e.well(&h.policy, now) && !e.reporting && len(e.changes) == 0 && h.endpoints[origin] == e {
+		delete(h.endpoints, origin)
+	}
+}
+
+// sweep forgets, at most once a sweepEvery, the entries no attempt was made
+// to for forgetFailingAfter (forgetDownAfter for one that is down), with
+// nothing to report and, for a URL, nothing in flight. A forgotten
+// endpoint's next delivery is sent as to any other. Under h.mu, locked.
+func (h *health) sweep(now time.Time) {
+	if now.Sub(h.swept) < sweepEvery {
+		return
+	}
+	h.swept = now
+	h.forgetConfirmed(now)
+	idle := func(e *endpoint) bool {
+		d := now.Sub(e.touched)
+		return !e.reporting && len(e.changes) == 0 && (d >= forgetDownAfter || !e.down && d >= forgetFailingAfter)
+	}
+	for key, e := range h.endpoints {
+		if idle(e) {
+			delete(h.endpoints, key)
+			continue
+		}
+		h.forgetIfWell(key, e, now)
+	}
+	for key, u := range h.urls {
+		if u.inFlight == 0 && idle(&u.endpoint) || u.settled() {
+			h.forgetURL(key, u)
+		}
+	}
+}
+
+// Following the marks (HealthOptions.Marks): a Sender's changes are written
+// through OnChange's path, and the others' marks are read at most
+// FollowEvery apart, lazily, when attempts are admitted, and applied to the
+// core by their time of change.
+
+// DefaultFollowEvery is how often, at most, a Sender reads the marks of
+// the other processes (HealthOptions.FollowEvery): a process stops dialling
+// an endpoint another found down within about a second.
+const DefaultFollowEvery = time.Second
+
+// marksOverlap is how far before the last mark read a Sender reads again:
+// a mark recorded by a transaction that committed late, with an earlier
+// time, is read all the same; applying a mark twice does nothing.
+const marksOverlap = 2 * time.Second
+
+// fleet is what a health following HealthOptions.Marks holds, under
+// health.mu.
+type fleet struct {
+	marks    HealthMarks
+	every    time.Duration
+	cursor   time.Time // the store's time to read from next
+	last     time.Time // when the last read began, on health's clock
+	reading  bool
+	first    chan struct{}             // closed once the first read has ended, done or not
+	firstBy  time.Time                 // when the first read's bound ends (OnChangeTimeout), on the system clock
+	urlMarks map[string]EndpointHealth // the other processes' URL marks down, by URLKey
+	applied  map[string]time.Time      // the down marks applied, by origin or URLKey: their Changed
+}
+
+// newFleet returns the fleet of marks, and wraps onChange so that every
+// change is written there before it is handed on.
+func newFleet(marks HealthMarks, every time.Duration, onChange *func(context.Context, EndpointHealth), logger *slog.Logger) *fleet {
+	next := *onChange
+	*onChange = func(ctx context.Context, c EndpointHealth) {
+		if err := marks.Mark(ctx, c); err != nil {
+			logger.LogAttrs(ctx, slog.LevelWarn, "webhook: cannot write an endpoint health mark",
+				slog.String("endpoint", c.Endpoint), slog.Bool("down", c.Down), slog.String("error", err.Error()))
+		}
+		if next != nil {
+			next(ctx, c)
+		}
+	}
+	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]time.Time{},
+		first: make(chan struct{}), firstBy: time.Now().Add(OnChangeTimeout)}
+}
+
+// seeded waits, with HealthOptions.Marks, until the Sender's first read of
+// the marks has ended, OnChangeTimeout after NewSender at most (a store
+// that ignores its context does not hold the attempts longer), or ctx is
+// done: a process starting up holds back from its first attempt an
+// endpoint another process marked down. Afterwards it costs a receive
+// from a closed channel.
+func (h *health) seeded(ctx context.Context) {
+	if h.fleet == nil {
+		return
+	}
+	select {
+	case <-h.fleet.first:
+		return
+	default:
+	}
+	t := time.NewTimer(time.Until(h.fleet.firstBy))
+	defer t.Stop()
+	select {
+	case <-h.fleet.first:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// followDue starts reading the marks when FollowEvery has passed since the
+// last read began. Under h.mu.
+func (h *health) followDue(now time.Time) {
+	f := h.fleet
+	if f == nil || f.reading || (!f.last.IsZero() && now.Sub(f.last) < f.every) {
+		return
+	}
+	f.reading, f.last = true, now
+	h.reports.Add(1) // Sender.Flush waits for it
+	go h.follow()
+}
+
+// follow reads the marks recorded since the last read, and applies them.
+func (h *health) follow() {
+	defer h.reports.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), OnChangeTimeout)
+	defer cancel()
+	h.mu.Lock()
+	from := h.fleet.cursor
+	h.mu.Unlock()
+	if !from.IsZero() {
+		from = from.Add(-marksOverlap)
+	}
+	marks, next, err := h.fleet.marks.Since(ctx, from)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-h.fleet.first:
+	default:
+		defer close(h.fleet.first) // after the marks are applied, under h.mu
+	}
+	h.fleet.reading = false
+	if err != nil {
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "webhook: cannot read the endpoint health marks", slog.String("error", err.Error()))
+		return
+	}
+	if next.After(h.fleet.cursor) {
+		h.fleet.cursor = next
+	}
+	now := h.now()
+	for i := range marks {
+		h.apply(&marks[i], now)
+	}
+}
+
+// apply applies mark m of another process at now. Under h.mu.
+func (h *health) apply(m *EndpointHealth, now time.Time) {
+	if m.Changed.IsZero() {
+		return
+	}
+	// A down mark is applied once: read again (the overlap, or no later
+	// mark recorded since), it would take down again an endpoint this
+	// process has found up since, when its up could not replace the mark
+	// (another process's clock ahead, a write that failed).
+	key := "|" + m.Endpoint
+	if m.PerURL {
+		key = m.URLKey
+	}
+	if m.Down {
+		if c, ok := h.fleet.applied[key]; ok && c.Equal(m.Changed) {
+			return
+		}
+		h.fleet.applied[key] = m.Changed
+	} else {
+		delete(h.fleet.applied, key)
+	}
+	if m.PerURL {
+		if m.Down {
+			h.fleet.urlMarks[m.URLKey] = *m
+		} else {
+			delete(h.fleet.urlMarks, m.URLKey)
+		}
+		for raw, u := range h.urls { // those in flight or failing: few
+			if urlKey(raw) == m.URLKey {
+				u.follow(&h.policy, m, now)
+			}
+		}
+		return
+	}
+	e := h.endpoints[m.Endpoint]
+	if e == nil {
+		if !m.Down {
+			return
+		}
+		e = &endpoint{origin: m.Endpoint}
+		h.endpoints[m.Endpoint] = e
+	}
+	e.touched = now
+	e.follow(&h.policy, m, now)
+	h.forgetIfWell(m.Endpoint, e, now)
+}
+
+// seedURL applies to u, a URL entry just made, the other processes' mark
+// of its URL, if any. Under h.mu.
+func (h *health) seedURL(u *urlEntry, now time.Time) {
+	if h.fleet == nil || len(h.fleet.urlMarks) == 0 {
+		return
+	}
+	if m, ok := h.fleet.urlMarks[urlKey(u.url)]; ok {
+		u.follow(&h.policy, &m, now)
+	}
 }

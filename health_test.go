@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 // flakyEndpoint is an in-memory endpoint whose answer a test sets: refused,
@@ -878,5 +880,528 @@ func TestHealth_AQueuesProbeThatFindsItDownIsAWait(t *testing.T) {
 		require.Len(t, res.Attempts, 1)
 		assert.True(t, res.Attempts[0].Probe)
 		assert.False(t, res.Attempts[0].Retry, "Send's probe is an attempt of its policy")
+	})
+}
+
+// memoryMarks is a HealthMarks in memory, as a test sees a shared store:
+// keyed as riverhook's table is, recorded by the bubble's clock.
+type memoryMarks struct {
+	mu    sync.Mutex
+	marks map[string]recordedMark
+	fail  error
+}
+
+type recordedMark struct {
+	h  webhook.EndpointHealth
+	at time.Time
+}
+
+func (m *memoryMarks) Mark(_ context.Context, h webhook.EndpointHealth) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	if m.marks == nil {
+		m.marks = map[string]recordedMark{}
+	}
+	key := h.Endpoint + "|" + h.URLKey
+	if !h.PerURL {
+		key = h.Endpoint + "|"
+	}
+	if old, ok := m.marks[key]; ok && old.h.Changed.After(h.Changed) {
+		return nil
+	}
+	m.marks[key] = recordedMark{h, time.Now()}
+	return nil
+}
+
+func (m *memoryMarks) Since(_ context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return nil, after, m.fail
+	}
+	var out []webhook.EndpointHealth
+	next := after
+	for _, r := range m.marks {
+		if !r.at.Before(after) {
+			out = append(out, r.h)
+			if r.at.After(next) {
+				next = r.at
+			}
+		}
+	}
+	return out, next, nil
+}
+
+// fleetSender returns a Sender on ep sharing marks: down after 3 failures,
+// probes after 10 s, following the marks every second.
+func fleetSender(t *testing.T, ep http.RoundTripper, marks webhook.HealthMarks) *webhook.Sender {
+	t.Helper()
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client:         &http.Client{Transport: ep},
+		Retry:          &webhook.RetryPolicy{},
+		AttemptTimeout: 5 * time.Second,
+		Health:         &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, Marks: marks},
+	})
+	require.NoError(t, err)
+	return s
+}
+
+// TestHealth_MarksHoldTheFleet runs two processes' Senders on one store of
+// marks: the endpoint one finds down is held back by the other within
+// FollowEvery, without a dial, until the mark's probe; a process starting
+// up starts from the marks; the one that finds it up again clears it for
+// all.
+func TestHealth_MarksHoldTheFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		epA, epB := &flakyEndpoint{}, &flakyEndpoint{status: http.StatusOK} // refused for A only
+		a, b := fleetSender(t, epA, marks), fleetSender(t, epB, marks)
+		ctx := context.Background()
+		send := func(s *webhook.Sender) error {
+			_, err := s.Send(ctx, fakeConn, samplePayload())
+			return err
+		}
+		for range 3 {
+			require.ErrorIs(t, send(a), syscall.ECONNREFUSED)
+		}
+		require.NoError(t, a.Flush(ctx)) // A's mark is written
+		require.ErrorIs(t, send(a), webhook.ErrEndpointDown)
+
+		time.Sleep(webhook.DefaultFollowEvery)
+		other := fakeConn
+		other.URL = "https://other.example.com/hooks"
+		_, err := b.Send(ctx, other, samplePayload()) // B reads the marks as it admits this one
+		require.NoError(t, err)
+		require.NoError(t, b.Flush(ctx))
+		before := epB.requests.Load()
+		require.ErrorIs(t, send(b), webhook.ErrEndpointDown, "B holds back what A found down")
+		assert.Equal(t, before, epB.requests.Load(), "without a dial")
+		require.Len(t, b.Health(), 1)
+		assert.True(t, b.Health()[0].Down)
+
+		c := fleetSender(t, &flakyEndpoint{status: http.StatusOK}, marks) // a process starting up
+		require.NoError(t, c.Flush(ctx))
+		require.ErrorIs(t, send(c), webhook.ErrEndpointDown, "a new process starts from the marks")
+
+		// B's probe, when the mark's is due, finds it up: every process
+		// follows within a second.
+		time.Sleep(10 * time.Second)
+		require.NoError(t, send(b), "B's probe answers")
+		require.NoError(t, b.Flush(ctx))
+		time.Sleep(webhook.DefaultFollowEvery)
+		_, err = a.Send(ctx, other, samplePayload()) // refused: A's endpoint refuses every host
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		require.NoError(t, a.Flush(ctx))
+		for _, h := range a.Health() {
+			assert.NotEqual(t, "https://crm.example.com:443", h.Endpoint, "A followed B's mark up, before a probe of its own")
+		}
+		epA.set(http.StatusOK, false)
+		require.NoError(t, send(a))
+	})
+}
+
+// TestHealth_MarksThatFailAreLoggedNotFatal: a store that cannot be reached
+// leaves each Sender to what it knows.
+func TestHealth_MarksThatFailAreLoggedNotFatal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{fail: errors.New("store: connection refused")}
+		s := fleetSender(t, &flakyEndpoint{}, marks)
+		for range 3 {
+			_, err := s.Send(context.Background(), fakeConn, samplePayload())
+			require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		}
+		require.NoError(t, s.Flush(context.Background()))
+		_, err := s.Send(context.Background(), fakeConn, samplePayload())
+		assert.ErrorIs(t, err, webhook.ErrEndpointDown, "down by its own count")
+		_, err = webhook.NewSender(&webhook.SenderOptions{Health: &webhook.HealthOptions{Marks: marks, FollowEvery: -1}})
+		assert.Error(t, err)
+	})
+}
+
+// TestHealth_AFollowedMarkIsAppliedOnce: another process's clock ahead (by
+// 30 s here) records a down mark that this process's up, by its own clock
+// earlier, cannot replace. This process finds the endpoint up: the stale
+// mark, read again at every follow, must not take it down again each time
+// (an OnChange "up" and a probe per second, for as long as the skew lasts).
+// The same holds for an isolated URL, whose entry is forgotten once it
+// answers and made again for the next delivery.
+func TestHealth_AFollowedMarkIsAppliedOnce(t *testing.T) {
+	for _, perURL := range []bool{false, true} {
+		t.Run(map[bool]string{false: "origin", true: "url"}[perURL], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testMarkAppliedOnce(t, perURL) })
+		})
+	}
+}
+
+func testMarkAppliedOnce(t *testing.T, perURL bool) {
+	marks := &memoryMarks{}
+	now := time.Now()
+	ctx := context.Background()
+	stale := webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: now.Add(30 * time.Second),
+		Changed: now.Add(30 * time.Second), NextProbe: now, Failures: 3} // by a clock 30 s ahead
+	if perURL {
+		stale.Endpoint, stale.PerURL, stale.URLKey = fakeConn.Endpoint()+"/…", true, fakeConn.URLKey()
+	}
+	require.NoError(t, marks.Mark(ctx, stale))
+	var mu sync.Mutex
+	var ups int
+	s, err := webhook.NewSender(&webhook.SenderOptions{
+		Client:         &http.Client{Transport: &flakyEndpoint{status: http.StatusOK}},
+		Retry:          &webhook.RetryPolicy{},
+		AttemptTimeout: 5 * time.Second,
+		Health: &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, Marks: marks,
+			OnChange: func(_ context.Context, h webhook.EndpointHealth) {
+				if !h.Down {
+					mu.Lock()
+					ups++
+					mu.Unlock()
+				}
+			}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, s.Flush(ctx)) // started from the mark
+	var refused int
+	for range 10 {
+		if _, err := s.Send(ctx, fakeConn, samplePayload()); errors.Is(err, webhook.ErrEndpointDown) {
+			refused++
+		} else {
+			require.NoError(t, err)
+		}
+		require.NoError(t, s.Flush(ctx))
+		time.Sleep(2 * webhook.DefaultFollowEvery)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.LessOrEqual(t, ups, 1, "the endpoint came up once")
+	assert.Zero(t, refused)
+}
+
+// TestHealth_AFollowedMarkHoldsBackAtMostTheLongestProbeInterval: a mark
+// whose next probe is far (its process's clock an hour ahead, and that
+// process gone) holds this process back no longer than its own
+// MaxProbeInterval: then it probes, and finds the endpoint up.
+func TestHealth_AFollowedMarkHoldsBackAtMostTheLongestProbeInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		now := time.Now()
+		ctx := context.Background()
+		ahead := now.Add(time.Hour)
+		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: ahead,
+			Changed: ahead, NextProbe: ahead.Add(10 * time.Second), Failures: 3}))
+		s, err := webhook.NewSender(&webhook.SenderOptions{
+			Client:         &http.Client{Transport: &flakyEndpoint{status: http.StatusOK}},
+			Retry:          &webhook.RetryPolicy{},
+			AttemptTimeout: 5 * time.Second,
+			Health:         &webhook.HealthOptions{DownAfter: 3, ProbeInterval: 10 * time.Second, MaxProbeInterval: time.Minute, Marks: marks},
+		})
+		require.NoError(t, err)
+		require.NoError(t, s.Flush(ctx)) // started from the mark
+		_, err = s.Send(ctx, fakeConn, samplePayload())
+		require.ErrorIs(t, err, webhook.ErrEndpointDown, "held back by the mark")
+		time.Sleep(time.Minute + time.Second)
+		_, err = s.Send(ctx, fakeConn, samplePayload())
+		assert.NoError(t, err, "probed within MaxProbeInterval")
+		require.NoError(t, s.Flush(ctx))
+	})
+}
+
+// TestHealth_ASendTestThatAnswersClearsTheFleetsMark: the API tier's
+// Sender makes only Send Tests. An endpoint the workers marked down after
+// it started, once fixed, answers the customer's Send Test: the mark is
+// cleared for the fleet (and the console), not left down until a worker
+// probes, which with nothing waiting is never.
+func TestHealth_ASendTestThatAnswersClearsTheFleetsMark(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &memoryMarks{}
+		ctx := context.Background()
+		epA := &flakyEndpoint{} // refused, for the worker
+		api := fleetSender(t, &flakyEndpoint{status: http.StatusOK}, marks)
+		require.NoError(t, api.Flush(ctx))
+		worker := fleetSender(t, epA, marks)
+		for range 3 {
+			_, err := worker.Send(ctx, fakeConn, samplePayload())
+			require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		}
+		require.NoError(t, worker.Flush(ctx)) // the mark: down
+		time.Sleep(2 * webhook.DefaultFollowEvery)
+
+		for range 2 { // the customer, having fixed the endpoint, tests it
+			res, err := api.SendTest(ctx, fakeConn)
+			require.NoError(t, err)
+			require.True(t, res.Attempts[0].OK())
+			require.NoError(t, api.Flush(ctx))
+		}
+		got, _, err := marks.Since(ctx, time.Time{})
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.False(t, got[0].Down, "the endpoint answered the Send Test: up for the fleet")
+	})
+}
+
+// slowMarks is a store of marks whose reads wait for release.
+type slowMarks struct {
+	*memoryMarks
+	release chan struct{}
+}
+
+func (m *slowMarks) Since(ctx context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
+	<-m.release
+	return m.memoryMarks.Since(ctx, after)
+}
+
+// TestHealth_ANewProcessStartsFromTheMarksBeforeItsFirstAttempt: a Sender
+// made while another process's down mark is in the store holds the
+// endpoint back from its very first attempt, however slow the store's
+// first read: the attempt waits for it, and never dials.
+func TestHealth_ANewProcessStartsFromTheMarksBeforeItsFirstAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &slowMarks{memoryMarks: &memoryMarks{}, release: make(chan struct{})}
+		now := time.Now()
+		ctx := context.Background()
+		require.NoError(t, marks.Mark(ctx, webhook.EndpointHealth{Endpoint: fakeConn.Endpoint(), Down: true, Since: now,
+			Changed: now, NextProbe: now.Add(time.Minute), Failures: 3}))
+		ep := &flakyEndpoint{status: http.StatusOK}
+		s := fleetSender(t, ep, marks)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.Send(ctx, fakeConn, samplePayload())
+			errc <- err
+		}()
+		synctest.Wait()
+		assert.Zero(t, ep.requests.Load(), "no dial while the marks are read")
+		close(marks.release)
+		require.ErrorIs(t, <-errc, webhook.ErrEndpointDown, "the first attempt holds back what another process found down")
+		assert.Zero(t, ep.requests.Load())
+	})
+}
+
+// deafMarks is a store of marks whose reads ignore their context and wait
+// for release: a store hung on a lock, or written without a deadline.
+type deafMarks struct {
+	*memoryMarks
+	release chan struct{}
+}
+
+func (m *deafMarks) Since(ctx context.Context, after time.Time) ([]webhook.EndpointHealth, time.Time, error) {
+	<-m.release
+	return m.memoryMarks.Since(context.WithoutCancel(ctx), after)
+}
+
+// TestHealth_TheFirstAttemptWaitsForTheMarksAtMostOnChangeTimeout: a
+// Sender's first attempts wait for its first read of the marks at most
+// OnChangeTimeout, whatever the store does: a store that hangs, ignoring
+// its context, delays a Send with a context that never ends by that much,
+// and the attempt goes out with what the Sender knows.
+func TestHealth_TheFirstAttemptWaitsForTheMarksAtMostOnChangeTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &deafMarks{memoryMarks: &memoryMarks{}, release: make(chan struct{})}
+		defer close(marks.release)
+		ep := &flakyEndpoint{status: http.StatusOK}
+		s := fleetSender(t, ep, marks)
+		start := time.Now()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.Send(context.Background(), fakeConn, samplePayload())
+			errc <- err
+		}()
+		time.Sleep(webhook.OnChangeTimeout) // the fake clock: the bound of the first read has passed
+		synctest.Wait()
+		select {
+		case err := <-errc:
+			require.NoError(t, err)
+			assert.Equal(t, webhook.OnChangeTimeout, time.Since(start), "the Send waited for the read that long, no more")
+			assert.Equal(t, int32(1), ep.requests.Load())
+		default:
+			t.Errorf("the Send still waits for a read of the marks that never ends, %v after it began", time.Since(start))
+			marks.release <- struct{}{} // let the read and the Send end
+			<-errc
+		}
+	})
+}
+
+// marks is a service's table of down marks, keyed as it stores them:
+// by Connection.Endpoint for an origin, by Connection.URLKey for a URL.
+type marks struct {
+	mu      sync.Mutex
+	down    map[string]bool
+	at      map[string]time.Time // when each mark was written: EndpointHealth.Changed
+	changed chan struct{}        // a token after each change, for waitFor
+}
+
+func (m *marks) onChange(_ context.Context, h webhook.EndpointHealth) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down == nil {
+		m.down, m.at = map[string]bool{}, map[string]time.Time{}
+	}
+	set := func(key string, down bool) {
+		m.down[key], m.at[key] = down, h.Changed
+	}
+	defer func() {
+		select {
+		case m.changed <- struct{}{}:
+		default:
+		}
+	}()
+	switch {
+	case h.PerURL:
+		set(h.URLKey, h.Down)
+	case h.Confirmed:
+		// It clears only a mark written before the answer: another
+		// process's report may arrive after a later one of ours.
+		for _, key := range []string{h.Endpoint, h.URLKey} {
+			if m.down[key] && m.at[key].Before(h.Changed) {
+				set(key, false)
+			}
+		}
+	default:
+		set(h.Endpoint, h.Down)
+	}
+}
+
+// isDown returns key's mark once the synctest bubble has settled: OnChange
+// runs on a goroutine of its own.
+func (m *marks) isDown(key string) bool {
+	synctest.Wait()
+	return m.state(key)
+}
+
+func (m *marks) state(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.down[key]
+}
+
+// waitFor waits, out of a bubble, for key's mark to be down; it fails the
+// test after 30 s.
+func (m *marks) waitFor(t *testing.T, key string, down bool) {
+	t.Helper()
+	deadline := time.After(30 * time.Second) // the wait is not what is tested
+	for m.state(key) != down {
+		select {
+		case <-m.changed:
+		case <-deadline:
+			t.Fatalf("%s's mark is not down=%v after 30 s", key, down)
+		}
+	}
+}
+
+// A down mark written by a process that then dies clears once another
+// process, confirming the endpoints it reaches every ConfirmUpEvery,
+// reaches it: whether that process had reached it before the mark or not.
+func TestHealth_AMarkLeftByADeadProcessClearsOnceAnotherReachesTheEndpoint(t *testing.T) {
+	for _, seenBefore := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			var table marks
+			ep := &flakyEndpoint{status: http.StatusOK}
+			sender := func() *webhook.Sender {
+				s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, Retry: &webhook.RetryPolicy{},
+					Health: &webhook.HealthOptions{DownAfter: 2, ConfirmUpEvery: 5 * time.Minute, OnChange: table.onChange}})
+				require.NoError(t, err)
+				return s
+			}
+			a, b := sender(), sender()
+			if seenBefore {
+				_, err := b.Send(context.Background(), fakeConn, samplePayload())
+				require.NoError(t, err)
+			}
+			ep.set(0, false) // refused
+			for range 2 {
+				a.Send(context.Background(), fakeConn, samplePayload())
+			}
+			require.True(t, table.isDown(fakeConn.Endpoint()), "A marked it down")
+			// A is killed now: it never reports the endpoint up.
+
+			time.Sleep(time.Second) // on the bubble's clock
+			ep.set(http.StatusOK, false)
+			_, err := b.Send(context.Background(), fakeConn, samplePayload())
+			require.NoError(t, err)
+			if seenBefore {
+				assert.True(t, table.isDown(fakeConn.Endpoint()), "B confirmed it up less than ConfirmUpEvery ago")
+				time.Sleep(5 * time.Minute)
+				_, err = b.Send(context.Background(), fakeConn, samplePayload())
+				require.NoError(t, err)
+			}
+			assert.False(t, table.isDown(fakeConn.Endpoint()), "B's answer cleared A's mark (seen before: %v)", seenBefore)
+		})
+	}
+}
+
+// A URL isolated by a process that died is cleared by another's answer
+// from that URL.
+func TestHealth_AnIsolatedURLsMarkClearsOnceAnotherProcessReachesIt(t *testing.T) {
+	var hang atomic.Bool
+	hang.Store(true)
+	srv := webhooktest.NewServer(testSecret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() {
+			<-r.Context().Done()
+		}
+	})})
+	defer srv.Close()
+	table := marks{changed: make(chan struct{}, 1)}
+	sender := func() *webhook.Sender {
+		// Long enough for a TLS handshake under the race detector on a
+		// slow, loaded machine (CI once took more than a second): an
+		// attempt cut before it connected counts against the origin, not
+		// the URL. The two hanging deliveries cost 10 s.
+		return srv.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{}, AttemptTimeout: 5 * time.Second,
+			Health: &webhook.HealthOptions{DownAfter: 2, ConfirmUpEvery: time.Minute, OnChange: table.onChange}})
+	}
+	a, b := sender(), sender()
+	conn := srv.Connection()
+	conn.URL += "/tenant-7"
+	for i := range 2 {
+		p := samplePayload()
+		p.User.ID = fmt.Sprintf("usr_%d", i) // two deliveries: a URL's failures count once per delivery
+		a.Send(context.Background(), conn, p)
+	}
+	table.waitFor(t, conn.URLKey(), true)
+	assert.False(t, table.state(conn.Endpoint()), "not its origin")
+
+	hang.Store(false)
+	_, err := b.Send(context.Background(), conn, samplePayload())
+	require.NoError(t, err)
+	table.waitFor(t, conn.URLKey(), false)
+}
+
+func TestConnection_EndpointAndURLKey(t *testing.T) {
+	c := webhook.Connection{URL: "https://Hooks.Example.COM./in/tok_123"}
+	assert.Equal(t, "https://hooks.example.com:443", c.Endpoint())
+	c.URL = "https://hooks.example.com:8443/in"
+	assert.Equal(t, "https://hooks.example.com:8443", c.Endpoint())
+	c.URL = "http://hooks.example.com/in"
+	assert.Empty(t, c.Endpoint(), "not a valid URL")
+	c.URL = "https://hooks.example.com/in/tok_123"
+	assert.Len(t, c.URLKey(), 32)
+	assert.NotContains(t, c.URLKey(), "tok_123")
+	other := c
+	other.URL += "x"
+	assert.NotEqual(t, c.URLKey(), other.URLKey())
+}
+
+// Flush waits for the reports an attempt started: after it, OnChange has
+// seen the endpoint go down, whatever the scheduler did.
+func TestSender_FlushWaitsForTheReportsUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &flakyEndpoint{} // refused
+		release := make(chan struct{})
+		var seen atomic.Int32
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, Retry: &webhook.RetryPolicy{},
+			Health: &webhook.HealthOptions{DownAfter: 1, OnChange: func(context.Context, webhook.EndpointHealth) {
+				<-release // the service's database, slow
+				seen.Add(1)
+			}}})
+		require.NoError(t, err)
+		s.Send(context.Background(), fakeConn, samplePayload())
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		assert.ErrorIs(t, s.Flush(ctx), context.DeadlineExceeded, "the report is still under way")
+		close(release)
+		require.NoError(t, s.Flush(context.Background()))
+		assert.EqualValues(t, 1, seen.Load(), "reported before Flush returned")
 	})
 }

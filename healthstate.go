@@ -6,7 +6,7 @@ import (
 
 // This file holds endpoint health's core: what an attempt's outcome does to
 // an endpoint's state at a given time, with no lock, no clock and no
-// reporting (health.go is the shell around it). One core serves both
+// reporting (health.go holds the shell around it). One core serves both
 // scopes: an origin, marked down by attempts that got no connection, and
 // one URL, isolated by attempts that connected and got no answer.
 
