@@ -51,7 +51,7 @@
 //
 //   - The replay memory of each [Verifier], on by default: the signature of
 //     each delivery accepted within the window. It is bounded by
-//     [MemoryReplayStoreOptions].MaxEntries. It takes about 1.5 MiB at 100
+//     [MemoryReplayStoreOptions].MaxEntries. It takes about 1.1 MiB at 100
 //     deliveries a second, and 12 MiB at 1,000.
 //     [VerifierOptions].AllowReplays turns it off. [VerifierOptions].ReplayStore
 //     shares it.
