@@ -245,8 +245,9 @@ func (a *admission) give(ctx context.Context, t *ticket) {
 		return
 	}
 	t.placed = false
+	live := a.places.live(t.place) // a place of an ended session is no one's to hand on
 	a.mu.Lock()
-	if l := a.lanes[t.id]; l != nil && len(l.waiting) > 0 {
+	if l := a.lanes[t.id]; l != nil && len(l.waiting) > 0 && live {
 		next := l.waiting[0]
 		l.waiting = l.waiting[1:]
 		next <- t.place

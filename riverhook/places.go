@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,9 @@ type Places interface {
 	take(ctx context.Context, connectionID string, bound int) (p place, ok bool, err error)
 	// give gives back a place take returned.
 	give(ctx context.Context, p place) error
+	// live reports whether p, a place take returned, is still held in the
+	// store: a place of an ended session was freed with it.
+	live(p place) bool
 	// start takes the connection's start now when its last one was every
 	// ago or more, and returns zero; else how long until it may.
 	start(ctx context.Context, connectionID string, every time.Duration) (wait time.Duration, err error)
@@ -116,6 +120,8 @@ func (m *memoryPlaces) give(_ context.Context, p place) error {
 	return nil
 }
 
+func (m *memoryPlaces) live(place) bool { return true }
+
 func (m *memoryPlaces) start(_ context.Context, id string, every time.Duration) (time.Duration, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -197,6 +203,7 @@ type ConnectionPlaces struct {
 	mu      sync.Mutex         // serialises the session's statements
 	conn    *pgx.Conn          // the session; nil until the first take, and after it ends
 	session uint64             // counts the sessions opened
+	open    atomic.Uint64      // the session open, 0 for none: read without mu (see live)
 	held    map[string][]int32 // connection id -> the places the session holds: a session takes its own lock again
 	trips   int                // round trips made, for tests
 }
@@ -236,6 +243,7 @@ func (p *ConnectionPlaces) sessionConn(ctx context.Context) (*pgx.Conn, error) {
 	}
 	p.conn = conn
 	p.session++
+	p.open.Store(p.session)
 	return conn, nil
 }
 
@@ -246,6 +254,7 @@ func (p *ConnectionPlaces) lost(ctx context.Context) {
 		p.conn.Close(context.WithoutCancel(ctx))
 		p.conn = nil
 	}
+	p.open.Store(0)
 	clear(p.held)
 }
 
@@ -269,6 +278,10 @@ func (p *ConnectionPlaces) give(ctx context.Context, pl place) error {
 	}
 	return nil
 }
+
+// live reports whether pl was taken on the session open now: a place of
+// an ended session may be held by another process.
+func (p *ConnectionPlaces) live(pl place) bool { return pl.session == p.open.Load() }
 
 // call is a take or a give on the session, and what became of it.
 type call struct {

@@ -1,0 +1,65 @@
+package riverhook
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// holdingOn returns once n runs of connection id hold on in a.
+func holdingOn(a *admission, id string, n int) {
+	for {
+		a.mu.Lock()
+		l := a.lanes[id]
+		got := l != nil && len(l.waiting) >= n
+		a.mu.Unlock()
+		if got {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestAdmission_APlaceOfAnEndedSessionIsNotHandedOn: a run's place whose
+// session ended meanwhile was freed in the database, and another process
+// may hold it: it is not handed to a run holding on, which would make an
+// attempt over the fleet's bound.
+func TestAdmission_APlaceOfAnEndedSessionIsNotHandedOn(t *testing.T) {
+	t.Parallel()
+	mine, theirs := twoProcesses(t)
+	a, _ := testAdmission(mine)
+	ctx, now, lim := context.Background(), time.Now(), limits{bound: 1}
+	first, _ := a.enter(ctx, crmJob(now, 1, false), lim)
+	require.NotNil(t, first)
+	mine.mu.Lock()
+	pid := mine.conn.PgConn().PID()
+	mine.mu.Unlock()
+	var ended bool
+	require.NoError(t, theirs.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
+	require.True(t, ended)
+	other, ok, err := theirs.take(ctx, "crm", 1)
+	require.NoError(t, err)
+	require.True(t, ok, "the place freed with the session, taken by another process")
+	_, _, err = mine.take(ctx, "crm", 1)
+	require.Error(t, err, "the process finds its session ended")
+
+	got := make(chan *ticket)
+	go func() {
+		tk, _ := a.enter(ctx, crmJob(now, 2, true), lim)
+		got <- tk
+	}()
+	holdingOn(a, "crm", 1)
+	a.leave(ctx, first)
+	require.NoError(t, theirs.give(ctx, other)) // the place the run may take
+	tk := <-got
+	require.NotNil(t, tk)
+	mine.mu.Lock()
+	session := mine.session
+	mine.mu.Unlock()
+	assert.Equal(t, session, tk.place.session, "the run holds a place locked in the database, not the ended session's")
+	a.leave(ctx, tk)
+}
