@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -62,4 +63,31 @@ func TestAdmission_APlaceOfAnEndedSessionIsNotHandedOn(t *testing.T) {
 	mine.mu.Unlock()
 	assert.Equal(t, session, tk.place.session, "the run holds a place locked in the database, not the ended session's")
 	a.leave(ctx, tk)
+}
+
+// TestAdmission_APlaceOverALoweredBoundIsNotHandedOn: once a connection's
+// bound is lowered, a place over the new bound, freed, is not handed to a
+// run holding on at the new bound: the connection comes down to it.
+func TestAdmission_APlaceOverALoweredBoundIsNotHandedOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(newMemoryPlaces(time.Now))
+		ctx, now := context.Background(), time.Now()
+		first, _ := a.enter(ctx, crmJob(now, 1, false), limits{bound: 2})
+		second, _ := a.enter(ctx, crmJob(now, 2, false), limits{bound: 2})
+		require.NotNil(t, first)
+		require.NotNil(t, second)
+		got := make(chan *ticket)
+		go func() {
+			tk, _ := a.enter(ctx, crmJob(now, 3, true), limits{bound: 1}) // the customer lowered the bound
+			got <- tk
+		}()
+		synctest.Wait()
+		a.leave(ctx, second)
+		tk := <-got
+		assert.Nil(t, tk, "one attempt in flight already: the bound of 1 is full")
+		if tk != nil {
+			a.leave(ctx, tk)
+		}
+		a.leave(ctx, first)
+	})
 }
