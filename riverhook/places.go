@@ -66,11 +66,13 @@ type memoryPlaces struct {
 	now   func() time.Time
 	mu    sync.Mutex
 	conns map[string]*memoryConn
+	swept time.Time // the last sweep of the connections with nothing to keep
 }
 
 type memoryConn struct {
 	held      []bool // place -> held
 	lastStart time.Time
+	every     time.Duration // the longest time between starts asked: how long lastStart is kept
 	chain     time.Time     // the last slot handed
 	spacing   time.Duration // the longest spacing the chain was handed at since it was last rewritten
 }
@@ -79,7 +81,19 @@ func newMemoryPlaces(now func() time.Time) *memoryPlaces {
 	return &memoryPlaces{now: now, conns: map[string]*memoryConn{}}
 }
 
+// sweepEvery is how often the memory's places drop the connections
+// with nothing to keep.
+const sweepEvery = time.Minute
+
+// conn returns id's facts, made when needed; at most once per sweepEvery,
+// it first drops every connection with nothing to keep. Under m.mu.
 func (m *memoryPlaces) conn(id string) *memoryConn {
+	if now := m.now(); now.Sub(m.swept) >= sweepEvery {
+		for id, c := range m.conns {
+			m.forget(id, c, now)
+		}
+		m.swept = now
+	}
 	c := m.conns[id]
 	if c == nil {
 		c = &memoryConn{}
@@ -88,9 +102,10 @@ func (m *memoryPlaces) conn(id string) *memoryConn {
 	return c
 }
 
-// forget drops a connection that holds nothing of the future.
+// forget drops a connection that holds nothing of the future: no place
+// held, no slot to come, and its last start every ago or more.
 func (m *memoryPlaces) forget(id string, c *memoryConn, now time.Time) {
-	if !slices.Contains(c.held, true) && c.chain.Before(now) && now.Sub(c.lastStart) > maxPaceEvery {
+	if !slices.Contains(c.held, true) && c.chain.Before(now) && now.Sub(c.lastStart) >= c.every {
 		delete(m.conns, id)
 	}
 }
@@ -116,6 +131,7 @@ func (m *memoryPlaces) give(_ context.Context, p place) error {
 	defer m.mu.Unlock()
 	if c := m.conns[p.connectionID]; c != nil && p.n < len(c.held) {
 		c.held[p.n] = false
+		m.forget(p.connectionID, c, m.now())
 	}
 	return nil
 }
@@ -126,6 +142,7 @@ func (m *memoryPlaces) start(_ context.Context, id string, every time.Duration) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, now := m.conn(id), m.now()
+	c.every = max(c.every, every)
 	if next := c.lastStart.Add(every); next.After(now) {
 		return next.Sub(now), nil
 	}

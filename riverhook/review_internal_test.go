@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"testing"
 	"testing/synctest"
@@ -89,5 +90,33 @@ func TestAdmission_APlaceOverALoweredBoundIsNotHandedOn(t *testing.T) {
 			a.leave(ctx, tk)
 		}
 		a.leave(ctx, first)
+	})
+}
+
+// TestMemoryPlaces_ForgetsConnectionsWithNothingHeld: the process's places
+// keep no memory of a connection whose places are all given back and that
+// has no chain or start to keep, so that many connections over the
+// process's life do not grow it.
+func TestMemoryPlaces_ForgetsConnectionsWithNothingHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := newMemoryPlaces(time.Now)
+		ctx := context.Background()
+		for i := range 1000 {
+			p, ok, err := m.take(ctx, fmt.Sprint("conn", i), 2)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.NoError(t, m.give(ctx, p))
+		}
+		for i := range 1000 {
+			wait, err := m.start(ctx, fmt.Sprint("rate", i), time.Second)
+			require.NoError(t, err)
+			require.Zero(t, wait)
+		}
+		time.Sleep(time.Hour)
+		_, _, err := m.take(ctx, "last", 1)
+		require.NoError(t, err)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		assert.LessOrEqual(t, len(m.conns), 1, "only the connection holding a place")
 	})
 }
