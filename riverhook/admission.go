@@ -42,6 +42,7 @@ type admission struct {
 
 	mu    sync.Mutex
 	lanes map[string]*lane // connection id -> what the process knows of it
+	swept time.Time        // the last sweep of idle lanes
 }
 
 // lane is what a process knows of a connection, under admission.mu.
@@ -51,6 +52,7 @@ type lane struct {
 	users   int           // runs in the admission or in an attempt
 	chain   time.Time     // the end of the chain as this process last handed it a slot
 	handed  time.Duration // the longest spacing this process handed slots at since the chain was last rewritten
+	used    time.Time     // when a run last entered or left
 }
 
 // waiter is a run holding on for a place, and its bound: a place handed
@@ -399,14 +401,32 @@ func (a *admission) ended(ctx context.Context, t *ticket, at webhook.Attempt, wa
 	})
 }
 
-// use counts a run in, or out of, connection id's lane; a lane is
-// forgotten when no run uses it and nothing is learnt of its endpoint.
+// laneKeep is how long a lane no run uses keeps what was learnt of its
+// endpoint.
+const laneKeep = time.Hour
+
+// use counts a run in, or out of, connection id's lane. A lane no run
+// uses, with no slot ahead, is forgotten at once when nothing is learnt of
+// its endpoint, else once idle for laneKeep (swept at most once per
+// sweepEvery).
 func (a *admission) use(id string, n int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := time.Now()
 	l := a.lane(id)
-	if l.users += n; l.users == 0 && len(l.waiting) == 0 && l.took == 0 && l.chain.Before(time.Now()) {
+	l.users += n
+	l.used = now
+	idle := func(l *lane) bool { return l.users == 0 && len(l.waiting) == 0 && l.chain.Before(now) }
+	if idle(l) && l.took == 0 {
 		delete(a.lanes, id)
+	}
+	if now.Sub(a.swept) >= sweepEvery {
+		for id, l := range a.lanes {
+			if idle(l) && now.Sub(l.used) >= laneKeep {
+				delete(a.lanes, id)
+			}
+		}
+		a.swept = now
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
 )
 
 // holdingOn returns once n runs of connection id hold on in a.
@@ -118,5 +120,30 @@ func TestMemoryPlaces_ForgetsConnectionsWithNothingHeld(t *testing.T) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		assert.LessOrEqual(t, len(m.conns), 1, "only the connection holding a place")
+	})
+}
+
+// TestAdmission_ForgetsIdleConnections: the admission keeps no lane of a
+// connection no run has used for long, even once its attempts' time was
+// learnt, so that many connections over the process's life do not grow it.
+func TestAdmission_ForgetsIdleConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(newMemoryPlaces(time.Now))
+		ctx, now := context.Background(), time.Now()
+		for i := range 1000 {
+			job := crmJob(now, int64(i), false)
+			job.Args.ConnectionID = fmt.Sprint("conn", i)
+			tk, _ := a.enter(ctx, job, limits{bound: 2})
+			require.NotNil(t, tk)
+			a.ended(ctx, tk, webhook.Attempt{StatusCode: 200, Duration: time.Millisecond}, nil)
+			a.leave(ctx, tk)
+		}
+		time.Sleep(24 * time.Hour)
+		tk, _ := a.enter(ctx, crmJob(time.Now(), 1, false), limits{bound: 2})
+		require.NotNil(t, tk)
+		a.leave(ctx, tk)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		assert.LessOrEqual(t, len(a.lanes), 1, "only the connection used lately")
 	})
 }
