@@ -514,11 +514,14 @@ func (p *ConnectionPlaces) rechain(ctx context.Context, id string, end, spacing 
 	return nil
 }
 
-// Prune deletes the rows of riverhook_pace whose last start and last slot
-// were both before before, and returns how many: a connection with
-// nothing ahead needs no row, which its next delivery makes again.
+// Prune deletes the rows of riverhook_pace whose last slot was before
+// before, and whose last start was a year before it (the slowest rate's
+// time between starts, which the row does not hold), and returns how many:
+// a connection with nothing ahead needs no row, which its next delivery
+// makes again.
 func (p *ConnectionPlaces) Prune(ctx context.Context, before time.Time) (int64, error) {
-	tag, err := p.pool.Exec(ctx, `DELETE FROM `+p.pace+` WHERE last_start < $1 AND chain < $1`, before)
+	tag, err := p.pool.Exec(ctx, `DELETE FROM `+p.pace+` WHERE chain < $1 AND last_start < $1 - $2 * interval '1 microsecond'`,
+		before, maxPaceEvery.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: pruning the connections' paces: %w", err)
 	}

@@ -147,3 +147,22 @@ func TestAdmission_ForgetsIdleConnections(t *testing.T) {
 		assert.LessOrEqual(t, len(a.lanes), 1, "only the connection used lately")
 	})
 }
+
+// TestConnectionPlaces_PruneKeepsAStartItsRateNeeds: Prune with a before
+// of a day ago keeps the last start of a connection whose rate has its
+// next start still to come, so that the rate is never passed.
+func TestConnectionPlaces_PruneKeepsAStartItsRateNeeds(t *testing.T) {
+	t.Parallel()
+	a, _ := twoProcesses(t)
+	ctx, week := context.Background(), 7*24*time.Hour
+	wait, err := a.start(ctx, "crm", week) // one delivery a week
+	require.NoError(t, err)
+	require.Zero(t, wait)
+	_, err = a.pool.Exec(ctx, `UPDATE `+a.pace+` SET last_start = last_start - interval '2 days'`)
+	require.NoError(t, err) // the start was two days ago
+	_, err = a.Prune(ctx, time.Now().Add(-24*time.Hour))
+	require.NoError(t, err)
+	wait, err = a.start(ctx, "crm", week)
+	require.NoError(t, err)
+	assert.Greater(t, wait, 4*24*time.Hour, "the next start is five days on")
+}
