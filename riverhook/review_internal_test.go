@@ -166,3 +166,31 @@ func TestConnectionPlaces_PruneKeepsAStartItsRateNeeds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, wait, 4*24*time.Hour, "the next start is five days on")
 }
+
+// TestWake_LeavesARetryOfAProcessWhoseClockIsBehind: River stamps a
+// failed run's error with its process's clock (the run's start), and its
+// attempted_at with the database's; a process a little behind the
+// database stamps its retries before attempted_at. The wake still takes
+// them for retries, never moving one ahead of its policy's wait.
+func TestWake_LeavesARetryOfAProcessWhoseClockIsBehind(t *testing.T) {
+	client, pool := pinClient(t)
+	ctx := context.Background()
+	res, err := client.Insert(ctx, Args{ConnectionID: "crm", DeliveryID: "r", Event: "user.identified", Body: []byte("{}")}, nil)
+	require.NoError(t, err)
+	id := res.Job.ID
+	// Fetched at the database's now; run by a process 50 ms behind it,
+	// which failed and whose policy retries in 4 s (River makes a retry
+	// that soon available at its time).
+	_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(), state = 'available',
+		errors = ARRAY[jsonb_build_object('at', now() - interval '50 milliseconds', 'attempt', 1)],
+		scheduled_at = now() + interval '4 seconds' WHERE id = $1`, id)
+	require.NoError(t, err)
+	before, err := client.JobGet(ctx, id)
+	require.NoError(t, err)
+	n, err := wake(ctx, poolQuery(pool), client.Schema(), "crm", time.Millisecond)
+	require.NoError(t, err)
+	assert.Zero(t, n, "a retry is no snooze to cut short")
+	after, err := client.JobGet(ctx, id)
+	require.NoError(t, err)
+	assert.True(t, after.ScheduledAt.Equal(before.ScheduledAt), "its policy's time, %v, not %v", before.ScheduledAt, after.ScheduledAt)
+}
