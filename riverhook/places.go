@@ -279,7 +279,7 @@ func (p *ConnectionPlaces) take(ctx context.Context, id string, bound int) (plac
 	if err := ctx.Err(); err != nil {
 		return place{}, false, err
 	}
-	c := &call{id: id, bound: min(bound, maxBound), done: make(chan struct{})}
+	c := &call{id: id, bound: min(bound, maxBound), done: make(chan struct{}), turn: make(chan struct{}, 1)}
 	p.do(ctx, c)
 	if c.err != nil {
 		return place{}, false, fmt.Errorf("riverhook: taking a place for connection %q: %w", id, c.err)
@@ -288,7 +288,7 @@ func (p *ConnectionPlaces) take(ctx context.Context, id string, bound int) (plac
 }
 
 func (p *ConnectionPlaces) give(ctx context.Context, pl place) error {
-	c := &call{id: pl.connectionID, give: true, got: pl, done: make(chan struct{})}
+	c := &call{id: pl.connectionID, give: true, got: pl, done: make(chan struct{}), turn: make(chan struct{}, 1)}
 	p.do(ctx, c)
 	if c.err != nil {
 		return fmt.Errorf("riverhook: giving back a place of connection %q: %w", pl.connectionID, c.err)
@@ -309,34 +309,54 @@ type call struct {
 	ok    bool  // a place was taken
 	err   error
 	done  chan struct{}
+	turn  chan struct{} // (1) the round trips handed to its caller
 }
 
 // do makes c on the session. The calls made while a round trip is under
 // way share the next one: their statements go in one pgx batch, so that a
 // busy process pays a round trip for many attempts' places, not two each.
-// The caller that finds none under way makes the round trips until no call
-// waits. The statements run to their end, bounded by storeTimeout, whatever
-// the callers' contexts: pgx closes a connection whose statement is
-// cancelled, and the session's places would go with it.
+// The caller that finds none under way makes the round trips until its own
+// call is made, then hands them to the caller of the longest waiting call,
+// if any: under a steady stream of calls, no caller makes them for ever.
+// The statements run to their end, bounded by storeTimeout, whatever the
+// callers' contexts: pgx closes a connection whose statement is cancelled,
+// and the session's places would go with it.
 func (p *ConnectionPlaces) do(ctx context.Context, c *call) {
 	p.qmu.Lock()
 	p.queue = append(p.queue, c)
 	if p.flushing {
 		p.qmu.Unlock()
-		<-c.done
-		return
+		select {
+		case <-c.done:
+			return
+		case <-c.turn: // the round trips are this caller's now
+		}
+		p.qmu.Lock()
 	}
 	p.flushing = true
-	for len(p.queue) > 0 {
+	for !isDone(c) {
 		calls := p.queue
 		p.queue = nil
 		p.qmu.Unlock()
 		p.roundTrip(ctx, calls)
 		p.qmu.Lock()
 	}
-	p.flushing = false
+	if len(p.queue) > 0 {
+		p.queue[0].turn <- struct{}{} // waiting in do: a call leaves the queue only for a round trip
+	} else {
+		p.flushing = false
+	}
 	p.qmu.Unlock()
-	<-c.done
+}
+
+// isDone reports whether c was made.
+func isDone(c *call) bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // roundTrip makes calls in one batch: the gives in one statement, then

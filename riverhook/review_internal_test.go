@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -193,4 +194,78 @@ func TestWake_LeavesARetryOfAProcessWhoseClockIsBehind(t *testing.T) {
 	after, err := client.JobGet(ctx, id)
 	require.NoError(t, err)
 	assert.True(t, after.ScheduledAt.Equal(before.ScheduledAt), "its policy's time, %v, not %v", before.ScheduledAt, after.ScheduledAt)
+}
+
+// doAsFirst and doAsSecond make a call on p, closing returned when done:
+// two functions, so that a goroutine's stack tells whose it is.
+func doAsFirst(p *ConnectionPlaces, c *call, returned chan struct{}) {
+	p.do(context.Background(), c)
+	close(returned)
+}
+
+func doAsSecond(p *ConnectionPlaces, c *call, returned chan struct{}) {
+	p.do(context.Background(), c)
+	close(returned)
+}
+
+// inRoundTrip reports whether a goroutine started by fn is in a round
+// trip of the places'.
+func inRoundTrip(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "(*ConnectionPlaces).roundTrip") && strings.Contains(g, "riverhook."+fn+"(") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestConnectionPlaces_ACallerReturnsOnceItsCallIsMade: the caller making
+// the round trips returns once its own call is made, handing the round
+// trips of the calls that came meanwhile to one of their callers: under a
+// steady stream of calls it would otherwise make them for ever, its run
+// held past its context, its attempt never made.
+func TestConnectionPlaces_ACallerReturnsOnceItsCallIsMade(t *testing.T) {
+	p := NewConnectionPlaces(nil, "")
+	stale := func() *call { // a give of a place of no session: a round trip without a statement
+		return &call{id: "crm", give: true, got: place{connectionID: "crm", session: 9}, done: make(chan struct{}), turn: make(chan struct{}, 1)}
+	}
+	queued := func(flushing bool, n int) {
+		for {
+			p.qmu.Lock()
+			ok := p.flushing == flushing && len(p.queue) == n
+			p.qmu.Unlock()
+			if ok {
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+	p.mu.Lock() // the round trips wait
+	first, firstReturned := stale(), make(chan struct{})
+	go doAsFirst(p, first, firstReturned)
+	queued(true, 0) // its round trip under way
+	second, secondReturned := stale(), make(chan struct{})
+	go doAsSecond(p, second, secondReturned)
+	queued(true, 1)
+	p.qmu.Lock()
+	p.mu.Unlock()
+	<-first.done // its own call made
+	p.mu.Lock()  // the next round trip waits
+	p.qmu.Unlock()
+	for {
+		select {
+		case <-firstReturned:
+			p.mu.Unlock()
+			<-secondReturned
+			return
+		default:
+		}
+		if inRoundTrip("doAsFirst") {
+			p.mu.Unlock()
+			t.Fatal("the first caller makes the second's round trip, its own call made")
+		}
+		runtime.Gosched()
+	}
 }
