@@ -42,15 +42,24 @@ type admission struct {
 
 	mu    sync.Mutex
 	lanes map[string]*lane // connection id -> what the process knows of it
+	swept time.Time        // the last sweep of idle lanes
 }
 
 // lane is what a process knows of a connection, under admission.mu.
 type lane struct {
 	took    time.Duration // a moving average of its attempts' times; 0 before the first
-	waiting []chan place  // runs holding on for a place, longest first
+	waiting []waiter      // runs holding on for a place, longest first
 	users   int           // runs in the admission or in an attempt
 	chain   time.Time     // the end of the chain as this process last handed it a slot
 	handed  time.Duration // the longest spacing this process handed slots at since the chain was last rewritten
+	used    time.Time     // when a run last entered or left
+}
+
+// waiter is a run holding on for a place, and its bound: a place handed
+// to it must be one of its bound's.
+type waiter struct {
+	got   chan place
+	bound int
 }
 
 // limits are a connection's bound in flight (0 for none) and time between
@@ -173,7 +182,7 @@ func (a *admission) holdOn(ctx context.Context, id string, lim limits) (*ticket,
 	got := make(chan place, 1)
 	a.mu.Lock()
 	l := a.lane(id)
-	l.waiting = append(l.waiting, got)
+	l.waiting = append(l.waiting, waiter{got: got, bound: lim.bound})
 	a.mu.Unlock()
 	// However it stops holding on, a place handed to it meanwhile goes
 	// on to the next run.
@@ -214,7 +223,7 @@ func (a *admission) stopWaiting(id string, got chan place) (place, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if l := a.lanes[id]; l != nil {
-		if i := slices.Index(l.waiting, got); i >= 0 {
+		if i := slices.IndexFunc(l.waiting, func(w waiter) bool { return w.got == got }); i >= 0 {
 			l.waiting = slices.Delete(l.waiting, i, i+1)
 		}
 	}
@@ -245,13 +254,19 @@ func (a *admission) give(ctx context.Context, t *ticket) {
 		return
 	}
 	t.placed = false
+	live := a.places.live(t.place) // a place of an ended session is no one's to hand on
 	a.mu.Lock()
-	if l := a.lanes[t.id]; l != nil && len(l.waiting) > 0 {
-		next := l.waiting[0]
-		l.waiting = l.waiting[1:]
-		next <- t.place
-		a.mu.Unlock()
-		return
+	if l := a.lanes[t.id]; l != nil && live {
+		// The place goes to the longest holding on whose bound has it: one
+		// over a bound since lowered goes back, so that the connection
+		// comes down to its new bound.
+		if i := slices.IndexFunc(l.waiting, func(w waiter) bool { return t.place.n < w.bound }); i >= 0 {
+			next := l.waiting[i].got
+			l.waiting = slices.Delete(l.waiting, i, i+1)
+			next <- t.place
+			a.mu.Unlock()
+			return
+		}
 	}
 	a.mu.Unlock()
 	ctx, cancel := detached(ctx)
@@ -386,14 +401,32 @@ func (a *admission) ended(ctx context.Context, t *ticket, at webhook.Attempt, wa
 	})
 }
 
-// use counts a run in, or out of, connection id's lane; a lane is
-// forgotten when no run uses it and nothing is learnt of its endpoint.
+// laneKeep is how long a lane no run uses keeps what was learnt of its
+// endpoint.
+const laneKeep = time.Hour
+
+// use counts a run in, or out of, connection id's lane. A lane no run
+// uses, with no slot ahead, is forgotten at once when nothing is learnt of
+// its endpoint, else once idle for laneKeep (swept at most once per
+// sweepEvery).
 func (a *admission) use(id string, n int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := time.Now()
 	l := a.lane(id)
-	if l.users += n; l.users == 0 && len(l.waiting) == 0 && l.took == 0 && l.chain.Before(time.Now()) {
+	l.users += n
+	l.used = now
+	idle := func(l *lane) bool { return l.users == 0 && len(l.waiting) == 0 && l.chain.Before(now) }
+	if idle(l) && l.took == 0 {
 		delete(a.lanes, id)
+	}
+	if now.Sub(a.swept) >= sweepEvery {
+		for id, l := range a.lanes {
+			if idle(l) && now.Sub(l.used) >= laneKeep {
+				delete(a.lanes, id)
+			}
+		}
+		a.swept = now
 	}
 }
 

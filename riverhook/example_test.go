@@ -613,8 +613,8 @@ func ExampleWorker_SendTestBytes() {
 
 // The housekeeping of riverhook's own tables by hand: Register's periodic
 // job (PruneKind) does it hourly on River's leader. The marks of endpoints
-// that answer again, and the paces of connections whose starts and slots
-// are all past, are made again when needed.
+// that answer again, and the paces of connections whose slots are past and
+// whose last start is a year past, are made again when needed.
 func ExampleConnectionPlaces_Prune() {
 	ctx := context.Background()
 	pool, schema, done := exampleDatabase(ctx)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,9 @@ type Places interface {
 	take(ctx context.Context, connectionID string, bound int) (p place, ok bool, err error)
 	// give gives back a place take returned.
 	give(ctx context.Context, p place) error
+	// live reports whether p, a place take returned, is still held in the
+	// store: a place of an ended session was freed with it.
+	live(p place) bool
 	// start takes the connection's start now when its last one was every
 	// ago or more, and returns zero; else how long until it may.
 	start(ctx context.Context, connectionID string, every time.Duration) (wait time.Duration, err error)
@@ -62,11 +66,13 @@ type memoryPlaces struct {
 	now   func() time.Time
 	mu    sync.Mutex
 	conns map[string]*memoryConn
+	swept time.Time // the last sweep of the connections with nothing to keep
 }
 
 type memoryConn struct {
 	held      []bool // place -> held
 	lastStart time.Time
+	every     time.Duration // the longest time between starts asked: how long lastStart is kept
 	chain     time.Time     // the last slot handed
 	spacing   time.Duration // the longest spacing the chain was handed at since it was last rewritten
 }
@@ -75,7 +81,19 @@ func newMemoryPlaces(now func() time.Time) *memoryPlaces {
 	return &memoryPlaces{now: now, conns: map[string]*memoryConn{}}
 }
 
+// sweepEvery is how often the memory's places drop the connections
+// with nothing to keep.
+const sweepEvery = time.Minute
+
+// conn returns id's facts, made when needed; at most once per sweepEvery,
+// it first drops every connection with nothing to keep. Under m.mu.
 func (m *memoryPlaces) conn(id string) *memoryConn {
+	if now := m.now(); now.Sub(m.swept) >= sweepEvery {
+		for id, c := range m.conns {
+			m.forget(id, c, now)
+		}
+		m.swept = now
+	}
 	c := m.conns[id]
 	if c == nil {
 		c = &memoryConn{}
@@ -84,9 +102,10 @@ func (m *memoryPlaces) conn(id string) *memoryConn {
 	return c
 }
 
-// forget drops a connection that holds nothing of the future.
+// forget drops a connection that holds nothing of the future: no place
+// held, no slot to come, and its last start every ago or more.
 func (m *memoryPlaces) forget(id string, c *memoryConn, now time.Time) {
-	if !slices.Contains(c.held, true) && c.chain.Before(now) && now.Sub(c.lastStart) > maxPaceEvery {
+	if !slices.Contains(c.held, true) && c.chain.Before(now) && now.Sub(c.lastStart) >= c.every {
 		delete(m.conns, id)
 	}
 }
@@ -112,14 +131,18 @@ func (m *memoryPlaces) give(_ context.Context, p place) error {
 	defer m.mu.Unlock()
 	if c := m.conns[p.connectionID]; c != nil && p.n < len(c.held) {
 		c.held[p.n] = false
+		m.forget(p.connectionID, c, m.now())
 	}
 	return nil
 }
+
+func (m *memoryPlaces) live(place) bool { return true }
 
 func (m *memoryPlaces) start(_ context.Context, id string, every time.Duration) (time.Duration, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, now := m.conn(id), m.now()
+	c.every = max(c.every, every)
 	if next := c.lastStart.Add(every); next.After(now) {
 		return next.Sub(now), nil
 	}
@@ -197,6 +220,7 @@ type ConnectionPlaces struct {
 	mu      sync.Mutex         // serialises the session's statements
 	conn    *pgx.Conn          // the session; nil until the first take, and after it ends
 	session uint64             // counts the sessions opened
+	open    atomic.Uint64      // the session open, 0 for none: read without mu (see live)
 	held    map[string][]int32 // connection id -> the places the session holds: a session takes its own lock again
 	trips   int                // round trips made, for tests
 }
@@ -236,6 +260,7 @@ func (p *ConnectionPlaces) sessionConn(ctx context.Context) (*pgx.Conn, error) {
 	}
 	p.conn = conn
 	p.session++
+	p.open.Store(p.session)
 	return conn, nil
 }
 
@@ -246,6 +271,7 @@ func (p *ConnectionPlaces) lost(ctx context.Context) {
 		p.conn.Close(context.WithoutCancel(ctx))
 		p.conn = nil
 	}
+	p.open.Store(0)
 	clear(p.held)
 }
 
@@ -253,7 +279,7 @@ func (p *ConnectionPlaces) take(ctx context.Context, id string, bound int) (plac
 	if err := ctx.Err(); err != nil {
 		return place{}, false, err
 	}
-	c := &call{id: id, bound: min(bound, maxBound), done: make(chan struct{})}
+	c := &call{id: id, bound: min(bound, maxBound), done: make(chan struct{}), turn: make(chan struct{}, 1)}
 	p.do(ctx, c)
 	if c.err != nil {
 		return place{}, false, fmt.Errorf("riverhook: taking a place for connection %q: %w", id, c.err)
@@ -262,13 +288,17 @@ func (p *ConnectionPlaces) take(ctx context.Context, id string, bound int) (plac
 }
 
 func (p *ConnectionPlaces) give(ctx context.Context, pl place) error {
-	c := &call{id: pl.connectionID, give: true, got: pl, done: make(chan struct{})}
+	c := &call{id: pl.connectionID, give: true, got: pl, done: make(chan struct{}), turn: make(chan struct{}, 1)}
 	p.do(ctx, c)
 	if c.err != nil {
 		return fmt.Errorf("riverhook: giving back a place of connection %q: %w", pl.connectionID, c.err)
 	}
 	return nil
 }
+
+// live reports whether pl was taken on the session open now: a place of
+// an ended session may be held by another process.
+func (p *ConnectionPlaces) live(pl place) bool { return pl.session == p.open.Load() }
 
 // call is a take or a give on the session, and what became of it.
 type call struct {
@@ -279,34 +309,54 @@ type call struct {
 	ok    bool  // a place was taken
 	err   error
 	done  chan struct{}
+	turn  chan struct{} // (1) the round trips handed to its caller
 }
 
 // do makes c on the session. The calls made while a round trip is under
 // way share the next one: their statements go in one pgx batch, so that a
 // busy process pays a round trip for many attempts' places, not two each.
-// The caller that finds none under way makes the round trips until no call
-// waits. The statements run to their end, bounded by storeTimeout, whatever
-// the callers' contexts: pgx closes a connection whose statement is
-// cancelled, and the session's places would go with it.
+// The caller that finds none under way makes the round trips until its own
+// call is made, then hands them to the caller of the longest waiting call,
+// if any: under a steady stream of calls, no caller makes them for ever.
+// The statements run to their end, bounded by storeTimeout, whatever the
+// callers' contexts: pgx closes a connection whose statement is cancelled,
+// and the session's places would go with it.
 func (p *ConnectionPlaces) do(ctx context.Context, c *call) {
 	p.qmu.Lock()
 	p.queue = append(p.queue, c)
 	if p.flushing {
 		p.qmu.Unlock()
-		<-c.done
-		return
+		select {
+		case <-c.done:
+			return
+		case <-c.turn: // the round trips are this caller's now
+		}
+		p.qmu.Lock()
 	}
 	p.flushing = true
-	for len(p.queue) > 0 {
+	for !isDone(c) {
 		calls := p.queue
 		p.queue = nil
 		p.qmu.Unlock()
 		p.roundTrip(ctx, calls)
 		p.qmu.Lock()
 	}
-	p.flushing = false
+	if len(p.queue) > 0 {
+		p.queue[0].turn <- struct{}{} // waiting in do: a call leaves the queue only for a round trip
+	} else {
+		p.flushing = false
+	}
 	p.qmu.Unlock()
-	<-c.done
+}
+
+// isDone reports whether c was made.
+func isDone(c *call) bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // roundTrip makes calls in one batch: the gives in one statement, then
@@ -484,11 +534,14 @@ func (p *ConnectionPlaces) rechain(ctx context.Context, id string, end, spacing 
 	return nil
 }
 
-// Prune deletes the rows of riverhook_pace whose last start and last slot
-// were both before before, and returns how many: a connection with
-// nothing ahead needs no row, which its next delivery makes again.
+// Prune deletes the rows of riverhook_pace whose last slot was before
+// before, and whose last start was a year before it (the slowest rate's
+// time between starts, which the row does not hold), and returns how many:
+// a connection with nothing ahead needs no row, which its next delivery
+// makes again.
 func (p *ConnectionPlaces) Prune(ctx context.Context, before time.Time) (int64, error) {
-	tag, err := p.pool.Exec(ctx, `DELETE FROM `+p.pace+` WHERE last_start < $1 AND chain < $1`, before)
+	tag, err := p.pool.Exec(ctx, `DELETE FROM `+p.pace+` WHERE chain < $1 AND last_start < $1 - $2 * interval '1 microsecond'`,
+		before, maxPaceEvery.Microseconds())
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: pruning the connections' paces: %w", err)
 	}

@@ -463,13 +463,17 @@ func riverQuery(ctx context.Context) (query func(ctx context.Context, sql string
 // for their connection (snoozed by riverhook), not for a retry of their
 // policy's: River keeps a snoozed job scheduled, or available with a
 // scheduled_at to come when the snooze is shorter than its scheduler's
-// interval, and a retry alike. A retry's last error is written after its
-// run began (attempted_at); a snooze adds no error, so a snoozed job's last
-// error, if any, is older than its run (TestRiver/Wake). A job that never
-// ran (attempted_at NULL) waits for the time its inserter chose.
+// interval, and a retry alike. A retry's last error is stamped with its
+// run's start (attempted_at); a snooze adds no error, so a snoozed job's
+// last error, if any, is older than its run (TestRiver/Wake). The error's
+// time is its process's clock, attempted_at the database's: an error up to
+// a second older than attempted_at is still a retry's
+// (TestWake_LeavesARetryOfAProcessWhoseClockIsBehind), and a retry waits at
+// least its attempt's time before its next run. A job that never ran
+// (attempted_at NULL) waits for the time its inserter chose.
 const snoozedWhere = `kind = $1 AND ` + connectionWhere + ` AND state IN ('scheduled', 'available')
 	AND scheduled_at > clock_timestamp() AND attempted_at IS NOT NULL
-	AND NOT coalesce((errors[array_length(errors, 1)]->>'at')::timestamptz >= attempted_at, false)`
+	AND NOT coalesce((errors[array_length(errors, 1)]->>'at')::timestamptz >= attempted_at - interval '1 second', false)`
 
 // maxWoken bounds the jobs one wake moves: a backlog beyond it comes at
 // its own slots, after the ones moved.

@@ -138,7 +138,8 @@ func TestRiver(t *testing.T) {
 	// The wake tells a job waiting for its policy's retry from a snoozed
 	// one by River's own stamps (snoozedWhere): a failed run's error is
 	// stamped after the run's attempted_at, also when River makes a short
-	// retry available at once; a snooze adds no error.
+	// retry available at once; a snooze adds no error. The stamp is the
+	// process's clock, attempted_at the database's: here one machine's.
 	t.Run("ARetryIsStampedAfterItsRun", func(t *testing.T) {
 		w := &pinWorker{
 			work: func(context.Context, *river.Job[Args]) error { return errors.New("503") },
@@ -373,9 +374,10 @@ func TestRiver(t *testing.T) {
 		assert.Equal(t, rivertype.JobStateAvailable, job.State)
 		assert.True(t, job.ScheduledAt.Equal(retryAt.ScheduledAt), "its policy's time, %v, not %v", retryAt.ScheduledAt, job.ScheduledAt)
 
-		// Its retry ran and snoozed (over the bound): a wait of riverhook's,
-		// which a wake moves.
+		// Its retry ran, at its time 1.5 s after the error, and snoozed (over
+		// the bound): a wait of riverhook's, which a wake moves.
 		_, err = pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET attempted_at = now(), state = 'scheduled',
+			errors = ARRAY[jsonb_build_object('at', now() - interval '2 seconds', 'attempt', 1)],
 			scheduled_at = now() + interval '1 hour' WHERE id = $1`, id)
 		require.NoError(t, err)
 		n, err = wake(ctx, poolQuery(pool), client.Schema(), "crm", time.Millisecond)
