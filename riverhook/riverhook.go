@@ -100,6 +100,10 @@
 //   - A fleet's session has TCP keepalives of 5 s, 2 s and 3 tries: a
 //     process cut off from the database loses its places in about 11 s.
 //   - [DefaultFetchPollInterval] (50 ms): how late a slot's job may come.
+//   - A retry's error stamped up to 1 s before its run's attempted_at is
+//     still a retry, not a snooze a wake may move: River stamps the error
+//     with the process's clock and attempted_at with the database's.
+//   - An idle connection is forgotten by the process after an hour.
 //
 // River's clock and the database's: slots, starts and chains are the
 // store's (the database's for a fleet). A snooze is a duration, which River
