@@ -338,56 +338,21 @@ func TestFleet_ChaosLosesNothing(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
 
-	var mu sync.Mutex
-	inFlight, peak := 0, 0
-	seen := map[string]bool{}
-	arrived := make(chan struct{}, 1000)
 	const deliveries = 60
-	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := webhook.ParsePayload(mustReadAll(r))
-		assert.NoError(t, err)
-		mu.Lock()
-		inFlight++
-		peak = max(peak, inFlight)
-		mu.Unlock()
-		time.Sleep(100 * time.Millisecond) // a slow endpoint
-		mu.Lock()
-		inFlight--
-		seen[p.User.ID] = true
-		mu.Unlock()
-		arrived <- struct{}{}
-	})})
-	defer srv.Close()
+	ep := newSlowEndpoint(t)
 	insertFleet(t, pool, schema, deliveries)
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen)
-	}
-	waitFor := func(n int, within time.Duration) {
-		t.Helper()
-		deadline := time.After(within)
-		for count() < n {
-			select {
-			case <-arrived:
-			case <-deadline:
-				t.Fatalf("%d of %d deliveries arrived within %v", count(), n, within)
-			}
-		}
-	}
-	start := func() *exec.Cmd { return startPlacesChild(t, "worker", schema, srv) }
+	start := func() *exec.Cmd { return startPlacesChild(t, "worker", schema, ep.srv) }
 	victim := start()
 	start()
-	waitFor(10, time.Minute)
+	ep.waitFor(t, 10, time.Minute)
 
 	require.NoError(t, victim.Process.Signal(syscall.SIGKILL))
 	killed := time.Now()
 	start()
-	waitFor(30, time.Minute)
+	ep.waitFor(t, 30, time.Minute)
+	peak := ep.peakInFlight()
 	t.Logf("30 arrived %v after the SIGKILL, peak %d in flight (bound 2)", time.Since(killed).Round(time.Millisecond), peak)
-	mu.Lock()
 	assert.LessOrEqual(t, peak, 2, "the bound held through a SIGKILL")
-	mu.Unlock()
 
 	// A worker whose session of places the database ends.
 	var pid int
@@ -397,14 +362,81 @@ func TestFleet_ChaosLosesNothing(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
 	require.True(t, ended)
 	terminated := time.Now()
-	waitFor(deliveries, 3*time.Minute) // the killed process's jobs: River's rescue, a minute and a half at most
+	ep.waitFor(t, deliveries, 3*time.Minute) // the killed process's jobs: River's rescue, a minute and a half at most
 	t.Logf("all %d arrived, %v after the session ended, %v after the SIGKILL; peak %d in flight", deliveries,
-		time.Since(terminated).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), peak)
+		time.Since(terminated).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), ep.peakInFlight())
 }
 
-func mustReadAll(r *http.Request) []byte {
-	b, _ := io.ReadAll(r.Body)
-	return b
+// slowEndpoint is a customer's endpoint answering each delivery in 100 ms,
+// counting the attempts in flight and when each delivery first arrived.
+type slowEndpoint struct {
+	srv      *webhooktest.Server
+	arrived  chan struct{} // a send per answer
+	mu       sync.Mutex
+	inFlight int
+	peak     int
+	first    map[string]time.Time // user id -> first answer
+}
+
+func newSlowEndpoint(t *testing.T) *slowEndpoint {
+	ep := &slowEndpoint{arrived: make(chan struct{}, 1000), first: map[string]time.Time{}}
+	ep.srv = webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		p, err := webhook.ParsePayload(body)
+		assert.NoError(t, err)
+		ep.mu.Lock()
+		ep.inFlight++
+		ep.peak = max(ep.peak, ep.inFlight)
+		ep.mu.Unlock()
+		time.Sleep(100 * time.Millisecond) // a slow endpoint
+		ep.mu.Lock()
+		ep.inFlight--
+		if _, ok := ep.first[p.User.ID]; !ok {
+			ep.first[p.User.ID] = time.Now()
+		}
+		ep.mu.Unlock()
+		ep.arrived <- struct{}{}
+	})})
+	t.Cleanup(ep.srv.Close)
+	return ep
+}
+
+func (ep *slowEndpoint) count() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return len(ep.first)
+}
+
+func (ep *slowEndpoint) peakInFlight() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.peak
+}
+
+// waitFor waits until n deliveries have arrived, failing t after within.
+func (ep *slowEndpoint) waitFor(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for ep.count() < n {
+		select {
+		case <-ep.arrived:
+		case <-deadline:
+			t.Fatalf("%d of %d deliveries arrived within %v", ep.count(), n, within)
+		}
+	}
+}
+
+// firstAfter returns the first arrival after at.
+func (ep *slowEndpoint) firstAfter(at time.Time) time.Time {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	var first time.Time
+	for _, t := range ep.first {
+		if t.After(at) && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	return first
 }
 
 // TestFleet_SurvivesARestartOfPostgreSQL restarts the database under two
@@ -421,52 +453,17 @@ func TestFleet_SurvivesARestartOfPostgreSQL(t *testing.T) {
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
-	var mu sync.Mutex
-	seen := map[string]time.Time{}
-	arrived := make(chan struct{}, 1000)
 	const deliveries = 60
-	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := webhook.ParsePayload(mustReadAll(r))
-		assert.NoError(t, err)
-		time.Sleep(100 * time.Millisecond) // a slow endpoint
-		mu.Lock()
-		if _, ok := seen[p.User.ID]; !ok {
-			seen[p.User.ID] = time.Now()
-		}
-		mu.Unlock()
-		arrived <- struct{}{}
-	})})
-	defer srv.Close()
+	ep := newSlowEndpoint(t)
 	insertFleet(t, pool, schema, deliveries)
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen)
-	}
-	startPlacesChild(t, "worker", schema, srv)
-	startPlacesChild(t, "worker", schema, srv)
-	for count() < 10 {
-		<-arrived
-	}
+	startPlacesChild(t, "worker", schema, ep.srv)
+	startPlacesChild(t, "worker", schema, ep.srv)
+	ep.waitFor(t, 10, time.Minute)
 	out, err := exec.Command(restart).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	restarted := time.Now()
-	deadline := time.After(3 * time.Minute)
-	for count() < deliveries {
-		select {
-		case <-arrived:
-		case <-deadline:
-			t.Fatalf("%d of %d deliveries arrived within 3 minutes of the restart", count(), deliveries)
-		}
-	}
-	var first time.Time
-	mu.Lock()
-	for _, at := range seen {
-		if at.After(restarted) && (first.IsZero() || at.Before(first)) {
-			first = at
-		}
-	}
-	mu.Unlock()
+	ep.waitFor(t, deliveries, 3*time.Minute)
+	first := ep.firstAfter(restarted)
 	t.Logf("all %d arrived; delivery resumed %v after the restart, the last %v after it", deliveries,
 		first.Sub(restarted).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
 }
