@@ -19,8 +19,9 @@ import (
 //   - The bound: an attempt takes one of its connection's places in flight
 //     and gives it back when it ends; a place freed while a run of the same
 //     connection holds on for one in the process goes straight to it.
-//   - The rate: an attempt starts only once the connection's last start is
-//     every ago; a run a little early holds on for it.
+//   - The rate: an attempt starts every after the connection's last start;
+//     a run back at its slot takes the next start up to two spacings ahead
+//     and waits for it, so that a backlog starts exactly every apart.
 //   - The chain: a job that must wait is snoozed to the connection's next
 //     slot, spaced at what the endpoint takes (its attempt time over the
 //     bound, or the rate's spacing when longer), so that a backlog comes back
@@ -135,29 +136,32 @@ func (a *admission) admit(ctx context.Context, job *river.Job[Args], lim limits)
 	return t, nil
 }
 
-// start takes the connection's next start for t, holding on for it up to
-// two spacings when hold is set, and reports whether it did.
+// start takes the connection's next start for t: now, or, when hold is set,
+// one up to holdFor ahead, which it waits for; and reports whether it did.
+// A start taken ahead is the run's: the fleet's next one is every after it.
+// A start reached more than startLate after its turn (a busy process, a
+// slow statement) is given up: it could put one more than the rate within
+// a second.
 func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, error) {
-	deadline := time.Now()
+	var within time.Duration
 	if hold {
-		deadline = deadline.Add(a.holdFor(t.id, t.lim))
+		within = a.holdFor(t.id, t.lim)
 	}
-	for {
-		wait, err := a.places.start(ctx, t.id, t.lim.every)
-		if err != nil || wait <= 0 {
-			return err == nil, err
-		}
-		if time.Now().Add(wait).After(deadline) {
-			return false, nil
-		}
+	wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within)
+	if err != nil || !ok {
+		return false, err
+	}
+	turn := time.Now().Add(wait)
+	if wait > 0 {
 		timer := time.NewTimer(wait)
+		defer timer.Stop()
 		select {
 		case <-ctx.Done():
-			timer.Stop()
 			return false, nil
 		case <-timer.C:
 		}
 	}
+	return time.Since(turn) <= startLate, nil
 }
 
 // take takes a place for a run of connection id, when it has a bound; a

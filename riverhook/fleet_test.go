@@ -314,7 +314,7 @@ func TestFleet_RateHoldsAcrossProcesses(t *testing.T) {
 	span := starts[len(starts)-1].Sub(starts[0])
 	t.Logf("%d deliveries through 2 processes at a rate of %v/s: %v from the first start to the last (%.1f/s)",
 		deliveries, rate, span.Round(time.Millisecond), float64(deliveries-1)/span.Seconds())
-	// The fleet's pace hands starts 1/rate apart. The span is taken from
+	// The fleet's pace hands starts 2% over 1/rate apart. The span is taken from
 	// the signed timestamps, not from arrivals: an arrival lags its start by
 	// a handshake, the first one most, on a loaded machine. A start is
 	// signed a moment after the pace handed it (no statement, no network

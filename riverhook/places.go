@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -33,9 +34,10 @@ type Places interface {
 	// live reports whether p, a place take returned, is still held in the
 	// store: a place of an ended session was freed with it.
 	live(p place) bool
-	// start takes the connection's start now when its last one was every
-	// ago or more, and returns zero; else how long until it may.
-	start(ctx context.Context, connectionID string, every time.Duration) (wait time.Duration, err error)
+	// start takes the connection's next start, every after its last one
+	// or now if later, when that is no further than within from now, and
+	// returns how long until it; ok is false when it is further.
+	start(ctx context.Context, connectionID string, every, within time.Duration) (wait time.Duration, ok bool, err error)
 	// slot hands the next slot of the connection's chain, at least after
 	// from now and spacing after the last slot handed, and returns how
 	// long until it.
@@ -138,16 +140,17 @@ func (m *memoryPlaces) give(_ context.Context, p place) error {
 
 func (m *memoryPlaces) live(place) bool { return true }
 
-func (m *memoryPlaces) start(_ context.Context, id string, every time.Duration) (time.Duration, error) {
+func (m *memoryPlaces) start(_ context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, now := m.conn(id), m.now()
 	c.every = max(c.every, every)
-	if next := c.lastStart.Add(every); next.After(now) {
-		return next.Sub(now), nil
+	next := later(now, c.lastStart.Add(every))
+	if next.Sub(now) > within {
+		return 0, false, nil
 	}
-	c.lastStart = now
-	return 0, nil
+	c.lastStart = next
+	return next.Sub(now), true, nil
 }
 
 func (m *memoryPlaces) slot(_ context.Context, id string, after, spacing time.Duration) (time.Duration, error) {
@@ -480,22 +483,23 @@ func (p *ConnectionPlaces) Close(ctx context.Context) {
 	p.lost(ctx)
 }
 
-func (p *ConnectionPlaces) start(ctx context.Context, id string, every time.Duration) (time.Duration, error) {
-	var started bool
+func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {
+	// The update's WHERE leaves the row, and returns none, when the next
+	// start is further than within.
 	var wait int64
 	err := p.pool.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, last_start) VALUES ($1, statement_timestamp())
-		ON CONFLICT (connection_id) DO UPDATE SET last_start = CASE
-			WHEN p.last_start <= statement_timestamp() - $2 * interval '1 microsecond' THEN statement_timestamp() ELSE p.last_start END
-		RETURNING p.last_start = statement_timestamp(),
-			greatest(extract(epoch FROM p.last_start + $2 * interval '1 microsecond' - statement_timestamp()) * 1e6, 1)::bigint`,
-		id, every.Microseconds()).Scan(&started, &wait)
-	if err != nil {
-		return 0, fmt.Errorf("riverhook: pacing connection %q: %w", id, err)
+		ON CONFLICT (connection_id) DO UPDATE
+			SET last_start = greatest(p.last_start + $2 * interval '1 microsecond', statement_timestamp())
+			WHERE p.last_start + $2 * interval '1 microsecond' <= statement_timestamp() + $3 * interval '1 microsecond'
+		RETURNING greatest(extract(epoch FROM p.last_start - statement_timestamp()) * 1e6, 0)::bigint`,
+		id, every.Microseconds(), max(within, 0).Microseconds()).Scan(&wait)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("riverhook: pacing connection %q: %w", id, err)
 	}
-	if started {
-		return 0, nil
-	}
-	return time.Duration(wait) * time.Microsecond, nil
+	return time.Duration(wait) * time.Microsecond, true, nil
 }
 
 func (p *ConnectionPlaces) slot(ctx context.Context, id string, after, spacing time.Duration) (time.Duration, error) {
@@ -552,19 +556,32 @@ func (p *ConnectionPlaces) Prune(ctx context.Context, before time.Time) (int64, 
 // (WorkerOptions.RateLimit) is one a year.
 const maxPaceEvery = 365 * 24 * time.Hour
 
-// paceEvery is the time between two starts at perSecond: zero for no
-// rate (zero, negative, NaN or infinite), at least a microsecond, at most
-// maxPaceEvery.
+// paceEvery is the time between two starts at perSecond, startRoom
+// longer: zero for no rate (zero, negative, NaN or infinite), at least a
+// microsecond, at most maxPaceEvery.
 func paceEvery(perSecond float64) time.Duration {
 	if !(perSecond > 0) || math.IsInf(perSecond, 1) {
 		return 0
 	}
-	every := float64(time.Second) / perSecond // past int64 for a rate under one in 292 years
+	every := float64(time.Second) / perSecond * startRoom // past int64 for a rate under one in 292 years
 	if every >= float64(maxPaceEvery) {
 		return maxPaceEvery
 	}
 	return max(time.Duration(every), time.Microsecond)
 }
+
+// startRoom is how much longer than 1/rate starts are spaced, and
+// startLate how late a run may reach its start: a start reaches the wire a
+// moment after its turn (a timer, a round trip, the scheduler), a
+// different moment each time. Spaced exactly 1/rate, one second in two
+// held one start more than the rate (fleetbench). Spaced 2% more, the
+// starts of any second leave 2% of it, 20 ms, free; a start used at most
+// that late never puts one more within a second. A backlog gets 0.98 of
+// its rate.
+const (
+	startRoom = 1.02
+	startLate = time.Duration((startRoom - 1) * float64(time.Second))
+)
 
 var (
 	_ Places = (*ConnectionPlaces)(nil)

@@ -139,20 +139,28 @@ func TestConnectionPlaces_OneStartEachEveryAcrossTheFleet(t *testing.T) {
 			p = b
 		}
 		wg.Go(func() {
-			wait, err := p.start(ctx, "hr", time.Hour)
-			if assert.NoError(t, err) && wait == 0 {
+			_, ok, err := p.start(ctx, "hr", time.Hour, 0)
+			if assert.NoError(t, err) && ok {
 				started.Add(1)
 			}
 		})
 	}
 	wg.Wait()
 	assert.Equal(t, int32(1), started.Load(), "one start in an hour at 1 an hour")
-	wait, err := a.start(ctx, "hr", time.Hour)
+	_, ok, err := a.start(ctx, "hr", time.Hour, time.Minute)
 	require.NoError(t, err)
-	assert.Greater(t, wait, 59*time.Minute)
-	wait, err = b.start(ctx, "hr", time.Microsecond)
+	assert.False(t, ok, "the next start is an hour on")
+	wait, ok, err := b.start(ctx, "hr", time.Microsecond, 0)
 	require.NoError(t, err)
-	assert.Zero(t, wait, "a raised rate: its next start comes at once, not after the old period")
+	assert.True(t, ok, "a raised rate: its next start comes at once, not after the old period")
+	assert.Zero(t, wait)
+	wait, ok, err = a.start(ctx, "hr", time.Hour, 2*time.Hour)
+	require.NoError(t, err)
+	require.True(t, ok, "taken ahead")
+	assert.InDelta(t, time.Hour, wait, float64(time.Minute), "an hour after the last start")
+	_, ok, err = b.start(ctx, "hr", time.Hour, 90*time.Minute)
+	require.NoError(t, err)
+	assert.False(t, ok, "the start after the one taken ahead is two hours on")
 }
 
 // TestConnectionPlaces_OneChainForTheFleet: slots handed by two processes
@@ -200,13 +208,14 @@ func TestConnectionPlaces_PaceOutlivesItsRow(t *testing.T) {
 	t.Parallel()
 	a, _ := twoProcesses(t)
 	ctx := context.Background()
-	_, err := a.start(ctx, "crm", time.Hour)
+	_, _, err := a.start(ctx, "crm", time.Hour, 0)
 	require.NoError(t, err)
 	_, err = a.pool.Exec(ctx, `DELETE FROM `+a.pace)
 	require.NoError(t, err)
-	wait, err := a.start(ctx, "crm", time.Hour)
+	wait, ok, err := a.start(ctx, "crm", time.Hour, 0)
 	require.NoError(t, err)
-	assert.Zero(t, wait, "the first start of the row made again")
+	assert.True(t, ok, "the first start of the row made again")
+	assert.Zero(t, wait)
 	wait, err = a.slot(ctx, "erp", time.Hour, time.Hour)
 	require.NoError(t, err)
 	assert.Greater(t, wait, 59*time.Minute)
@@ -219,11 +228,11 @@ func TestConnectionPlaces_Prune(t *testing.T) {
 	t.Parallel()
 	a, _ := twoProcesses(t)
 	ctx := context.Background()
-	_, err := a.start(ctx, "crm", time.Millisecond)
+	_, _, err := a.start(ctx, "crm", time.Millisecond, 0)
 	require.NoError(t, err)
 	_, err = a.pool.Exec(ctx, `UPDATE `+a.pace+` SET last_start = last_start - interval '366 days'`)
 	require.NoError(t, err) // a start over a year ago: no rate needs it
-	_, err = a.start(ctx, "erp", time.Millisecond)
+	_, _, err = a.start(ctx, "erp", time.Millisecond, 0)
 	require.NoError(t, err)
 	_, err = a.slot(ctx, "ops", time.Hour, time.Hour)
 	require.NoError(t, err)

@@ -68,8 +68,9 @@
 //   - Place: one of the connection's MaxInFlightPerConnection attempts in
 //     flight. In a fleet, a session-level advisory lock, freed the moment
 //     its process's session ends.
-//   - Start: with a RateLimit, an attempt starts once the connection's last
-//     start is 1/rate ago, so that a backlog gets its rate, never more.
+//   - Start: with a RateLimit, attempts start 1/rate apart, and 2% more.
+//     A job back at its slot takes the next start up to its holding on
+//     ahead and waits for it, so that a backlog starts on time.
 //   - Chain: a job that must wait takes the connection's next slot, one
 //     spacing after the last. The spacing is the endpoint's attempt time
 //     over the bound (a place frees that often), or 1/rate when longer.
@@ -89,6 +90,9 @@
 // Its numbers, and why:
 //
 //   - SnoozeFor (1 s): an attempt's time before one has ended.
+//   - Starts 2% over 1/rate apart: a start reaches the wire a moment
+//     after its turn, and 20 ms a second absorb that, so that no second
+//     holds one more than the rate.
 //   - The attempt time is a moving average, each attempt weighing 1/8:
 //     it follows a change within a few attempts, not one outlier.
 //   - Holding on: two spacings, at least 100 ms (River's polls bring slots

@@ -45,12 +45,15 @@ type WorkerOptions struct {
 	// is asked only for a connection without a rate of its own
 	// (webhook.Connection.RateLimit, as the Resolver returns it).
 	// Zero, a negative number or NaN means no limit; a rate under one a
-	// year is one a year. Deliveries begin evenly spaced (1/rate apart, no
-	// burst). A job that comes early is snoozed to a slot, costing no
-	// attempt; one back at its slot holds on for its start. A changed rate
-	// takes effect at the next start. It is called once per run, from
-	// River's worker goroutines: answer from memory, not from a query per
-	// call. A panic in it is logged, and the delivery waits for SnoozeFor.
+	// year is one a year. Deliveries begin evenly spaced, with no burst:
+	// 2% over 1/rate apart, so that a start a few milliseconds late does
+	// not put one more than the rate within a second. A job that comes
+	// early is snoozed to a slot, costing no attempt; one back at its slot
+	// takes the next start up to its holding on ahead and waits for it. A
+	// changed rate takes effect at the next start. It is called once per
+	// run, from River's worker goroutines: answer from memory, not from a
+	// query per call. A panic in it is logged, and the delivery waits for
+	// SnoozeFor.
 	RateLimit func(connectionID string) float64
 
 	// MaxWait is how long a delivery may wait for an endpoint that is down
