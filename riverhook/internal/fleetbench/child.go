@@ -147,6 +147,9 @@ func runChild(ctx context.Context, cfg childConfig, in io.Reader, out io.Writer)
 	if cfg.PoolConns > 0 {
 		poolConfig.MaxConns = int32(cfg.PoolConns)
 	}
+	// Its sessions name the process, so that the parent can see the places
+	// it holds (pg_locks; see appName).
+	poolConfig.ConnConfig.RuntimeParams["application_name"] = appName(os.Getpid())
 	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		return err

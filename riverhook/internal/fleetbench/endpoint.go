@@ -31,7 +31,9 @@ import (
 // answers again on the same port. It counts what arrives: attempts in
 // flight and their peak, requests, the distinct deliveries (by the
 // payload's user id, "usr_" and the delivery id) and when each first
-// arrived, and signatures that do not verify.
+// arrived, and signatures that do not verify. A delivery counts as
+// answered once a request of it got its answer: a request its sender cut
+// (a worker process killed during the attempt) does not.
 type endpoint struct {
 	addr   string // 127.0.0.1:port, kept while it refuses
 	cert   tls.Certificate
@@ -49,6 +51,7 @@ type endpoint struct {
 	inFlight int
 	c        counts
 	arrived  map[string]time.Time // delivery id -> first arrival
+	answered map[string]bool      // delivery id -> a request of it was answered
 	starts   []time.Time          // the signed timestamps of the first arrivals: when each attempt began
 	all      chan struct{}        // closed once c.Answered reaches want
 	want     int
@@ -59,7 +62,8 @@ type counts struct {
 	Peak      int       // attempts in flight at once
 	Requests  int       // requests, copies included
 	Distinct  int       // distinct deliveries
-	Answered  int       // distinct deliveries answered (their first request's handler ended)
+	Answered  int       // distinct deliveries answered (a request's handler ended, its sender still there)
+	Cut       int       // requests their sender cut before the answer (the connection closed)
 	BadSig    int       // requests whose signature did not verify
 	First     time.Time // the first request's arrival
 	LastDone  time.Time // when the last answer was given
@@ -135,6 +139,7 @@ func (e *endpoint) reset(latency time.Duration, want int) {
 	e.latency = latency
 	e.c = counts{Peak: e.inFlight}
 	e.arrived = map[string]time.Time{}
+	e.answered = map[string]bool{}
 	e.starts = nil
 	e.want = want
 	e.all = make(chan struct{})
@@ -208,14 +213,12 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if bad {
 		e.c.BadSig++
 	}
-	first := false
 	switch _, seen := e.arrived[id]; {
 	case id == "":
 		e.c.Unmatched++
 	case !seen:
 		e.arrived[id] = at
 		e.c.Distinct++
-		first = true
 		if ms, err := strconv.ParseInt(r.Header.Get(webhook.HeaderTimestamp), 10, 64); err == nil {
 			e.starts = append(e.starts, time.UnixMilli(ms))
 		}
@@ -223,11 +226,13 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	all, latency := e.all, e.latency
 	e.mu.Unlock()
 
+	cut := false
 	if latency > 0 {
 		t := time.NewTimer(latency)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
+			cut = true
 		}
 		t.Stop()
 	}
@@ -235,7 +240,11 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.inFlight--
 	e.c.LastDone = time.Now()
-	if first && all == e.all {
+	switch {
+	case cut:
+		e.c.Cut++
+	case id != "" && !e.answered[id] && all == e.all:
+		e.answered[id] = true
 		if e.c.Answered++; e.c.Answered == e.want {
 			close(e.all)
 		}

@@ -35,7 +35,7 @@ func TestRun_EveryScenarioDeliversEachOnce(t *testing.T) {
 		"-n", "8", "-latency", "50ms", "-k", "2",
 		"-backlog", "10", "-down", "600ms", "-window", "300ms", "-snooze", "100ms", "-probe", "100ms", "-drain-limit", "1m",
 		"-cpu-n", "20", "-cpu-conns", "4", "-cpu-warm", "10", "-cpu-rounds", "3",
-		"-rate", "100", "-for", "200ms", "-rate-n", "6", "-rates", "20",
+		"-rate", "100", "-for", "200ms", "-rate-n", "6", "-rates", "20", "-crash-n", "40",
 	}, io.Discard)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -45,7 +45,7 @@ func TestRun_EveryScenarioDeliversEachOnce(t *testing.T) {
 	t.Logf("output:\n%s\nprogress:\n%s", &out, &progress)
 	require.NoError(t, err)
 
-	want := []string{"bound-mem-1", "bound-2", "outage-mem-1", "outage-2", "rate-20/mem-1", "rate-20/1", "rate-20/2", "cpu/impl=nop-2", "cpu/impl=inprocess-2", "cpu/impl=riverhook-2", "cpu/impl=riverhook-fleet-2",
+	want := []string{"bound-mem-1", "bound-2", "outage-mem-1", "outage-2", "rate-20/mem-1", "rate-20/1", "rate-20/2", "crash-2", "cpu/impl=nop-2", "cpu/impl=inprocess-2", "cpu/impl=riverhook-2", "cpu/impl=riverhook-fleet-2",
 		"latency/options=fleet/workers=100ms/api=100ms-2", "latency/options=fleet/workers=10ms/api=100ms-2",
 		"latency/options=fleet/workers=10ms/api=10ms-2", "latency/options=none/workers=10ms/api=10ms-2"}
 	var got []string
@@ -126,4 +126,48 @@ func TestPaced_GivesTheRateAndEveryItemOnce(t *testing.T) {
 		}))
 		assert.Equal(t, 1, calls, "no rate: all at once")
 	})
+}
+
+// TestBackWithin_IsTheFirstFullWindowAfterTheKill checks the crash
+// scenario's recovery time: the arrival that completes the first window
+// of width, wholly after the kill, holding need arrivals.
+func TestBackWithin_IsTheFirstFullWindowAfterTheKill(t *testing.T) {
+	kill := time.Unix(1000, 0)
+	at := func(ms ...int) []time.Time {
+		var ts []time.Time
+		for _, m := range ms {
+			ts = append(ts, kill.Add(time.Duration(m)*time.Millisecond))
+		}
+		return ts
+	}
+	for _, tc := range []struct {
+		name   string
+		times  []time.Time
+		need   int
+		want   time.Duration
+		wantOK bool
+	}{
+		{"full at once", at(-200, -100, 100, 200, 300), 3, 300 * time.Millisecond, true},
+		{"arrivals before the kill do not count", at(-300, -200, -100, 1500, 1600, 1700), 3, 1700 * time.Millisecond, true},
+		{"a window is shorter than width", at(0, 500, 1000, 1500, 1900), 3, 1900 * time.Millisecond, true},
+		{"a window ends at the kill", at(-100, 0, 500, 1100), 3, 0, false},
+		{"never full", at(0, 600, 1200, 1800), 3, 0, false},
+		{"too few", at(100, 200), 3, 0, false},
+		{"one is enough", at(-100, 700), 1, 700 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := backWithin(tc.times, kill, tc.need, time.Second)
+			assert.Equal(t, tc.wantOK, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestPerSecond_CountsEachSecondFromTheKill(t *testing.T) {
+	kill := time.Unix(1000, 0)
+	var times []time.Time
+	for _, ms := range []int{-500, 0, 999, 1000, 2500, 2600, 2700, 4200} {
+		times = append(times, kill.Add(time.Duration(ms)*time.Millisecond))
+	}
+	assert.Equal(t, []int{2, 1, 3, 0}, perSecond(times, kill, 4))
 }
