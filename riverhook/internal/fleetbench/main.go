@@ -3,7 +3,7 @@
 // API process (this one) on one PostgreSQL, delivering to an HTTPS
 // endpoint this process serves on 127.0.0.1. It prints one line per
 // scenario and run in Go's benchmark format, for benchstat, and a summary
-// against issue 28's targets:
+// against the fleet's targets (issues 28 and 43):
 //
 //   - bound: an endpoint answering in -latency, -n deliveries, bound -bound
 //     (MaxInFlightPerConnection with the places in PostgreSQL, endpoint
@@ -431,7 +431,7 @@ func run(ctx context.Context, cfg config, out, progress io.Writer) ([]result, er
 		}
 		return nil
 	}()
-	fmt.Fprintf(out, "\nFleet summary (issue 28's targets), bound %d, %d River workers a process:\n", cfg.Bound, cfg.Workers)
+	fmt.Fprintf(out, "\nFleet summary against its targets, bound %d (crash: 4), %d River workers a process:\n", cfg.Bound, cfg.Workers)
 	for _, r := range results {
 		if r.Summary != "" {
 			fmt.Fprintln(out, "  "+r.Summary)
