@@ -530,14 +530,15 @@ func dueSQL(schema string) string {
 			AND (unique_key IS NULL OR unique_states IS NULL OR ` + qualifier(schema) + `river_job_state_in_bitmask(unique_states, state))
 			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
 		moved AS (UPDATE ` + table + ` AS j SET state = 'available' FROM due WHERE j.id = due.id RETURNING 1)
-		SELECT count(*) FROM moved`
+		SELECT count(*), statement_timestamp(), clock_timestamp() FROM moved`
 }
 
-// due runs dueSQL through query.
-func due(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string, ahead time.Duration) (int, error) {
-	var n int
-	if err := query(ctx, dueSQL(schema), Kind, ahead.Microseconds(), maxDue).Scan(&n); err != nil {
-		return 0, fmt.Errorf("riverhook: making the deliveries due ready: %w", err)
+// due runs dueSQL through query, and returns how many deliveries it made
+// ready, and when the statement began and ended by the database's clock
+// (the Worker reads it there: see clock.read).
+func due(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string, ahead time.Duration) (n int, start, end time.Time, err error) {
+	if err := query(ctx, dueSQL(schema), Kind, ahead.Microseconds(), maxDue).Scan(&n, &start, &end); err != nil {
+		return 0, time.Time{}, time.Time{}, fmt.Errorf("riverhook: making the deliveries due ready: %w", err)
 	}
-	return n, nil
+	return n, start, end, nil
 }

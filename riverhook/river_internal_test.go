@@ -363,7 +363,7 @@ func TestRiver(t *testing.T) {
 		require.NoError(t, err)
 		retryAt, err := client.JobGet(ctx, id)
 		require.NoError(t, err)
-		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
+		n, _, _, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		n, err = wake(ctx, poolQuery(pool), client.Schema(), "crm", time.Millisecond)
@@ -405,7 +405,7 @@ func TestRiver(t *testing.T) {
 			require.NoError(t, err)
 			before[d] = job.ScheduledAt
 		}
-		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
+		n, _, _, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, 2, n, "a snoozed delivery and a retry, due within 2 s")
 		for d, want := range map[string]rivertype.JobState{"soon": rivertype.JobStateAvailable, "retry": rivertype.JobStateAvailable,
@@ -439,7 +439,7 @@ func TestRiver(t *testing.T) {
 			&river.InsertOpts{ScheduledAt: time.Now().Add(500 * time.Millisecond)})
 		require.NoError(t, err)
 
-		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
+		n, _, _, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err, "one conflict fails the move of every delivery due")
 		assert.Equal(t, 1, n)
 		for id, want := range map[int64]rivertype.JobState{first.Job.ID: rivertype.JobStateRetryable, other.Job.ID: rivertype.JobStateAvailable} {
