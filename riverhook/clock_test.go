@@ -154,3 +154,47 @@ func TestClock_ARetryComesAfterItsWaitOnTheDatabasesTime(t *testing.T) {
 		assert.Less(t, gap, wait+skew/3, "delivery %s: not a clock's skew late", id)
 	}
 }
+
+// TestClock_MarksAreOrderedByTheDatabasesTime: the endpoint marks of two
+// processes, one whose clock is 30 s ahead and one 30 s behind, are
+// ordered by the database's clock: the process behind finds the endpoint
+// up after the one ahead found it down, and its up is what the table
+// keeps. Each reads the marks on its own clock: another's mark written a
+// moment ago changed a moment ago.
+func TestClock_MarksAreOrderedByTheDatabasesTime(t *testing.T) {
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
+	clocks := []skewedClock{skewedClock(skew), skewedClock(-skew)}
+	var marks []*riverhook.EndpointMarks
+	for _, c := range clocks {
+		m := riverhook.NewEndpointMarks(pool, schema)
+		riverhook.SetMarksClock(m, c)
+		marks = append(marks, m)
+	}
+	const origin = "https://hooks.example.com:443"
+
+	at := clocks[0].Now()
+	down := webhook.EndpointHealth{Endpoint: origin, Down: true, Since: at, Changed: at, NextProbe: at.Add(5 * time.Second), Failures: 3,
+		LastFailure: webhook.Attempt{Kind: webhook.KindRefused}}
+	require.NoError(t, marks[0].Mark(ctx, down), "the process ahead finds the endpoint down")
+
+	read, _, err := marks[1].Since(ctx, time.Time{})
+	require.NoError(t, err)
+	require.Len(t, read, 1)
+	now := clocks[1].Now()
+	t.Logf("the mark down read by the process behind: changed %v before its now, next probe %v after",
+		now.Sub(read[0].Changed).Round(time.Millisecond), read[0].NextProbe.Sub(now).Round(time.Millisecond))
+	assert.True(t, read[0].Down)
+	assert.Less(t, now.Sub(read[0].Changed).Abs(), skew/3, "changed a moment ago, on the reader's clock")
+	assert.Less(t, read[0].NextProbe.Sub(now), 5*time.Second+skew/3, "the next probe 5 s on, on the reader's clock")
+
+	up := webhook.EndpointHealth{Endpoint: origin, Changed: clocks[1].Now(), Confirmed: true}
+	require.NoError(t, marks[1].Mark(ctx, up), "then the process behind finds it up")
+	for i, m := range marks {
+		got, err := m.Endpoint(ctx, origin)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.False(t, got[0].Down, "process %d: the later change by the database's clock is what the table keeps", i)
+	}
+}

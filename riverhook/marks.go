@@ -139,6 +139,7 @@ func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''
 type EndpointMarks struct {
 	db    DB
 	table string
+	clock *clock
 }
 
 // NewEndpointMarks returns the marks in schema ("" for the search path)
