@@ -44,6 +44,14 @@ func processClock(local rivertype.TimeGenerator) *clock {
 	return &clock{local: local}
 }
 
+// databaseClock returns the database's clock as a process whose clock is
+// local (nil: time.Now) reads it.
+func databaseClock(local rivertype.TimeGenerator) *clock {
+	c := processClock(local)
+	c.db = true
+	return c
+}
+
 // Now returns the database's time as the process reads it, with the
 // process's monotonic reading: durations between two of them are the
 // process's.
@@ -62,15 +70,39 @@ func (c *clock) read(sent, answered, start, end time.Time) {
 		return
 	}
 	network := max(answered.Sub(sent)-end.Sub(start), 0)
-	offset := start.Sub(sent.Add(network / 2))
+	// In whole milliseconds: a time moved to the database's clock and back
+	// is the time stored (PostgreSQL keeps microseconds), and a reading a
+	// little more precise mostly leaves the offset as it was, so that a
+	// mark read twice reads the same (see EndpointMarks).
+	offset := start.Sub(sent.Add(network / 2)).Round(time.Millisecond)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.readAt.IsZero() && network/2 > c.spread && answered.Sub(c.readAt) < clockKeep {
-		return // the reading that stands is more precise, and recent
+	if !c.readAt.IsZero() && network/2 >= c.spread && answered.Sub(c.readAt) < clockKeep {
+		return // the reading that stands is as precise or more, and recent
 	}
 	c.offset.Store(int64(offset))
 	c.spread, c.readAt = network/2, answered
 }
+
+// stale reports whether the clock has no reading of the database's, or
+// one clockKeep old, at the process's now.
+func (c *clock) stale(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readAt.IsZero() || now.Sub(c.readAt) >= clockKeep
+}
+
+// toDB returns t, a time of the process's clock, on the database's; the
+// zero time stays zero.
+func (c *clock) toDB(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(time.Duration(c.offset.Load()))
+}
+
+// fromDB returns t, a time of the database's clock, on the process's.
+func (c *clock) fromDB(t time.Time) time.Time { return t.Add(-time.Duration(c.offset.Load())) }
 
 // timeNow is the process's clock: time.Now.
 type timeNow struct{}

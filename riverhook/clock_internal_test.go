@@ -21,8 +21,7 @@ func TestClock_Read(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC)
 	db := t0.Add(-30 * time.Second) // the process's clock is 30 s ahead
 	local := &fixedClock{t: t0}
-	c := processClock(local)
-	c.db = true
+	c := databaseClock(local)
 
 	// Sent at t0, answered 10 ms later; the statement ran 4 ms of them,
 	// so the network took 6 ms: the database began 3 ms after t0.

@@ -86,9 +86,10 @@
 //     made available at their time, so that they run on time rather than
 //     at River's next scheduler pass (every 5 s).
 //   - Clock: every time one process hands another is the database's: the
-//     store's for slots and starts, and, through [Register], River's and
-//     the Worker's for snoozes, retries and errors. The process's own
-//     clock still times durations, signs attempts and runs River's rescuer.
+//     store's for slots and starts, the marks' ([EndpointMarks]), and,
+//     through [Register], River's and the Worker's for snoozes, retries and
+//     errors. The process's own clock still times durations, signs
+//     attempts and runs River's rescuer.
 //
 // Its numbers, and why:
 //

@@ -61,8 +61,7 @@ func Register(config *river.Config, w *Worker) error {
 	config.Workers = workers
 	c := w.clock.Load()
 	if !c.db {
-		c = processClock(config.Test.Time)
-		c.db = true
+		c = databaseClock(config.Test.Time)
 		w.clock.Store(c)
 	}
 	config.Test.Time = c
