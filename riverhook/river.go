@@ -466,8 +466,9 @@ func riverQuery(ctx context.Context) (query func(ctx context.Context, sql string
 // interval, and a retry alike. A retry's last error is stamped with its
 // run's start (attempted_at); a snooze adds no error, so a snoozed job's
 // last error, if any, is older than its run (TestRiver/Wake). The error's
-// time is its process's clock, attempted_at the database's: an error up to
-// a second older than attempted_at is still a retry's
+// time is River's clock (the database's as the process reads it, with
+// Register; the process's own without), attempted_at the database's: an
+// error up to a second older than attempted_at is still a retry's
 // (TestWake_LeavesARetryOfAProcessWhoseClockIsBehind), and a retry waits at
 // least its attempt's time before its next run. A job that never ran
 // (attempted_at NULL) waits for the time its inserter chose.
