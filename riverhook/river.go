@@ -29,6 +29,13 @@ import (
 // MaxAttempts after the run (TestRiver/DiscardsWhenMaxAttemptsIsWrittenDuringTheRun).
 func discardAfterThisRun(job *river.Job[Args]) { job.MaxAttempts = job.Attempt }
 
+// setRiverClock makes c River's clock: River computes in Go, on
+// Config.Test.Time, the times it stores of a run (a snooze's and a retry's
+// scheduled_at, an error's time, a job's end), and takes its client retry
+// policy's time for a NextRetry before it; its statements read the
+// database's now() where NowOrNil is nil (TestRiver/TakesTestTimeAsItsClock).
+func setRiverClock(config *river.Config, c *clock) { config.Test.Time = c }
+
 // River asks NextRetry with the very *river.Job it handed to Work, right
 // after Work returns an error, unless an ErrorHandler cancelled the job:
 // the Worker keys the retry it computed by that pointer

@@ -64,7 +64,7 @@ func Register(config *river.Config, w *Worker) error {
 		c = databaseClock(config.Test.Time)
 		w.clock.Store(c)
 	}
-	config.Test.Time = c
+	setRiverClock(config, c)
 	if config.RescueStuckJobsAfter == 0 {
 		config.RescueStuckJobsAfter = least
 	}
