@@ -108,10 +108,10 @@ func TestClock_DeliveriesWaitingForAPlaceComeOnTheDatabasesTime(t *testing.T) {
 // TestClock_ARetryComesAfterItsWaitOnTheDatabasesTime: in the same fleet,
 // an attempt answered 503 is retried after the policy's wait of 2 s, by
 // the database's clock: not 30 s late (a clock ahead), nor at once (a
-// clock behind).
+// clock behind), the first runs of a process included.
 func TestClock_ARetryComesAfterItsWaitOnTheDatabasesTime(t *testing.T) {
 	pool, schema := testDB(t)
-	const deliveries, wait = 4, 2 * time.Second
+	const deliveries, wait = 10, 2 * time.Second
 	var mu sync.Mutex
 	arrivals := map[string][]time.Time{} // delivery -> its attempts' arrivals
 	done := make(chan struct{}, deliveries)
@@ -132,8 +132,10 @@ func TestClock_ARetryComesAfterItsWaitOnTheDatabasesTime(t *testing.T) {
 	})})
 	t.Cleanup(srv.Close)
 	policy := &webhook.RetryPolicy{MaxRetries: 1, Backoff: func(int, *http.Response) time.Duration { return wait }}
-	skewedFleet(t, pool, schema, srv, 0, policy)
+	// Inserted before the processes start: their first runs come at once,
+	// before a reading of the database's clock could end.
 	insertDeliveries(t, pool, schema, "d", deliveries, policy)
+	skewedFleet(t, pool, schema, srv, 0, policy)
 	deadline := time.After(2*skew + 10*time.Second)
 	for range deliveries {
 		select {
