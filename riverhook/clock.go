@@ -84,6 +84,17 @@ func (c *clock) read(sent, answered, start, end time.Time) {
 	c.spread, c.readAt = network/2, answered
 }
 
+// unread reports whether the clock is the database's and has no reading
+// of it yet.
+func (c *clock) unread() bool {
+	if !c.db {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readAt.IsZero()
+}
+
 // stale reports whether the clock has no reading of the database's, or
 // one clockKeep old, at the process's now.
 func (c *clock) stale(now time.Time) bool {

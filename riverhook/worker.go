@@ -500,15 +500,20 @@ func (w *Worker) due(ctx context.Context) {
 	if !ok {
 		return
 	}
+	c := w.clock.Load()
 	w.mu.Lock()
 	now := time.Now()
 	if now.Sub(w.dueAt) < time.Second {
 		w.mu.Unlock()
+		if c.unread() {
+			// A run of the process's first: it must not store a time before
+			// the clock has read the database's.
+			w.readClock(ctx, query, c)
+		}
 		return
 	}
 	w.dueAt = now
 	w.mu.Unlock()
-	c := w.clock.Load()
 	sent := c.local.Now()
 	_, start, end, err := due(ctx, query, schema, 2*time.Second)
 	if err != nil {
@@ -517,6 +522,19 @@ func (w *Worker) due(ctx context.Context) {
 		return
 	}
 	c.read(sent, c.local.Now(), start, end) // the database's clock, read with the statement
+}
+
+// readClock reads the database's clock for c through query, the River
+// client's; on an error, c stays as it was (logged).
+func (w *Worker) readClock(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, c *clock) {
+	var start, end time.Time
+	sent := c.local.Now()
+	if err := query(ctx, `SELECT statement_timestamp(), clock_timestamp()`).Scan(&start, &end); err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot read the database's clock; the run goes on the process's",
+			slog.String("error", err.Error()))
+		return
+	}
+	c.read(sent, c.local.Now(), start, end)
 }
 
 // wake moves connection id's snoozed deliveries forward, every apart from
