@@ -13,11 +13,11 @@ import (
 // its offset to the database's, so that every time a process hands another
 // (a snooze's or a retry's scheduled_at, an error's time, a job's end) is
 // on the database's clock, which River's fetch and riverhook's slots
-// compare it with. The offset is read with the Worker's due (see
-// [Worker.due]): the most precise reading stands until a minute old.
-// NowOrNil is nil: River's statements take the database's now(). Before
-// Register, and in a Worker River never calls with one, it is the
-// process's clock, as River's own. It is safe for concurrent use.
+// compare it with. The Worker reads the offset with its due's statement,
+// and in each of the process's first runs; the most precise reading
+// stands until a minute old. NowOrNil is nil: River's statements take the
+// database's now(). Until Register installs it, it is the process's clock,
+// as River's own is then. It is safe for concurrent use.
 type clock struct {
 	local rivertype.TimeGenerator // the process's clock: the configuration's Test.Time, or time.Now
 	db    bool                    // set by Register: the offset follows the database's clock
