@@ -1,6 +1,10 @@
 package riverhook
 
-import "time"
+import (
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+)
 
 // WithoutAttemptLog makes w keep no attempt log: for BenchmarkDelivery to
 // measure what the log costs.
@@ -21,3 +25,10 @@ func PendingRetries(w *Worker) int {
 
 // PlaceKey is the advisory lock of place 0 of connection id in schema.
 func PlaceKey(schema, id string) int64 { return placeKey(schema, id) }
+
+// SetMarksClock makes m read the process's clock from c, for a process
+// whose clock is off.
+func SetMarksClock(m *EndpointMarks, c rivertype.TimeGenerator) {
+	m.clock = processClock(c)
+	m.clock.db = true
+}

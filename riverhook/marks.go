@@ -135,24 +135,33 @@ func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''
 // to every Sender (HealthOptions.Marks): each writes the changes it sees,
 // and follows the others'; the console reads it for the endpoint's state.
 // One row per origin or isolated URL, so its size follows the endpoints
-// that failed, not the deliveries. It is safe for concurrent use.
+// that failed, not the deliveries. Its times are the database's: a mark's
+// times are moved from the writer's clock to the database's, and back to
+// the reader's, so that marks are ordered by the database's clock whatever
+// each process's. It is safe for concurrent use.
 type EndpointMarks struct {
 	db    DB
 	table string
+	clock *clock // the database's, as the process (time.Now, the Sender's health's) reads it
 }
 
 // NewEndpointMarks returns the marks in schema ("" for the search path)
 // through db, a pool.
 func NewEndpointMarks(db DB, schema string) *EndpointMarks {
-	return &EndpointMarks{db: db, table: qualifier(schema) + "riverhook_endpoint_mark"}
+	return &EndpointMarks{db: db, table: qualifier(schema) + "riverhook_endpoint_mark", clock: databaseClock(nil)}
 }
 
 // Mark records h unless the table holds a mark of its endpoint (its origin,
-// or for a PerURL mark its URLKey) that changed later.
+// or for a PerURL mark its URLKey) that changed later, by the database's
+// clock.
 func (m *EndpointMarks) Mark(ctx context.Context, h webhook.EndpointHealth) error {
 	if h.Endpoint == "" || h.Changed.IsZero() {
 		return errors.New("riverhook: a mark needs an endpoint and the time it changed")
 	}
+	if err := m.readClock(ctx); err != nil {
+		return fmt.Errorf("riverhook: marking %s: reading the database's clock: %w", h.Endpoint, err)
+	}
+	c := m.clock
 	urlKey, origin := "", h.Endpoint
 	if h.PerURL { // reported as the origin and "/…": kept under the origin
 		urlKey, origin = h.URLKey, strings.TrimSuffix(h.Endpoint, "/…")
@@ -165,7 +174,7 @@ func (m *EndpointMarks) Mark(ctx context.Context, h webhook.EndpointHealth) erro
 			changed = EXCLUDED.changed, next_probe = EXCLUDED.next_probe, failures = EXCLUDED.failures,
 			failure_kind = EXCLUDED.failure_kind, recorded_at = clock_timestamp()
 		WHERE m.changed <= EXCLUDED.changed`,
-		origin, urlKey, h.Down, h.Confirmed, nullTime(h.Since), h.Changed, nullTime(h.NextProbe), h.Failures, string(h.LastFailure.Kind))
+		origin, urlKey, h.Down, h.Confirmed, nullTime(c.toDB(h.Since)), c.toDB(h.Changed), nullTime(c.toDB(h.NextProbe)), h.Failures, string(h.LastFailure.Kind))
 	if err != nil {
 		return fmt.Errorf("riverhook: marking %s: %w", h.Endpoint, err)
 	}
@@ -189,11 +198,14 @@ func (m *EndpointMarks) Since(ctx context.Context, after time.Time) ([]webhook.E
 }
 
 // query returns the marks where where holds for arg, in the order they were
-// recorded, and the latest recording time among them.
+// recorded, and the latest recording time among them. Its rows read the
+// database's clock too.
 func (m *EndpointMarks) query(ctx context.Context, where string, arg any) ([]webhook.EndpointHealth, time.Time, error) {
 	var last time.Time
+	c := m.clock
+	sent := c.local.Now()
 	rows, err := m.db.Query(ctx, `SELECT endpoint, url_key, down, confirmed, coalesce(since, changed), changed,
-		coalesce(next_probe, changed), failures, failure_kind, recorded_at
+		coalesce(next_probe, changed), failures, failure_kind, recorded_at, statement_timestamp(), clock_timestamp()
 		FROM `+m.table+` WHERE `+where+` ORDER BY recorded_at, url_key`, arg)
 	if err != nil {
 		return nil, last, fmt.Errorf("riverhook: reading endpoint marks: %w", err)
@@ -203,9 +215,14 @@ func (m *EndpointMarks) query(ctx context.Context, where string, arg any) ([]web
 	for rows.Next() {
 		var h webhook.EndpointHealth
 		var urlKey, kind string
-		if err := rows.Scan(&h.Endpoint, &urlKey, &h.Down, &h.Confirmed, &h.Since, &h.Changed, &h.NextProbe, &h.Failures, &kind, &last); err != nil {
+		var start, end time.Time
+		if err := rows.Scan(&h.Endpoint, &urlKey, &h.Down, &h.Confirmed, &h.Since, &h.Changed, &h.NextProbe, &h.Failures, &kind, &last, &start, &end); err != nil {
 			return nil, time.Time{}, fmt.Errorf("riverhook: reading endpoint marks: %w", err)
 		}
+		if marks == nil {
+			c.read(sent, c.local.Now(), start, end)
+		}
+		h.Since, h.Changed, h.NextProbe = c.fromDB(h.Since), c.fromDB(h.Changed), c.fromDB(h.NextProbe)
 		h.PerURL, h.URLKey, h.LastFailure.Kind = urlKey != "", urlKey, webhook.FailureKind(kind)
 		if h.PerURL {
 			h.Endpoint += "/…" // as OnChange reports a URL
@@ -243,6 +260,23 @@ func (m *EndpointMarks) Prune(ctx context.Context, before time.Time) (int64, err
 		return 0, fmt.Errorf("riverhook: pruning endpoint marks: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// readClock reads the database's clock when the marks have no recent
+// reading: the reads of the marks (Since, every FollowEvery while a Sender
+// makes attempts) read it with their rows.
+func (m *EndpointMarks) readClock(ctx context.Context) error {
+	c := m.clock
+	sent := c.local.Now()
+	if !c.stale(sent) {
+		return nil
+	}
+	var start, end time.Time
+	if err := m.db.QueryRow(ctx, `SELECT statement_timestamp(), clock_timestamp()`).Scan(&start, &end); err != nil {
+		return err
+	}
+	c.read(sent, c.local.Now(), start, end)
+	return nil
 }
 
 func nullTime(t time.Time) *time.Time {

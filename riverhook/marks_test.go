@@ -75,7 +75,9 @@ func TestEndpointMarks(t *testing.T) {
 	require.NotEmpty(t, later)
 	last := later[len(later)-1]
 	assert.False(t, last.Down, "the later change is what is recorded")
-	assert.True(t, last.Changed.Equal(up.Changed))
+	// Moved to the database's clock and back: a reading of it refined
+	// meanwhile moves it by a millisecond or so.
+	assert.WithinDuration(t, up.Changed, last.Changed, 100*time.Millisecond)
 	for _, h := range later {
 		assert.False(t, h.Changed.Equal(stale.Changed), "the stale report was not recorded")
 	}

@@ -29,6 +29,13 @@ import (
 // MaxAttempts after the run (TestRiver/DiscardsWhenMaxAttemptsIsWrittenDuringTheRun).
 func discardAfterThisRun(job *river.Job[Args]) { job.MaxAttempts = job.Attempt }
 
+// setRiverClock makes c River's clock: River computes in Go, on
+// Config.Test.Time, the times it stores of a run (a snooze's and a retry's
+// scheduled_at, an error's time, a job's end), and takes its client retry
+// policy's time for a NextRetry before it; its statements read the
+// database's now() where NowOrNil is nil (TestRiver/TakesTestTimeAsItsClock).
+func setRiverClock(config *river.Config, c *clock) { config.Test.Time = c }
+
 // River asks NextRetry with the very *river.Job it handed to Work, right
 // after Work returns an error, unless an ErrorHandler cancelled the job:
 // the Worker keys the retry it computed by that pointer
@@ -466,8 +473,9 @@ func riverQuery(ctx context.Context) (query func(ctx context.Context, sql string
 // interval, and a retry alike. A retry's last error is stamped with its
 // run's start (attempted_at); a snooze adds no error, so a snoozed job's
 // last error, if any, is older than its run (TestRiver/Wake). The error's
-// time is its process's clock, attempted_at the database's: an error up to
-// a second older than attempted_at is still a retry's
+// time is River's clock (the database's as the process reads it, with
+// Register; the process's own without), attempted_at the database's: an
+// error up to a second older than attempted_at is still a retry's
 // (TestWake_LeavesARetryOfAProcessWhoseClockIsBehind), and a retry waits at
 // least its attempt's time before its next run. A job that never ran
 // (attempted_at NULL) waits for the time its inserter chose.
@@ -530,14 +538,15 @@ func dueSQL(schema string) string {
 			AND (unique_key IS NULL OR unique_states IS NULL OR ` + qualifier(schema) + `river_job_state_in_bitmask(unique_states, state))
 			ORDER BY scheduled_at LIMIT $3 FOR UPDATE SKIP LOCKED),
 		moved AS (UPDATE ` + table + ` AS j SET state = 'available' FROM due WHERE j.id = due.id RETURNING 1)
-		SELECT count(*) FROM moved`
+		SELECT count(*), statement_timestamp(), clock_timestamp() FROM moved`
 }
 
-// due runs dueSQL through query.
-func due(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string, ahead time.Duration) (int, error) {
-	var n int
-	if err := query(ctx, dueSQL(schema), Kind, ahead.Microseconds(), maxDue).Scan(&n); err != nil {
-		return 0, fmt.Errorf("riverhook: making the deliveries due ready: %w", err)
+// due runs dueSQL through query, and returns how many deliveries it made
+// ready, and when the statement began and ended by the database's clock
+// (the Worker reads it there: see clock.read).
+func due(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string, ahead time.Duration) (n int, start, end time.Time, err error) {
+	if err := query(ctx, dueSQL(schema), Kind, ahead.Microseconds(), maxDue).Scan(&n, &start, &end); err != nil {
+		return 0, time.Time{}, time.Time{}, fmt.Errorf("riverhook: making the deliveries due ready: %w", err)
 	}
-	return n, nil
+	return n, start, end, nil
 }

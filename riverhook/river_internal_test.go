@@ -135,6 +135,28 @@ func TestRiver(t *testing.T) {
 		}
 	})
 
+	// River takes Config.Test.Time as its clock for the times it computes
+	// in Go (a snooze's and a retry's scheduled_at, an error's time, a
+	// job's end), and takes its client retry policy's time for a
+	// NextRetry before it; its statements take the database's now() when
+	// NowOrNil is nil. Register's clock rests on it (setRiverClock).
+	t.Run("TakesTestTimeAsItsClock", func(t *testing.T) {
+		src := riverSource(t, "github.com/riverqueue/river", "client.go")
+		assert.Contains(t, src, "archetype.Time = &baseservice.TimeGeneratorWithStubWrapper{TimeGenerator: config.Test.Time}")
+		src = riverSource(t, "github.com/riverqueue/river", "internal/jobexecutor/job_executor.go")
+		assert.Contains(t, src, "nextAttemptScheduledAt := e.Time.Now().Add(snoozeErr.Duration)")
+		assert.Contains(t, src, "if nextRetryScheduledAt.Before(now) {")
+		assert.Contains(t, src, "riverdriver.JobSetStateCompleted(jobRow.ID, e.Time.Now(), metadataUpdatesBytes)")
+		src = riverSource(t, "github.com/riverqueue/river/riverdriver/riverpgxv5", "internal/dbsqlc/river_job.sql")
+		assert.Contains(t, src, "AND scheduled_at <= coalesce(sqlc.narg('now')::timestamptz, now())", "River's fetch")
+
+		ahead := databaseClock(skewed(time.Hour)) // no reading: an hour ahead
+		w := &pinWorker{work: func(context.Context, *river.Job[Args]) error { return river.JobSnooze(time.Second) }}
+		res, err := pinRunAt(t, w, nil, ahead)
+		require.NoError(t, err)
+		assert.WithinDuration(t, time.Now().Add(time.Hour+time.Second), res.Job.ScheduledAt, time.Minute, "a snooze on River's clock")
+	})
+
 	// The wake tells a job waiting for its policy's retry from a snoozed
 	// one by River's own stamps (snoozedWhere): a failed run's error is
 	// stamped after the run's attempted_at, also when River makes a short
@@ -363,7 +385,7 @@ func TestRiver(t *testing.T) {
 		require.NoError(t, err)
 		retryAt, err := client.JobGet(ctx, id)
 		require.NoError(t, err)
-		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
+		n, _, _, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		n, err = wake(ctx, poolQuery(pool), client.Schema(), "crm", time.Millisecond)
@@ -405,7 +427,7 @@ func TestRiver(t *testing.T) {
 			require.NoError(t, err)
 			before[d] = job.ScheduledAt
 		}
-		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
+		n, _, _, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, 2, n, "a snoozed delivery and a retry, due within 2 s")
 		for d, want := range map[string]rivertype.JobState{"soon": rivertype.JobStateAvailable, "retry": rivertype.JobStateAvailable,
@@ -439,7 +461,7 @@ func TestRiver(t *testing.T) {
 			&river.InsertOpts{ScheduledAt: time.Now().Add(500 * time.Millisecond)})
 		require.NoError(t, err)
 
-		n, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
+		n, _, _, err := due(ctx, poolQuery(pool), client.Schema(), 2*time.Second)
 		require.NoError(t, err, "one conflict fails the move of every delivery due")
 		assert.Equal(t, 1, n)
 		for id, want := range map[int64]rivertype.JobState{first.Job.ID: rivertype.JobStateRetryable, other.Job.ID: rivertype.JobStateAvailable} {
@@ -814,17 +836,31 @@ func pinWork(t *testing.T, w *pinWorker, opts *river.InsertOpts) *rivertest.Work
 // pinRun runs one job of w through River's executor (rivertest) in a
 // transaction rolled back at the end, and returns its result and error.
 func pinRun(t *testing.T, w *pinWorker, opts *river.InsertOpts) (*rivertest.WorkResult, error) {
+	return pinRunAt(t, w, opts, nil)
+}
+
+// pinRunAt is pinRun with River's clock (Config.Test.Time) at now (nil:
+// River's own).
+func pinRunAt(t *testing.T, w *pinWorker, opts *river.InsertOpts, now rivertype.TimeGenerator) (*rivertest.WorkResult, error) {
 	t.Helper()
 	pool, schema := testdb.Schema(t, "riverpin", true)
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { tx.Rollback(context.Background()) })
-	tw := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: testdb.Quiet()}, w)
+	config := &river.Config{Schema: schema, Logger: testdb.Quiet()}
+	config.Test.Time = now
+	tw := rivertest.NewWorker(t, riverpgxv5.New(nil), config, w)
 	res, err := tw.Work(ctx, t, tx, Args{ConnectionID: "crm", DeliveryID: "d1", Event: "user.identified"}, opts)
 	require.NotNil(t, res, "%v", err)
 	return res, err
 }
+
+// skewed is a process's clock off by its value.
+type skewed time.Duration
+
+func (s skewed) Now() time.Time     { return time.Now().Add(time.Duration(s)) }
+func (skewed) NowOrNil() *time.Time { return nil }
 
 // poolQuery is wake's and due's query on pool.
 func poolQuery(pool *pgxpool.Pool) func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {

@@ -86,6 +86,11 @@
 //   - Due: once a second per working process, the jobs due within 2 s are
 //     made available at their time, so that they run on time rather than
 //     at River's next scheduler pass (every 5 s).
+//   - Clock: every time one process hands another is the database's: the
+//     store's for slots and starts, the marks' ([EndpointMarks]), and,
+//     through [Register], River's and the Worker's for snoozes, retries and
+//     errors. The process's own clock still times durations, signs
+//     attempts and runs River's rescuer.
 //
 // Its numbers, and why:
 //
@@ -106,13 +111,11 @@
 //   - [DefaultFetchPollInterval] (50 ms): how late a slot's job may come.
 //   - A retry's error stamped up to 1 s before its run's attempted_at is
 //     still a retry, not a snooze a wake may move: River stamps the error
-//     with the process's clock and attempted_at with the database's.
+//     with the process's reading of the database's clock (or its own clock,
+//     in a client set up without Register), attempted_at with the database's.
 //   - An idle connection is forgotten by the process after an hour.
-//
-// River's clock and the database's: slots, starts and chains are the
-// store's (the database's for a fleet). A snooze is a duration, which River
-// turns into a time with its process's clock: a process whose clock is
-// ahead runs its snoozed jobs late by as much.
+//   - The database's clock is read once a second, with the due; the most
+//     precise reading stands for a minute, as a busy pool's wait blurs one.
 //
 // # Retention and personal data
 //

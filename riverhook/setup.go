@@ -27,6 +27,13 @@ import (
 // have River's rescuer run a delivery again while its attempt may still be
 // under way, and a Workers that has a worker of [Kind] already.
 //
+// It sets config.Test.Time to the database's clock as the process reads
+// it: the process's clock (config.Test.Time when set, else time.Now)
+// corrected by its offset to the database's, which the Worker reads as it
+// works. River and the Worker then store every time on the database's
+// clock: a snooze's or a retry's end, an error's time, a job's end. The
+// Worker keeps one clock for all the clients it is registered in.
+//
 // Call it for every River client started on the database, also one that
 // works other queues only: River's rescuer runs on whichever client leads,
 // and discards a stuck job of a kind that client has no worker for. Build
@@ -52,6 +59,12 @@ func Register(config *river.Config, w *Worker) error {
 			func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, nil }, &river.PeriodicJobOpts{ID: PruneKind, RunOnStart: true}))
 	}
 	config.Workers = workers
+	c := w.clock.Load()
+	if !c.db {
+		c = databaseClock(config.Test.Time)
+		w.clock.Store(c)
+	}
+	setRiverClock(config, c)
 	if config.RescueStuckJobsAfter == 0 {
 		config.RescueStuckJobsAfter = least
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -95,7 +96,8 @@ type Worker struct {
 	onAttempt func(context.Context, *river.Job[Args], webhook.Attempt) error
 	logger    *slog.Logger
 	noLog     bool             // benchmarks only: no attempt log (export_test.go)
-	now       func() time.Time // when a retry is stored; tests move it
+	now       func() time.Time // the clock's Now, when not the tests'
+	clock     atomic.Pointer[clock]
 
 	admission *admission
 
@@ -150,9 +152,10 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*
 		maxWait:   cmp.Or(opts.MaxWait, DefaultMaxWait),
 		onAttempt: opts.OnAttempt,
 		logger:    opts.Logger,
-		now:       time.Now,
 		retries:   map[retryKey]pendingRetry{},
 	}
+	w.clock.Store(processClock(nil))
+	w.now = func() time.Time { return w.clock.Load().Now() }
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
@@ -199,7 +202,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 
 	r := w.load(ctx, job)
 	r.ticket = t
-	if wait := signAfter(r.entries, w.now()); wait > 0 {
+	if wait := signAfter(r.entries, time.Now()); wait > 0 {
 		// The attempt before was signed at this millisecond or later (a
 		// retry due at once, another process's clock ahead): this one's
 		// timestamp must pass it, so that no receiver takes it for a copy.
@@ -312,19 +315,21 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 // policy's wait after now for a failed attempt, whatever the wait (0
 // included); River's client retry policy for a run that could not make its
 // attempt (the Resolver failed); and now for a job River rescued after its
-// process died, which the Worker never saw fail.
+// process died, which the Worker never saw fail. Now is the database's
+// time as the process reads it, once [Register] has set up the client.
 func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
 	w.mu.Lock()
 	p, ok := w.retries[job]
 	delete(w.retries, job)
 	w.mu.Unlock()
+	now := w.clock.Load().Now()
 	switch {
 	case !ok:
-		return time.Now()
+		return now
 	case p.client:
 		return time.Time{}
 	}
-	return time.Now().Add(p.wait)
+	return now.Add(p.wait)
 }
 
 // Timeout returns the Sender's attempt timeout plus ten seconds of room for
@@ -489,23 +494,47 @@ func (w *Worker) limits(ctx context.Context, id string, conn webhook.Connection)
 // slot, not at River's next scheduler pass (every 5 s, and all that came
 // due since at once). It runs in Work, so while the process works
 // deliveries; when none runs, River's scheduler still makes them available.
+// Its statement reads the database's clock for the Worker's (see clock).
 func (w *Worker) due(ctx context.Context) {
 	query, schema, ok := riverQuery(ctx)
 	if !ok {
 		return
 	}
+	c := w.clock.Load()
 	w.mu.Lock()
 	now := time.Now()
 	if now.Sub(w.dueAt) < time.Second {
 		w.mu.Unlock()
+		if c.unread() {
+			// A run of the process's first: it must not store a time before
+			// the clock has read the database's.
+			w.readClock(ctx, query, c)
+		}
 		return
 	}
 	w.dueAt = now
 	w.mu.Unlock()
-	if _, err := due(ctx, query, schema, 2*time.Second); err != nil {
+	sent := c.local.Now()
+	_, start, end, err := due(ctx, query, schema, 2*time.Second)
+	if err != nil {
 		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot make the deliveries due ready; River's scheduler does",
 			slog.String("error", err.Error()))
+		return
 	}
+	c.read(sent, c.local.Now(), start, end) // the database's clock, read with the statement
+}
+
+// readClock reads the database's clock for c through query, the River
+// client's; on an error, c stays as it was (logged).
+func (w *Worker) readClock(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, c *clock) {
+	var start, end time.Time
+	sent := c.local.Now()
+	if err := query(ctx, `SELECT statement_timestamp(), clock_timestamp()`).Scan(&start, &end); err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot read the database's clock; the run goes on the process's",
+			slog.String("error", err.Error()))
+		return
+	}
+	c.read(sent, c.local.Now(), start, end)
 }
 
 // wake moves connection id's snoozed deliveries forward, every apart from
