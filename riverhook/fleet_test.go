@@ -22,6 +22,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -338,7 +339,9 @@ func TestFleet_ChaosLosesNothing(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
 
-	const deliveries = 60
+	// Enough that the survivors still deliver once the killed process's
+	// jobs (as many as it fetched) wait for River's rescue.
+	const deliveries = 200
 	ep := newSlowEndpoint(t)
 	insertFleet(t, pool, schema, deliveries)
 	start := func() *exec.Cmd { return startPlacesChild(t, "worker", schema, ep.srv) }
@@ -355,9 +358,20 @@ func TestFleet_ChaosLosesNothing(t *testing.T) {
 	assert.LessOrEqual(t, peak, 2, "the bound held through a SIGKILL")
 
 	// A worker whose session of places the database ends.
+	// A place is held whenever an attempt is in flight: asked until one
+	// is, between an attempt's end and the next's start.
 	var pid int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
-		AND (classid::bigint << 32 | objid::bigint) BETWEEN $1 AND $1 + 1 LIMIT 1`, riverhook.PlaceKey(schema, "crm")).Scan(&pid))
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(30 * time.Second); ; <-tick.C {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+			AND (classid::bigint << 32 | objid::bigint) BETWEEN $1 AND $1 + 1 LIMIT 1`, riverhook.PlaceKey(schema, "crm")).Scan(&pid)
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, pgx.ErrNoRows)
+		require.True(t, time.Now().Before(deadline), "no worker held a place for 30 s")
+	}
 	var ended bool
 	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
 	require.True(t, ended)
@@ -453,7 +467,9 @@ func TestFleet_SurvivesARestartOfPostgreSQL(t *testing.T) {
 	pool, schema := testDB(t)
 	ctx := context.Background()
 	require.NoError(t, riverhook.Migrate(ctx, pool, schema))
-	const deliveries = 60
+	// Enough that the survivors still deliver once the killed process's
+	// jobs (as many as it fetched) wait for River's rescue.
+	const deliveries = 200
 	ep := newSlowEndpoint(t)
 	insertFleet(t, pool, schema, deliveries)
 	startPlacesChild(t, "worker", schema, ep.srv)
