@@ -35,7 +35,9 @@ import (
 // sender's CPU time per delivery alone:
 //
 //   - impl=raw: a bare net/http client doing the same JSON encoding and
-//     signing, on a keep-alive transport sized for the concurrency (the floor);
+//     signing, on a keep-alive transport sized for the concurrency;
+//   - impl=raw-bounded: the same, each attempt bounded by a context with
+//     the Sender's 30 s timeout, as the spec requires (the floor);
 //   - impl=retryablehttp: go-retryablehttp on that client, doing the same
 //     encoding and signing, each attempt unbounded in time;
 //   - impl=retryablehttp-bounded: the same with HTTPClient.Timeout set to
@@ -57,7 +59,7 @@ func BenchmarkDeliver(b *testing.B) {
 	p := samplePayload()
 	ctx := context.Background()
 
-	raw := func() error {
+	rawIn := func(ctx context.Context) error {
 		req, err := rawRequest(ctx, conn, p)
 		if err != nil {
 			return err
@@ -72,6 +74,14 @@ func BenchmarkDeliver(b *testing.B) {
 			b.Fatalf("status %d", resp.StatusCode)
 		}
 		return nil
+	}
+	raw := func() error { return rawIn(ctx) }
+	// rawBounded bounds the attempt by the Sender's attempt timeout, as the
+	// spec requires and the Sender does: the floor of the same work.
+	rawBounded := func() error {
+		ctx, cancel := context.WithTimeout(ctx, webhook.DefaultAttemptTimeout)
+		defer cancel()
+		return rawIn(ctx)
 	}
 
 	newSender := func(opts *webhook.SenderOptions) func() error {
@@ -132,6 +142,7 @@ func BenchmarkDeliver(b *testing.B) {
 		deliver func() error
 	}{
 		{"raw", raw},
+		{"raw-bounded", rawBounded},
 		{"retryablehttp", retryableSame},
 		{"retryablehttp-bounded", retryableBounded},
 		{"sender", sender},
