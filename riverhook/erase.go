@@ -91,7 +91,7 @@ type EraseResult struct {
 	// Worker's Timeout (an attempt answered just before its cancel arrived
 	// may record the answer), any inserted during the call, and those
 	// beyond the 1,000 one call cancels. Call EraseSubject again until it
-	// is zero.
+	// is zero ([EraseArgs] does).
 	UnderWay int `json:"under_way"`
 }
 
@@ -113,7 +113,7 @@ type EraseResult struct {
 //
 // What is left is in [EraseResult].UnderWay: call it again until that is
 // zero, a few seconds later (the running deliveries end within
-// [Worker.Timeout]). Calling it again is safe and cheap: it erases only
+// [Worker.Timeout]), or insert [EraseArgs], a job that does. Calling it again is safe and cheap: it erases only
 // what holds something to erase, such as what a run wrote after the last
 // call. The subject stays in each job: an id, never an email (see
 // [MaxSubjectBytes]).
@@ -175,32 +175,34 @@ const EraseKind = "riverhook_erase"
 const eraseAgainAfter = time.Second
 
 // EraseArgs is the job of a durable erasure: [EraseSubject] of Subject,
-// called again until nothing of the subject is under way. The service
-// inserts it in the transaction that records the user's request, on the
-// River client's own insert:
+// called again until nothing of the subject is under way. An HTTP request
+// need not wait for it, and a crash does not lose it. The service inserts
+// it in the transaction that records the user's request, with River's own
+// insert, on a client set up with [Register] or an insert-only one:
 //
 //	res, err := client.InsertTx(ctx, tx, riverhook.EraseArgs{Subject: userID}, nil)
 //
-// [Register] adds its worker, so any client set up for the deliveries
-// works it. An insert of a subject [EraseSubject] refuses (empty, or not
-// an id) fails at once with an error matching [ErrInvalidSubject], and
-// inserts nothing. The job is unique by subject until it ends: a second
-// insert while one is waiting or running is skipped
-// (res.UniqueSkippedAsDuplicate) and returns that job.
+// [Register] adds its worker, so every client set up for the deliveries
+// works it. A subject [EraseSubject] refuses (empty, or not an id) fails
+// the insert at once with an error matching [ErrInvalidSubject], and
+// nothing is inserted. The job is unique by subject until it ends: a
+// second insert while one waits or runs returns that job
+// (res.UniqueSkippedAsDuplicate).
 //
-// Each run erases what it can; while deliveries are still under way it
+// Each run erases what it can. While deliveries are still under way, it
 // snoozes for a second and runs again. Snoozes do not count against River's
-// MaxAttempts; an error does (River retries it with its backoff), and so
-// does a crash: the run of a process that died is rescued by River after
-// the client's RescueStuckJobsAfter ([Register] sets it: a minute by
-// default) and runs again on another process. A run is bounded by the
-// client's JobTimeout, as a job of the service's is.
+// MaxAttempts. An error does (River retries with its backoff), and so does
+// a crash: River's rescuer gives the run of a dead process to another
+// after the client's RescueStuckJobsAfter (a minute, as [Register] sets
+// it) and up to 30 s of its interval. A run is bounded by the client's
+// JobTimeout, as the service's own jobs are.
 //
-// The job completes once nothing of the subject is left under way: the
-// service learns it is done by the job's state, completed (client.JobGet,
-// or a subscription to river.EventKindJobCompleted). Its output
-// (JobRow.Output) is the [EraseResult] of all its runs added up, UnderWay
-// zero; a run cut by a crash is not counted.
+// The job completes once nothing of the subject is under way. The service
+// learns it by the job's state, completed: client.JobGet(ctx, res.Job.ID),
+// or a subscription to river.EventKindJobCompleted. Its output
+// (JobRow.Output) is the [EraseResult] of its runs added up, UnderWay
+// zero; the cancels of a run cut by a crash are not counted. River
+// deletes the completed job after its CompletedJobRetentionPeriod.
 type EraseArgs struct {
 	// Subject is the user to erase ([Args.Subject]): an id, never an
 	// email.
