@@ -307,10 +307,14 @@ func TestEraseArgs_SurvivesAKilledProcess(t *testing.T) {
 			}
 			first, lines := startEraseChild(t, e.b.schema, env...)
 			if tc.during {
-				select {
-				case <-lines: // "holding": its second run
-				case <-time.After(30 * time.Second):
-					t.Fatal("the child did not hold its second run within 30 s")
+				timeout := time.After(30 * time.Second)
+				for held := false; !held; {
+					select {
+					case line := <-lines:
+						held = line == "holding" // its second run
+					case <-timeout:
+						t.Fatal("the child did not hold its second run within 30 s")
+					}
 				}
 			} else {
 				waitJob(t, e.client, id, 30*time.Second, "snoozed", func(j *rivertype.JobRow) bool {

@@ -26,7 +26,8 @@ import (
 // the FetchCooldown, when longer: River refuses a poll shorter than it)
 // when it is zero. It refuses a RescueStuckJobsAfter shorter than that, which would
 // have River's rescuer run a delivery again while its attempt may still be
-// under way, and a Workers that has a worker of [Kind] already.
+// under way, and a Workers that has a worker of [Kind], [PruneKind] or
+// [EraseKind] already.
 //
 // Call it for every River client started on the database, also one that
 // works other queues only: River's rescuer runs on whichever client leads,
