@@ -113,9 +113,9 @@ type EraseResult struct {
 //
 // What is left is in [EraseResult].UnderWay: call it again until that is
 // zero, a few seconds later (the running deliveries end within
-// [Worker.Timeout]), or insert [EraseArgs], a job that does. Calling it again is safe and cheap: it erases only
-// what holds something to erase, such as what a run wrote after the last
-// call. The subject stays in each job: an id, never an email (see
+// [Worker.Timeout]), or insert [EraseArgs], a job that does. Calling it
+// again is safe and cheap: it erases only what holds something to erase,
+// such as what a run wrote after the last call. The subject stays in each job: an id, never an email (see
 // [MaxSubjectBytes]).
 //
 // Deliveries inserted without a subject are not found: erase them with
@@ -170,8 +170,8 @@ const EraseKind = "riverhook_erase"
 // cancel by a notification, and the run ends within milliseconds, so that
 // a second later the repeat finds it ended and the erasure completes. A
 // run that misses its cancel ends at its [Worker.Timeout] (40 s with the
-// default Sender): that is some 40 repeats, each one indexed query and an
-// UPDATE of nothing.
+// default Sender): that is some 40 repeats, each a few indexed queries
+// and an UPDATE of nothing.
 const eraseAgainAfter = time.Second
 
 // EraseArgs is the job of a durable erasure: [EraseSubject] of Subject,
@@ -253,7 +253,7 @@ func checkErasedSubject(subject string) error {
 // database of the River client running it.
 func eraseWork(ctx context.Context, job *river.Job[EraseArgs]) error {
 	if err := checkErasedSubject(job.Args.Subject); err != nil {
-		return river.JobCancel(err) // inserted around the hook: it never will be erasable
+		return river.JobCancel(err) // inserted past the hook, by SQL: no run could erase it
 	}
 	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if err != nil || !client.Driver().PoolIsSet() {
@@ -265,8 +265,10 @@ func eraseWork(ctx context.Context, job *river.Job[EraseArgs]) error {
 			return fmt.Errorf("riverhook: reading the erasure's totals: %w", err)
 		}
 	}
-	// One transaction of the client's pool: EraseSubject's UPDATEs are
-	// savepoints in it, committed together.
+	// River's client lends no pool, only a transaction of its driver's:
+	// EraseSubject's own transactions are savepoints in it, and a run cut
+	// by a crash commits nothing of its erasure (its cancels are
+	// committed, on the client's pool).
 	execTx, err := client.Driver().GetExecutor().Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("riverhook: erasing a subject: %w", err)
