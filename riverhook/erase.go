@@ -2,10 +2,13 @@ package riverhook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -88,7 +91,7 @@ type EraseResult struct {
 	// Worker's Timeout (an attempt answered just before its cancel arrived
 	// may record the answer), any inserted during the call, and those
 	// beyond the 1,000 one call cancels. Call EraseSubject again until it
-	// is zero.
+	// is zero ([EraseArgs] does).
 	UnderWay int `json:"under_way"`
 }
 
@@ -110,9 +113,9 @@ type EraseResult struct {
 //
 // What is left is in [EraseResult].UnderWay: call it again until that is
 // zero, a few seconds later (the running deliveries end within
-// [Worker.Timeout]). Calling it again is safe and cheap: it erases only
-// what holds something to erase, such as what a run wrote after the last
-// call. The subject stays in each job: an id, never an email (see
+// [Worker.Timeout]), or insert [EraseArgs], a job that does. Calling it
+// again is safe and cheap: it erases only what holds something to erase,
+// such as what a run wrote after the last call. The subject stays in each job: an id, never an email (see
 // [MaxSubjectBytes]).
 //
 // Deliveries inserted without a subject are not found: erase them with
@@ -131,10 +134,7 @@ type EraseResult struct {
 // caller's transaction, it holds them until that ends: give it, not the
 // pool, to the riverhook calls that follow until then ([ErrLockHeld]).
 func EraseSubject[TTx any](ctx context.Context, client *river.Client[TTx], db DB, subject string) (*EraseResult, error) {
-	if subject == "" {
-		return nil, fmt.Errorf("%w: the subject to erase must not be empty", ErrInvalidSubject)
-	}
-	if err := checkSubject(subject); err != nil {
+	if err := checkErasedSubject(subject); err != nil {
 		return nil, err
 	}
 	ids, err := toCancel(ctx, db, client.Schema(), subject, maxCancelled)
@@ -159,4 +159,137 @@ func EraseSubject[TTx any](ctx context.Context, client *river.Client[TTx], db DB
 		return nil, fmt.Errorf("riverhook: erasing a subject's deliveries: %w", err)
 	}
 	return res, nil
+}
+
+// EraseKind is the River job kind of a durable erasure ([EraseArgs]).
+const EraseKind = "riverhook_erase"
+
+// eraseAgainAfter is how long a durable erasure waits before it calls
+// [EraseSubject] again while deliveries are under way. What it waits for
+// is mostly the cancelled runs ending: River tells a run's process of its
+// cancel by a notification, and the run ends within milliseconds, so that
+// a second later the repeat finds it ended and the erasure completes. A
+// run that misses its cancel ends at its [Worker.Timeout] (40 s with the
+// default Sender): that is some 40 repeats, each a few indexed queries
+// and an UPDATE of nothing.
+const eraseAgainAfter = time.Second
+
+// EraseArgs is the job of a durable erasure: [EraseSubject] of Subject,
+// called again until nothing of the subject is under way. An HTTP request
+// need not wait for it, and a crash does not lose it. The service inserts
+// it in the transaction that records the user's request, with River's own
+// insert, on a client set up with [Register] or an insert-only one:
+//
+//	res, err := client.InsertTx(ctx, tx, riverhook.EraseArgs{Subject: userID}, nil)
+//
+// [Register] adds its worker, so every client set up for the deliveries
+// works it. A subject [EraseSubject] refuses (empty, or not an id) fails
+// the insert at once with an error matching [ErrInvalidSubject], and
+// nothing is inserted. The job is unique by subject until it ends: a
+// second insert while one waits or runs returns that job
+// (res.UniqueSkippedAsDuplicate).
+//
+// Each run erases what it can. While deliveries are still under way, it
+// snoozes for a second and runs again. Snoozes do not count against River's
+// MaxAttempts. An error does (River retries with its backoff), and so does
+// a crash: River's rescuer gives the run of a dead process to another
+// after the client's RescueStuckJobsAfter (a minute, as [Register] sets
+// it) and up to 30 s of its interval. A run is bounded by the client's
+// JobTimeout, as the service's own jobs are.
+//
+// The job completes once nothing of the subject is under way. The service
+// learns it by the job's state, completed: client.JobGet(ctx, res.Job.ID),
+// or a subscription to river.EventKindJobCompleted. Its output
+// (JobRow.Output) is the [EraseResult] of its runs added up, UnderWay
+// zero; the cancels of a run cut by a crash are not counted. River
+// deletes the completed job after its CompletedJobRetentionPeriod.
+type EraseArgs struct {
+	// Subject is the user to erase ([Args.Subject]): an id, never an
+	// email.
+	Subject string `json:"subject"`
+}
+
+// Kind returns [EraseKind].
+func (EraseArgs) Kind() string { return EraseKind }
+
+// InsertOpts makes the erasure unique by subject while it waits or runs:
+// River requires available, pending, running and scheduled in the states,
+// and retryable keeps an erasure that failed once from being doubled. An
+// ended erasure does not hold the key, so that the service can erase again.
+func (EraseArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+		rivertype.JobStateRunning, rivertype.JobStateScheduled}}}
+}
+
+// Hooks returns the hook that refuses, at insert, a subject [EraseSubject]
+// would refuse.
+func (EraseArgs) Hooks() []rivertype.Hook { return []rivertype.Hook{&checkErasure{}} }
+
+// checkErasure is the insert hook of [EraseArgs].
+type checkErasure struct{ river.HookDefaults }
+
+func (*checkErasure) InsertBegin(_ context.Context, params *rivertype.JobInsertParams) error {
+	var subject string
+	switch args := params.Args.(type) {
+	case EraseArgs:
+		subject = args.Subject
+	case *EraseArgs:
+		subject = args.Subject
+	}
+	return checkErasedSubject(subject)
+}
+
+// checkErasedSubject returns an error matching [ErrInvalidSubject] for a
+// subject that cannot be erased: empty, or not an id.
+func checkErasedSubject(subject string) error {
+	if subject == "" {
+		return fmt.Errorf("%w: the subject to erase must not be empty", ErrInvalidSubject)
+	}
+	return checkSubject(subject)
+}
+
+// eraseWork is the work of a durable erasure ([EraseArgs]), on the
+// database of the River client running it.
+func eraseWork(ctx context.Context, job *river.Job[EraseArgs]) error {
+	if err := checkErasedSubject(job.Args.Subject); err != nil {
+		return river.JobCancel(err) // inserted past the hook, by SQL: no run could erase it
+	}
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil || !client.Driver().PoolIsSet() {
+		return river.JobCancel(fmt.Errorf("riverhook: a durable erasure needs a River client on a pgx pool (riverpgxv5.New(pool))"))
+	}
+	var total EraseResult
+	if out := job.Output(); out != nil {
+		if err := json.Unmarshal(out, &total); err != nil {
+			return fmt.Errorf("riverhook: reading the erasure's totals: %w", err)
+		}
+	}
+	// River's client lends no pool, only a transaction of its driver's:
+	// EraseSubject's own transactions are savepoints in it, and a run cut
+	// by a crash commits nothing of its erasure (its cancels are
+	// committed, on the client's pool).
+	execTx, err := client.Driver().GetExecutor().Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("riverhook: erasing a subject: %w", err)
+	}
+	tx := client.Driver().UnwrapTx(execTx)
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	res, err := EraseSubject(ctx, client, tx, job.Args.Subject)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("riverhook: erasing a subject: %w", err)
+	}
+	total.Erased += res.Erased
+	total.Cancelled += res.Cancelled
+	total.UnderWay = res.UnderWay
+	if err := river.RecordOutput(ctx, total); err != nil {
+		return fmt.Errorf("riverhook: recording the erasure's totals: %w", err)
+	}
+	if res.UnderWay > 0 {
+		return river.JobSnooze(eraseAgainAfter)
+	}
+	return nil
 }

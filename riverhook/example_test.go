@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +27,7 @@ import (
 
 // databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
 // skips them, saying so, where there is none and CI is not set.
-const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseSubject|ExampleEraseBodies|ExampleNewConnectionPlaces|ExampleConnectionPlaces_Prune)$"
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseSubject|ExampleEraseArgs|ExampleEraseBodies|ExampleNewConnectionPlaces|ExampleConnectionPlaces_Prune)$"
 
 // exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
 // one Example, and a func that drops the schema and closes the pool. A
@@ -507,6 +508,59 @@ func ExampleEraseSubject() {
 	// evt_43 cancelled erased: true
 	// evt_42 delivered erased: true
 	//   attempt 1 delivered 200 [erased]
+}
+
+// A user asked to be forgotten, and the request cannot wait for the
+// deliveries under way to end: the service inserts a durable erasure in
+// the transaction that records the request, and riverhook finishes it,
+// through crashes. The job completes once nothing of the user is under
+// way; its output is the totals. A subject that is not an id is refused at
+// once.
+func ExampleEraseArgs() {
+	ctx := context.Background()
+	receiver := webhooktest.NewServer("whsec_example", nil)
+	defer receiver.Close()
+	pool, client, _, ended, done := exampleClient(ctx, receiver)
+	defer done()
+	for ev := range ended {
+		if ev.Job.Kind == riverhook.Kind {
+			break // evt_42, about the user usr_test_0000, delivered
+		}
+	}
+
+	var jobID int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// ... the service records the request in its own tables ...
+		res, err := client.InsertTx(ctx, tx, riverhook.EraseArgs{Subject: "usr_test_0000"}, nil)
+		if err != nil {
+			return err
+		}
+		jobID = res.Job.ID
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for ev := range ended {
+		if ev.Job.ID == jobID {
+			break
+		}
+	}
+	job, err := client.JobGet(ctx, jobID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var res riverhook.EraseResult
+	if err := json.Unmarshal(job.Output(), &res); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s: erased %d, cancelled %d, under way %d\n", job.State, res.Erased, res.Cancelled, res.UnderWay)
+
+	_, err = client.Insert(ctx, riverhook.EraseArgs{Subject: "ana@example.com"}, nil)
+	fmt.Println("an email as the subject:", errors.Is(err, riverhook.ErrInvalidSubject))
+	// Output:
+	// completed: erased 1, cancelled 0, under way 0
+	// an email as the subject: true
 }
 
 // Erasing deliveries by id, for those inserted without a subject

@@ -146,7 +146,9 @@
 //     under way, and replaces the body and every text that may quote it
 //     with "[erased]", keeping the log's outcomes, statuses, times,
 //     durations and runs. Call it again while [EraseResult].UnderWay says
-//     deliveries were still running.
+//     deliveries were still running, or insert [EraseArgs] in the
+//     transaction that records the request: a job that does so by itself,
+//     through crashes, and completes when nothing is left.
 //   - [EraseBodies] does the same to the ended deliveries of given ids: for
 //     deliveries inserted without a subject, or for every delivery once it
 //     ends (an OnAttempt of the last attempt, or a periodic job).

@@ -17,15 +17,17 @@ import (
 // retry policy.
 
 // Register sets up config, a River client's configuration, for the
-// deliveries of w: it adds w and riverhook's maintenance (see [PruneKind],
-// a periodic job run by River's leader, unless LeaderElectionDisabled) to
-// config.Workers (made when nil), sets
+// deliveries of w: it adds w, riverhook's maintenance (see [PruneKind],
+// a periodic job run by River's leader, unless LeaderElectionDisabled) and
+// the worker of durable erasures ([EraseArgs]) to config.Workers (made
+// when nil), sets
 // config.RescueStuckJobsAfter to [Worker.RescueStuckJobsAfter] when it is
 // zero, and config.FetchPollInterval to [DefaultFetchPollInterval] (or
 // the FetchCooldown, when longer: River refuses a poll shorter than it)
 // when it is zero. It refuses a RescueStuckJobsAfter shorter than that, which would
 // have River's rescuer run a delivery again while its attempt may still be
-// under way, and a Workers that has a worker of [Kind] already.
+// under way, and a Workers that has a worker of [Kind], [PruneKind] or
+// [EraseKind] already.
 //
 // It sets config.Test.Time to the database's clock as the process reads
 // it: the process's clock (config.Test.Time when set, else time.Now)
@@ -53,6 +55,9 @@ func Register(config *river.Config, w *Worker) error {
 	}
 	if err := river.AddWorkerSafely(workers, river.WorkFunc(prune)); err != nil {
 		return fmt.Errorf("riverhook: registering its maintenance: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, river.WorkFunc(eraseWork)); err != nil {
+		return fmt.Errorf("riverhook: registering its erasure: %w", err)
 	}
 	if !config.LeaderElectionDisabled { // River refuses periodic jobs then
 		config.PeriodicJobs = append(config.PeriodicJobs, river.NewPeriodicJob(river.PeriodicInterval(PruneEvery),
