@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/signedhook/webhook"
 )
 
 // This file holds the Worker's connections: resolving one through the
-// Resolver, and what a dashboard asks of one, its Send Test and its
-// endpoint's health, through the Worker's Sender.
+// Resolver, and what a dashboard asks of one, its Send Test, the events
+// it subscribes to and its endpoint's health, through the Worker's Sender.
 
 // SendTest is the dashboard's "Send Test" for the connection with the
 // given id: it resolves the connection with the Worker's [Resolver] and
@@ -61,6 +62,19 @@ func (w *Worker) sendTest(ctx context.Context, connectionID string, send func(we
 	}
 	defer done()
 	return send(conn)
+}
+
+// Events returns the events the connection with the given id subscribes
+// to, as the Worker's [Resolver] gives it ([webhook.Connection.Events]):
+// empty means every event. A dashboard offers a Send Test of these
+// (SendTestBytes itself sends whatever it is asked). The error is as for
+// [Worker.SendTest]. It is safe for concurrent use.
+func (w *Worker) Events(ctx context.Context, connectionID string) ([]string, error) {
+	conn, err := w.resolveConnection(ctx, connectionID, 0)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(conn.Events), nil // the Resolver's may be shared
 }
 
 // ErrBusy is returned by [Worker.SendTest] when the connection has

@@ -127,3 +127,28 @@ func TestWorker_EndpointHealthReportsTheConnectionsOriginAndURLOnly(t *testing.T
 	assert.Equal(t, srv.Connection().Endpoint(), endpoint)
 	assert.Empty(t, failing, "another endpoint's failures are not this one's")
 }
+
+// TestWorker_EventsAreTheResolvedConnectionsSubscriptions: what a
+// dashboard offers to test is what the Resolver says the connection
+// subscribes to, none meaning every event; a connection that does not
+// resolve is named by id alone.
+func TestWorker_EventsAreTheResolvedConnectionsSubscriptions(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	t.Cleanup(srv.Close)
+	billing := srv.Connection()
+	billing.Events = []string{"invoice.paid"}
+	w := newWorker(t, srv.Sender(nil), newResolver(map[string]webhook.Connection{"crm": srv.Connection(), "billing": billing}).resolve,
+		&riverhook.WorkerOptions{Logger: quietLogger()})
+	ctx := context.Background()
+
+	events, err := w.Events(ctx, "billing")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"invoice.paid"}, events)
+	events, err = w.Events(ctx, "crm")
+	require.NoError(t, err)
+	assert.Empty(t, events, "every event")
+	_, err = w.Events(ctx, "gone")
+	require.ErrorIs(t, err, riverhook.ErrConnectionGone)
+	assert.Empty(t, srv.Deliveries(), "nothing is sent")
+}
