@@ -3,8 +3,12 @@ package console_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"html"
 	"math"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,6 +128,107 @@ func TestConsole_APISendsATestThroughTheWorkerRateLimitedPerConnection(t *testin
 	}
 }
 
+// invoicePaid is the service's sample of its event invoice.paid, as
+// Options.Samples gives it.
+const invoicePaid = `{"event":"invoice.paid","invoice":{"id":"in_test_0001","amount_due":4200,"currency":"eur"}}`
+
+// TestConsole_SendsATestOfAnEventTheConnectionSubscribesTo: a connection
+// subscribed to invoice.paid alone is offered a Send Test of that event
+// alone, and gets it with the service's sample, signed, from the page's
+// form and from the API. An event it does not subscribe to (user.identified
+// by default too), or without a sample, is refused with 400 naming it: it
+// sends nothing and spends no turn. A connection subscribed to every event
+// is offered user.identified, built in, and each sample; one subscribed to
+// events without a sample, none.
+func TestConsole_SendsATestOfAnEventTheConnectionSubscribesTo(t *testing.T) {
+	t.Parallel()
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	w, err := riverhook.NewWorker(srv.Sender(nil), func(_ context.Context, id string) (webhook.Connection, error) {
+		conn := srv.Connection()
+		switch id {
+		case "billing", "books":
+			conn.Events = []string{"invoice.paid"}
+		case "ledger":
+			conn.Events = []string{"ledger.closed"} // without a sample
+		}
+		return conn, nil
+	}, nil)
+	require.NoError(t, err)
+	f := consoleWith(t, w, &console.Options{
+		Connections: func(*http.Request) ([]string, error) { return []string{"billing", "books", "crm", "ledger"}, nil },
+		Samples:     map[string]json.RawMessage{"invoice.paid": json.RawMessage(invoicePaid), "invoice.voided": json.RawMessage(`{}`)},
+	}, false)
+
+	page := f.do(t, "GET", "/connections/billing", "").Body.String()
+	assert.Contains(t, page, `<option value="invoice.paid">invoice.paid</option>`)
+	for _, not := range []string{"user.identified", "invoice.voided"} {
+		assert.NotContains(t, page, not, "not subscribed")
+	}
+
+	for _, tc := range []struct{ name, path string }{
+		{"the page's form", "/connections/billing/test"},
+		{"the API", "/api/connections/books/test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv.Clear()
+			for _, refused := range []struct{ form, named string }{
+				{"", `"user.identified"`},
+				{"event=user.identified", `"user.identified"`},
+				{"event=invoice.voided", `"invoice.voided"`},
+				{"event=deal.closed", `"deal.closed"`},
+				{"event=" + url.QueryEscape(hostile), `pwned`},
+			} {
+				got := f.do(t, "POST", tc.path, refused.form)
+				assert.Equal(t, http.StatusBadRequest, got.Code, "%s: %s", refused.form, got.Body.String())
+				body := html.UnescapeString(strings.ReplaceAll(got.Body.String(), `\"`, `"`))
+				assert.Contains(t, body, refused.named, "the answer names the event")
+				assert.NotContains(t, got.Body.String(), "<script>", "nothing of it is markup")
+			}
+			assert.Empty(t, srv.Deliveries(), "nothing is sent")
+
+			got := f.do(t, "POST", tc.path, "event=invoice.paid")
+			ds := srv.Deliveries()
+			require.Len(t, ds, 1, "%d: %s", got.Code, got.Body.String())
+			require.NoError(t, ds[0].Err, "signed")
+			assert.Equal(t, "invoice.paid", ds[0].Header.Get(webhook.HeaderEvent))
+			assert.Equal(t, invoicePaid, string(ds[0].Body), "the service's sample, byte for byte")
+			if strings.HasPrefix(tc.path, "/api/") {
+				require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+				v := decode[map[string]any](t, got.Body.String())
+				assert.Equal(t, "invoice.paid", v["event"])
+				assert.Equal(t, true, v["delivered"])
+			} else {
+				require.Equal(t, http.StatusSeeOther, got.Code, got.Body.String())
+				page := f.do(t, "GET", "/connections/billing", "").Body.String()
+				assert.Contains(t, notice(page, "test"), "Send Test of invoice.paid at ")
+			}
+			got = f.do(t, "POST", tc.path, "event=invoice.paid")
+			assert.Equal(t, http.StatusTooManyRequests, got.Code, "the test sent spent the turn")
+		})
+	}
+
+	page = f.do(t, "GET", "/connections/crm", "").Body.String()
+	var offered []string
+	sel := regexp.MustCompile(`(?s)<select name="event" id="test-event">(.*?)</select>`).FindStringSubmatch(page)
+	require.NotNil(t, sel, "the events to choose from")
+	for _, m := range regexp.MustCompile(`<option value="([^"]*)">`).FindAllStringSubmatch(sel[1], -1) {
+		offered = append(offered, m[1])
+	}
+	assert.Equal(t, []string{"user.identified", "invoice.paid", "invoice.voided"}, offered, "every event: the built-in first")
+	srv.Clear()
+	got := f.do(t, "POST", "/api/connections/crm/test", "")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	require.Len(t, srv.Deliveries(), 1)
+	p, err := srv.Deliveries()[0].Payload()
+	require.NoError(t, err)
+	assert.True(t, p.IsSendTest(), "user.identified by default, built in")
+
+	page = f.do(t, "GET", "/connections/ledger", "").Body.String()
+	assert.Contains(t, page, `id="no-test"`, "no event to test")
+	assert.NotContains(t, page, `id="send-test"`)
+}
+
 // assertRetryAfter asserts that h's Retry-After is the rest of a wait of
 // every, rounded up to whole seconds, for a request that ran after ran:
 // every itself (10) on a machine that took under a second since ran, and
@@ -217,10 +322,17 @@ func TestConsole_ASendTestRefusedAsBusyKeepsItsTurn(t *testing.T) {
 // (Options.Limits).
 func consoleOn(t *testing.T, w *riverhook.Worker, shared bool) *fixture {
 	t.Helper()
+	opts := &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"crm"}, nil }}
+	return consoleWith(t, w, opts, shared)
+}
+
+// consoleWith returns the console with opts on a schema of its own, acting
+// through w; with shared, its turns are in the database (Options.Limits).
+func consoleWith(t *testing.T, w *riverhook.Worker, opts *console.Options, shared bool) *fixture {
+	t.Helper()
 	pool, schema := testdb.Schema(t, "console", true)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: testdb.Quiet()})
 	require.NoError(t, err)
-	opts := &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"crm"}, nil }}
 	if shared {
 		require.NoError(t, riverhook.Migrate(context.Background(), pool, schema))
 		opts.Limits = console.NewSharedLimits(pool, schema)

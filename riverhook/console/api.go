@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/riverqueue/river/rivertype"
 
@@ -50,7 +48,7 @@ func listQuery(q url.Values, now time.Time) (*riverhook.ListParams, error) {
 			return nil, fmt.Errorf("unknown status %.40q", s)
 		}
 	}
-	if !utf8.ValidString(p.Event) || strings.ContainsFunc(p.Event, unicode.IsControl) {
+	if !printable(p.Event) {
 		// No delivery has it (riverhook refuses it too), and PostgreSQL's
 		// text cannot hold a NUL: the request's error, not a 500.
 		return nil, fmt.Errorf("event %.40q is not an event name", p.Event)
@@ -310,10 +308,23 @@ func (c *console) allowed(w http.ResponseWriter, r *http.Request, req request, a
 	return err == nil && ok
 }
 
-// test runs the request's Send Test, rate-limited; ok is false once it
-// has answered. A test refused as busy was not made: it gives its turn
-// back, so that trying again once a place is free is not too soon.
+// test runs the request's Send Test of its event (user.identified when it
+// names none), rate-limited; ok is false once it has answered. An event
+// without a sample, or that the connection does not subscribe to, is
+// refused (400) before a turn is taken. A test refused as busy was not
+// made: it gives its turn back, so that trying again once a place is free
+// is not too soon.
 func (c *console) test(w http.ResponseWriter, r *http.Request, req request) (testResult, bool) {
+	event := cmp.Or(r.FormValue("event"), webhook.EventUserIdentified)
+	refused, err := c.refuseTest(r.Context(), req.conn, event)
+	switch {
+	case err != nil:
+		c.fail(w, r, req, err)
+		return testResult{}, false
+	case refused != "":
+		c.notSent(w, r, req, refused)
+		return testResult{}, false
+	}
 	turn, wait, ok, err := c.limits.allow(r.Context(), actionTest, req.conn, "")
 	switch {
 	case err != nil:
@@ -323,7 +334,7 @@ func (c *console) test(w http.ResponseWriter, r *http.Request, req request) (tes
 		c.tooSoon(w, r, req, wait)
 		return testResult{}, false
 	}
-	t, err := c.sendTest(r.Context(), req.conn)
+	t, err := c.sendTest(r.Context(), req.conn, event)
 	if errors.Is(err, riverhook.ErrBusy) {
 		if err := c.limits.giveBack(r.Context(), actionTest, req.conn, turn); err != nil {
 			c.logger.WarnContext(r.Context(), "console: giving back the turn of a Send Test refused as busy", "connection_id", req.conn, "error", err.Error())
@@ -343,7 +354,7 @@ func (c *console) apiTest(w http.ResponseWriter, r *http.Request, req request) {
 	if !ok {
 		return
 	}
-	v := map[string]any{"delivered": t.OK, "outcome": t.Outcome, "duration_ms": t.TookMs,
+	v := map[string]any{"event": t.Event, "delivered": t.OK, "outcome": t.Outcome, "duration_ms": t.TookMs,
 		"diagnosis": t.Diagnosis, "start": webhook.NewTime(t.At)}
 	if t.Status != 0 {
 		v["status"] = t.Status

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -42,7 +43,8 @@ func chromium(t *testing.T) string {
 // service's names for the connections show instead of their ids, the
 // deliveries of every status are listed, the charts are drawn with their
 // accessible text, a hostile receiver's script does not run, a resend from
-// the page makes a new attempt that the started River client delivers, and
+// the page makes a new attempt that the started River client delivers, a
+// Send Test of the event chosen on the page sends that event, and
 // the fleet's mark of the endpoint as down shows as a banner. With
 // UPDATE_SCREENSHOTS=1 it writes the pages' screenshots into ../docs for
 // the README.
@@ -58,7 +60,8 @@ func TestConsole_InABrowser(t *testing.T) {
 		ConnectionNames: func(_ *http.Request, ids []string) (map[string]string, error) {
 			return map[string]string{"crm": "Acme CRM", "erp": "Acme ERP"}, nil
 		},
-		Marks: marks,
+		Marks:   marks,
+		Samples: map[string]json.RawMessage{"invoice.paid": json.RawMessage(invoicePaid)},
 	})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -176,6 +179,20 @@ func TestConsole_InABrowser(t *testing.T) {
 	}
 	shoot("charts", true)
 	shoot("list", false)
+
+	// A Send Test of the service's own event, chosen on the page: the
+	// endpoint gets that event, with the service's sample.
+	sent := len(f.srv.Deliveries())
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("test-event"), "invoice.paid"),
+		chromedp.Click(chromedp.ID("send-test")),
+		chromedp.WaitVisible(chromedp.ID("test")),
+	))
+	assert.Contains(t, text("#test"), "Send Test of invoice.paid at ")
+	ds := f.srv.Deliveries()
+	require.Len(t, ds, sent+1, "one test")
+	assert.Equal(t, "invoice.paid", ds[sent].Header.Get(webhook.HeaderEvent))
+	assert.Equal(t, invoicePaid, string(ds[sent].Body))
 
 	// The hostile receiver's answer is shown as text, and runs nothing.
 	require.NoError(t, chromedp.Do(ctx,

@@ -19,7 +19,9 @@
 //   - GET /connections/{id} lists a connection's deliveries, newest first: a
 //     row per delivery with its status, last answer and time, filters by
 //     status and time, counts per status, a banner when the endpoint is down
-//     or isolated, and the Send Test and Recover buttons.
+//     or isolated, and the Send Test and Recover buttons. Send Test offers
+//     each event the connection subscribes to that has a sample
+//     ([Options.Samples]), user.identified's built in.
 //   - GET /connections/{id}/deliveries/{job} shows one delivery: its
 //     attempts with status, time taken and response excerpt, interrupted
 //     runs marked, the next attempt as a time, the attempts the policy has
@@ -42,7 +44,12 @@
 //   - POST /api/connections/{id}/deliveries/{job}/resend: [riverhook.Resend].
 //   - POST /api/connections/{id}/recover: [riverhook.Recover] of the
 //     given-up deliveries since (required), a dry run with dry_run=true.
-//   - POST /api/connections/{id}/test: [riverhook.Worker.SendTest].
+//   - POST /api/connections/{id}/test: a Send Test of event (a form field or
+//     the query; empty means user.identified) with its sample:
+//     [riverhook.Worker.SendTest], or SendTestBytes with the body
+//     [Options.Samples] gives. An event without a sample, or that the
+//     connection does not subscribe to, is answered 400, naming it, and
+//     never sent.
 //   - GET /api/connections/{id}/health: the endpoint's health, read from
 //     [Options.Marks] at each request.
 //
@@ -74,14 +81,15 @@
 //     A resend of the delivery resent last is let through: it inserts
 //     nothing, as riverhook resends a delivery once. The second post of a
 //     double click on Resend leads where the first led, the new
-//     delivery's page, not to an error. A Send Test refused as busy (503)
-//     made no attempt, and spends no turn.
+//     delivery's page, not to an error. A Send Test refused as busy (503),
+//     or refused for its event (400), made no attempt, and spends no turn.
 package console
 
 import (
 	"cmp"
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -93,6 +101,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -128,6 +137,19 @@ type Options struct {
 	// user's email, name and phone) in the delivery's page and JSON. False,
 	// the default, never shows it.
 	ShowPayload bool
+
+	// Samples are the service's sample bodies for a Send Test, by event:
+	// each a JSON body such as a real delivery of that event carries,
+	// sent byte for byte and signed ([riverhook.Worker.SendTestBytes]).
+	// A connection's page offers a Send Test of each event the connection
+	// subscribes to ([riverhook.Worker.Events]) that has a sample: here,
+	// or built in for "user.identified" ([riverhook.Worker.SendTest],
+	// whose metadata "source" tells a receiver it is a test; mark yours
+	// if receivers must tell too). Another event is refused (400), never
+	// sent. New refuses an event name that is empty or has control
+	// characters, and a body that is not JSON; it keeps a copy. Nil
+	// offers user.identified alone.
+	Samples map[string]json.RawMessage
 
 	// TestEvery is how often a connection may be sent a test, and
 	// RecoverEvery how often its recover (and, apart, its dry run) may
@@ -211,6 +233,9 @@ type console struct {
 	pages  *template.Template
 	limits *limiter
 
+	samples  map[string]json.RawMessage // Options.Samples, copied
+	testable []string                   // the events a Send Test may send: user.identified, then the samples' sorted
+
 	mu       sync.Mutex
 	tests    map[string]testResult  // connection id -> its last Send Test, for its page
 	recovers map[string]recoverNote // connection id -> its last recover or count, for its page
@@ -253,6 +278,9 @@ func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker
 	}
 	theme, err := themeCSS(opts.Theme)
 	if err != nil {
+		return nil, err
+	}
+	if c.samples, c.testable, err = samplesOf(opts.Samples); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
@@ -355,6 +383,12 @@ func (c *console) actor(r *http.Request) string {
 	return cut(who, 200)
 }
 
+// printable reports whether s is UTF-8 text without control characters,
+// as an event's name is.
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}
+
 // cut returns s as valid UTF-8 cut to at most n bytes at a rune boundary:
 // a rune the cut splits is dropped.
 func cut(s string, n int) string {
@@ -378,6 +412,7 @@ const DefaultResendInterval = time.Second
 
 // testResult is a connection's last Send Test, shown on its page.
 type testResult struct {
+	Event     string
 	At        time.Time
 	OK        bool
 	Status    int
@@ -388,9 +423,68 @@ type testResult struct {
 	Response  string
 }
 
-// sendTest runs the connection's Send Test and keeps its result.
-func (c *console) sendTest(ctx context.Context, conn string) (testResult, error) {
-	res, err := c.worker.SendTest(ctx, conn)
+// samplesOf checks and copies samples (Options.Samples), and returns the
+// events a Send Test may send: user.identified, built in, then the
+// samples' events in order.
+func samplesOf(samples map[string]json.RawMessage) (map[string]json.RawMessage, []string, error) {
+	copied := make(map[string]json.RawMessage, len(samples))
+	testable := []string{webhook.EventUserIdentified}
+	for _, event := range slices.Sorted(maps.Keys(samples)) {
+		if event == "" || !printable(event) {
+			return nil, nil, fmt.Errorf("console: Options.Samples has an event %.40q: want a name of UTF-8 text without control characters", event)
+		}
+		if !json.Valid(samples[event]) {
+			return nil, nil, fmt.Errorf("console: Options.Samples[%.40q] is not JSON", event)
+		}
+		copied[event] = slices.Clone(samples[event])
+		if event != webhook.EventUserIdentified {
+			testable = append(testable, event)
+		}
+	}
+	return copied, testable, nil
+}
+
+// testEvents returns the events a Send Test to a connection subscribed to
+// subscribed (none: every event, as webhook.Connection.Subscribes reads
+// it) may send, in the page's order.
+func (c *console) testEvents(subscribed []string) []string {
+	conn := webhook.Connection{Events: subscribed}
+	var out []string
+	for _, event := range c.testable {
+		if conn.Subscribes(event) {
+			out = append(out, event)
+		}
+	}
+	return out
+}
+
+// refuseTest returns why a Send Test of event to conn is not sent, or ""
+// when it may be: an event without a sample, or one the connection does not
+// subscribe to (as its Resolver says now; it is resolved again to be sent).
+func (c *console) refuseTest(ctx context.Context, conn, event string) (string, error) {
+	if !slices.Contains(c.testable, event) {
+		return fmt.Sprintf("no Send Test of %.40q: the service gives no sample of this event", event), nil
+	}
+	subscribed, err := c.worker.Events(ctx, conn)
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(c.testEvents(subscribed), event) {
+		return fmt.Sprintf("no Send Test of %.40q: connection %.60q does not subscribe to this event", event, conn), nil
+	}
+	return "", nil
+}
+
+// sendTest runs the connection's Send Test of event, with its sample, and
+// keeps its result.
+func (c *console) sendTest(ctx context.Context, conn, event string) (testResult, error) {
+	var res *webhook.Result
+	var err error
+	if body, ok := c.samples[event]; ok {
+		res, err = c.worker.SendTestBytes(ctx, conn, event, body)
+	} else { // user.identified, built in
+		res, err = c.worker.SendTest(ctx, conn)
+	}
 	if res == nil || len(res.Attempts) == 0 {
 		if err == nil {
 			err = errors.New("console: Send Test made no attempt")
@@ -398,7 +492,7 @@ func (c *console) sendTest(ctx context.Context, conn string) (testResult, error)
 		return testResult{}, err
 	}
 	a := res.Attempts[0]
-	t := testResult{At: a.Start, OK: a.OK(), Status: a.StatusCode, Outcome: string(a.Outcome()), Took: a.Duration,
+	t := testResult{Event: event, At: a.Start, OK: a.OK(), Status: a.StatusCode, Outcome: string(a.Outcome()), Took: a.Duration,
 		TookMs: a.JSON().DurationMs, Diagnosis: a.Diagnosis(), Response: a.ResponseText()}
 	c.mu.Lock()
 	c.tests[conn] = t

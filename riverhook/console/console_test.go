@@ -88,6 +88,41 @@ func TestNew_RefusesToServeWithoutAScope(t *testing.T) {
 	}
 }
 
+// TestNew_RefusesASampleItCouldNotSend: a sample of Options.Samples whose
+// event has no name, or whose body is not JSON, is refused by New rather
+// than at a customer's Send Test.
+func TestNew_RefusesASampleItCouldNotSend(t *testing.T) {
+	t.Parallel()
+	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
+	require.NoError(t, err)
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	w, err := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) {
+		return srv.Connection(), nil
+	}, nil)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none") // connects on first use: never
+	require.NoError(t, err)
+	defer pool.Close()
+	for _, tc := range []struct {
+		name    string
+		samples map[string]json.RawMessage
+		want    string
+	}{
+		{"no name", map[string]json.RawMessage{"": json.RawMessage(`{}`)}, `Samples has an event ""`},
+		{"a control character", map[string]json.RawMessage{"invoice.paid\n": json.RawMessage(`{}`)}, `"invoice.paid\n"`},
+		{"not JSON", map[string]json.RawMessage{"invoice.paid": json.RawMessage(`{"id":`)}, `Samples["invoice.paid"] is not JSON`},
+		{"nothing", map[string]json.RawMessage{"invoice.paid": nil}, `Samples["invoice.paid"] is not JSON`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := console.New(client, pool, w, &console.Options{Connections: customerConnections, Samples: tc.samples})
+			require.Error(t, err)
+			assert.Nil(t, h)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
 func TestConsole_AnswersAnotherCustomersConnectionAndJobsAsUnknown(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil, false)

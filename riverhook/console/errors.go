@@ -117,3 +117,14 @@ func (c *console) busy(w http.ResponseWriter, r *http.Request, req request) {
 	}
 	c.errorPage(w, r, http.StatusServiceUnavailable, "Busy", msg, connOf(req.conn).Path)
 }
+
+// notSent answers a Send Test the console does not send, an event without
+// a sample or that the connection does not subscribe to: 400, with msg,
+// which names the event.
+func (c *console) notSent(w http.ResponseWriter, r *http.Request, req request, msg string) {
+	if req.api {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	c.errorPage(w, r, http.StatusBadRequest, "Not sent", msg, connOf(req.conn).Path)
+}

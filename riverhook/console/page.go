@@ -90,6 +90,7 @@ type connectionPage struct {
 	Filters   []filter // by status
 	Periods   []filter // by time
 	Older     string   // the next page's link, or empty
+	Tests     []string // the events a Send Test may send
 	Test      *testResult
 	Recovered *recoverNote
 	Charts    []chart
@@ -287,6 +288,11 @@ func (c *console) connectionPage(w http.ResponseWriter, r *http.Request, req req
 	for _, d := range l.Deliveries {
 		p.Rows = append(p.Rows, rowOf(req.conn, d))
 	}
+	subscribed, err := c.worker.Events(r.Context(), req.conn)
+	if err != nil { // offered as to every event: a test answers as it can
+		c.logger.WarnContext(r.Context(), "console: the connection's events", "connection_id", req.conn, "error", err.Error())
+	}
+	p.Tests = c.testEvents(subscribed)
 	if t, ok := c.lastTest(req.conn); ok {
 		p.Test = &t
 	}
