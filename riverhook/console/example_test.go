@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"net/http"
@@ -19,15 +20,18 @@ import (
 
 // The console mounted under /webhooks/log/, behind the service's own
 // authentication, scoped to the customer's connections: another customer's
-// connection is not found, a cross-origin POST is refused, and the
-// endpoint shows as its origin, never its path.
+// connection is not found, a cross-origin POST is refused, the endpoint
+// shows as its origin, never its path, and a Send Test of an event the
+// connection does not subscribe to is refused: it offers the service's
+// sample of invoice.paid instead.
 func ExampleNew() {
 	sender, err := webhook.NewSender(nil)
 	if err != nil {
 		log.Fatal(err)
 	}
 	worker, err := riverhook.NewWorker(sender, func(_ context.Context, id string) (webhook.Connection, error) {
-		return webhook.Connection{Name: id, URL: "https://hooks.example.com/in/T0kenInThePath", Secret: "whsec_example"}, nil
+		return webhook.Connection{Name: id, URL: "https://hooks.example.com/in/T0kenInThePath", Secret: "whsec_example",
+			Events: []string{"invoice.paid"}}, nil
 	}, nil)
 	if err != nil {
 		log.Fatal(err)
@@ -54,6 +58,10 @@ func ExampleNew() {
 			return []string{"crm"}, nil
 		},
 		Actor: func(r *http.Request) string { return "ann@customer.example" },
+		// The bodies of the Send Test of the service's own events.
+		Samples: map[string]json.RawMessage{
+			"invoice.paid": json.RawMessage(`{"event":"invoice.paid","invoice":{"id":"in_test_0001","amount_due":4200}}`),
+		},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -65,16 +73,18 @@ func ExampleNew() {
 		httptest.NewRequest("GET", "/webhooks/log/api/connections/crm/health", nil),
 		httptest.NewRequest("GET", "/webhooks/log/api/connections/erp/deliveries", nil),
 		crossOrigin(httptest.NewRequest("POST", "/webhooks/log/api/connections/crm/test", nil)),
+		httptest.NewRequest("POST", "/webhooks/log/api/connections/crm/test?event=user.identified", nil),
 	} {
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, r)
-		fmt.Println(r.Method, r.URL.Path, w.Code, strings.Join(strings.Fields(w.Body.String()), " "))
+		fmt.Println(r.Method, r.URL.RequestURI(), w.Code, strings.Join(strings.Fields(w.Body.String()), " "))
 	}
 	// Output:
 	// console: Options.Connections is required: it says which connections a request may see
 	// GET /webhooks/log/api/connections/crm/health 200 { "endpoint": "https://hooks.example.com:443", "state": "unknown" }
 	// GET /webhooks/log/api/connections/erp/deliveries 404 { "error": "not found" }
 	// POST /webhooks/log/api/connections/crm/test 403 { "error": "a cross-origin request is refused: act from the console's own pages" }
+	// POST /webhooks/log/api/connections/crm/test?event=user.identified 400 { "error": "no Send Test of \"user.identified\": connection \"crm\" does not subscribe to this event" }
 }
 
 func crossOrigin(r *http.Request) *http.Request {
