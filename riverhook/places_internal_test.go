@@ -305,3 +305,53 @@ func TestConnectionPlaces_CallsAtOnceShareARoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree: a start whose
+// statement waited for the connection's row (another process's start not
+// yet committed, a slow commit) is taken when it gets the row, not when
+// its statement began: its run starts after the wait, and a start stored
+// as the wait earlier lets the next one come the wait less than every
+// after it.
+func TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree(t *testing.T) {
+	t.Parallel()
+	a, b := twoProcesses(t)
+	ctx := context.Background()
+	const every = time.Hour
+	_, ok, err := a.start(ctx, "crm", every, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = a.pool.Exec(ctx, `UPDATE `+a.pace+` SET last_start = last_start - interval '2 hours'`)
+	require.NoError(t, err) // the last start two hours ago: the next one is now
+
+	blocker, err := a.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer blocker.Rollback(ctx)
+	_, err = blocker.Exec(ctx, `SELECT 1 FROM `+a.pace+` WHERE connection_id = 'crm' FOR UPDATE`)
+	require.NoError(t, err)
+	type started struct {
+		wait time.Duration
+		ok   bool
+		err  error
+	}
+	done := make(chan started, 1)
+	go func() {
+		wait, ok, err := b.start(ctx, "crm", every, 0)
+		done <- started{wait, ok, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := a.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND $1::int = ANY(pg_blocking_pids(pid)))`,
+			blocker.Conn().PgConn().PID()).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "the start waits for the row")
+	var freed time.Time
+	require.NoError(t, blocker.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&freed))
+	require.NoError(t, blocker.Commit(ctx))
+	got := <-done
+	require.NoError(t, got.err)
+	require.True(t, got.ok, "the start is now")
+	assert.Zero(t, got.wait)
+	var last time.Time
+	require.NoError(t, a.pool.QueryRow(ctx, `SELECT last_start FROM `+a.pace+` WHERE connection_id = 'crm'`).Scan(&last))
+	assert.False(t, last.Before(freed), "the start is stored %v before its row was free", freed.Sub(last))
+}
