@@ -485,13 +485,16 @@ func (p *ConnectionPlaces) Close(ctx context.Context) {
 
 func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {
 	// The update's WHERE leaves the row, and returns none, when the next
-	// start is further than within.
+	// start is further than within. Its now is clock_timestamp(), read
+	// once the statement has the row: a statement that waited for another
+	// process's start to commit starts its run after the wait
+	// (TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree).
 	var wait int64
-	err := p.pool.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, last_start) VALUES ($1, statement_timestamp())
+	err := p.pool.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, last_start) VALUES ($1, clock_timestamp())
 		ON CONFLICT (connection_id) DO UPDATE
-			SET last_start = greatest(p.last_start + $2 * interval '1 microsecond', statement_timestamp())
-			WHERE p.last_start + $2 * interval '1 microsecond' <= statement_timestamp() + $3 * interval '1 microsecond'
-		RETURNING greatest(extract(epoch FROM p.last_start - statement_timestamp()) * 1e6, 0)::bigint`,
+			SET last_start = greatest(p.last_start + $2 * interval '1 microsecond', clock_timestamp())
+			WHERE p.last_start + $2 * interval '1 microsecond' <= clock_timestamp() + $3 * interval '1 microsecond'
+		RETURNING greatest(extract(epoch FROM p.last_start - clock_timestamp()) * 1e6, 0)::bigint`,
 		id, every.Microseconds(), max(within, 0).Microseconds()).Scan(&wait)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
