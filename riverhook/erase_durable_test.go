@@ -360,3 +360,43 @@ func TestEraseArgs_SurvivesAKilledProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestEraseArgs_HoldsOneConnectionAtATime: a run of a durable erasure
+// holds one of the pool's connections at a time. A run that kept its
+// transaction open while its cancels (River's JobCancel, on the pool)
+// waited for another connection would deadlock as many erasures as the
+// pool has connections, and the River client on that pool with them, until
+// JobTimeout: here one erasure on a pool of one connection.
+func TestEraseArgs_HoldsOneConnectionAtATime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testDB(t)
+	config, err := pgxpool.ParseConfig(pool.Config().ConnString())
+	require.NoError(t, err)
+	config.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(t, err)
+	t.Cleanup(one.Close)
+	sender, err := webhook.NewSender(&webhook.SenderOptions{AttemptTimeout: time.Second})
+	require.NoError(t, err)
+	w := newWorker(t, sender, newResolver(nil).resolve, nil)
+	client := newClient(t, one, schema, river.NewWorkers(), func(c *river.Config) {
+		c.PollOnly = true // no listener holding the one connection
+		c.JobTimeout = 5 * time.Second
+		require.NoError(t, riverhook.Register(c, w))
+	})
+	inserter := newClient(t, pool, schema, nil, nil)
+
+	// A delivery of the subject waiting an hour: the erasure cancels it.
+	params, err := riverhook.InsertParams("waiting", []string{"crm"}, userPayload(erasedUser, "waiting", "waiting"), w.InsertOptions(nil))
+	require.NoError(t, err)
+	params[0].InsertOpts.ScheduledAt = time.Now().Add(time.Hour)
+	_, err = inserter.InsertMany(ctx, params)
+	require.NoError(t, err)
+	inserted, err := inserter.Insert(ctx, riverhook.EraseArgs{Subject: erasedUser.ID}, &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+
+	start(t, client)
+	job := waitJob(t, inserter, inserted.Job.ID, time.Minute, "ended", func(j *rivertype.JobRow) bool { return j.FinalizedAt != nil })
+	assert.Equal(t, rivertype.JobStateCompleted, job.State, "the erasure's errors: %v", job.Errors)
+}
