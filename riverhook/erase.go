@@ -142,23 +142,33 @@ func EraseSubject[TTx any](ctx context.Context, client *river.Client[TTx], db DB
 		return nil, fmt.Errorf("riverhook: erasing a subject's deliveries: %w", err)
 	}
 	res := &EraseResult{}
-	for _, id := range ids {
-		job, err := client.JobCancel(ctx, id)
-		switch {
-		case errors.Is(err, river.ErrNotFound):
-			continue // deleted meanwhile
-		case err != nil:
-			return nil, fmt.Errorf("riverhook: erasing a subject's deliveries: cancelling job %d: %w", id, err)
-		}
-		if job.State == rivertype.JobStateCancelled || job.State == rivertype.JobStateRunning {
-			res.Cancelled++
-		}
+	if res.Cancelled, err = cancelJobs(ctx, client, ids); err != nil {
+		return nil, err
 	}
 	res.Erased, res.UnderWay, err = eraseSubject(ctx, db, client.Schema(), subject)
 	if err != nil {
 		return nil, fmt.Errorf("riverhook: erasing a subject's deliveries: %w", err)
 	}
 	return res, nil
+}
+
+// cancelJobs cancels the jobs ids through client, and returns how many it
+// cancelled or told to stop running.
+func cancelJobs[TTx any](ctx context.Context, client *river.Client[TTx], ids []int64) (int, error) {
+	n := 0
+	for _, id := range ids {
+		job, err := client.JobCancel(ctx, id)
+		switch {
+		case errors.Is(err, river.ErrNotFound):
+			continue // deleted meanwhile
+		case err != nil:
+			return n, fmt.Errorf("riverhook: erasing a subject's deliveries: cancelling job %d: %w", id, err)
+		}
+		if job.State == rivertype.JobStateCancelled || job.State == rivertype.JobStateRunning {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // EraseKind is the River job kind of a durable erasure ([EraseArgs]).
@@ -266,21 +276,40 @@ func eraseWork(ctx context.Context, job *river.Job[EraseArgs]) error {
 		}
 	}
 	// River's client lends no pool, only a transaction of its driver's:
-	// EraseSubject's own transactions are savepoints in it, and a run cut
-	// by a crash commits nothing of its erasure (its cancels are
-	// committed, on the client's pool).
-	execTx, err := client.Driver().GetExecutor().Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("riverhook: erasing a subject: %w", err)
+	// EraseSubject's steps each run in one, its own transactions
+	// savepoints in it, and a run cut by a crash commits nothing of the
+	// step it was in. The cancels, on the client's pool, are made with no
+	// transaction open: a run holds one of the pool's connections at a
+	// time, or as many erasures as the pool has would each wait for
+	// another (TestEraseArgs_HoldsOneConnectionAtATime).
+	inTx := func(f func(tx pgx.Tx) error) error {
+		execTx, err := client.Driver().GetExecutor().Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("riverhook: erasing a subject: %w", err)
+		}
+		tx := client.Driver().UnwrapTx(execTx)
+		defer tx.Rollback(context.WithoutCancel(ctx))
+		if err := f(tx); err != nil {
+			return fmt.Errorf("riverhook: erasing a subject's deliveries: %w", err)
+		}
+		return tx.Commit(ctx)
 	}
-	tx := client.Driver().UnwrapTx(execTx)
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	res, err := EraseSubject(ctx, client, tx, job.Args.Subject)
-	if err != nil {
+	var ids []int64
+	if err := inTx(func(tx pgx.Tx) (err error) {
+		ids, err = toCancel(ctx, tx, client.Schema(), job.Args.Subject, maxCancelled)
+		return err
+	}); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("riverhook: erasing a subject: %w", err)
+	var res EraseResult
+	if res.Cancelled, err = cancelJobs(ctx, client, ids); err != nil {
+		return err
+	}
+	if err := inTx(func(tx pgx.Tx) (err error) {
+		res.Erased, res.UnderWay, err = eraseSubject(ctx, tx, client.Schema(), job.Args.Subject)
+		return err
+	}); err != nil {
+		return err
 	}
 	total.Erased += res.Erased
 	total.Cancelled += res.Cancelled
