@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -67,19 +68,28 @@ func ids(l listJSON) []string {
 	return out
 }
 
-func TestNew_RefusesToServeWithoutAScope(t *testing.T) {
-	t.Parallel()
+// offline returns what console.New takes, none of it reaching a
+// database: a River client without a pool, a pool that connects on first
+// use (never), and a Worker sending to a test server.
+func offline(t *testing.T) (*river.Client[pgx.Tx], *pgxpool.Pool, *riverhook.Worker) {
+	t.Helper()
 	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
 	require.NoError(t, err)
 	srv := webhooktest.NewServer(secret, nil)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	w, err := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) {
 		return srv.Connection(), nil
 	}, nil)
 	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none") // connects on first use: never
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none")
 	require.NoError(t, err)
-	defer pool.Close()
+	t.Cleanup(pool.Close)
+	return client, pool, w
+}
+
+func TestNew_RefusesToServeWithoutAScope(t *testing.T) {
+	t.Parallel()
+	client, pool, w := offline(t)
 	for _, opts := range []*console.Options{nil, {}, {ShowPayload: true}} {
 		h, err := console.New(client, pool, w, opts)
 		require.Error(t, err)
@@ -93,17 +103,7 @@ func TestNew_RefusesToServeWithoutAScope(t *testing.T) {
 // than at a customer's Send Test.
 func TestNew_RefusesASampleItCouldNotSend(t *testing.T) {
 	t.Parallel()
-	client, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
-	require.NoError(t, err)
-	srv := webhooktest.NewServer(secret, nil)
-	defer srv.Close()
-	w, err := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) {
-		return srv.Connection(), nil
-	}, nil)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none") // connects on first use: never
-	require.NoError(t, err)
-	defer pool.Close()
+	client, pool, w := offline(t)
 	for _, tc := range []struct {
 		name    string
 		samples map[string]json.RawMessage
