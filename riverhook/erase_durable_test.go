@@ -1,10 +1,8 @@
 package riverhook_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -247,28 +245,7 @@ func TestEraseChild(t *testing.T) {
 // lines the child writes after, and kills it when the test ends.
 func startEraseChild(t *testing.T, schema string, env ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestEraseChild$", "-test.count", "1", "-test.v")
-	cmd.Env = append(os.Environ(), fleetRole+"=eraser", fleetSchema+"="+schema)
-	cmd.Env = append(cmd.Env, env...)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(out)
-	for lines.Scan() && lines.Text() != "erasing" {
-	}
-	require.NoError(t, lines.Err())
-	more := make(chan string, 16)
-	go func() {
-		for lines.Scan() {
-			select {
-			case more <- lines.Text():
-			default: // nobody reads them
-			}
-		}
-		io.Copy(io.Discard, out)
-	}()
-	return cmd, more
+	return startChild(t, "TestEraseChild", "erasing", append([]string{fleetRole + "=eraser", fleetSchema + "=" + schema}, env...))
 }
 
 // TestEraseArgs_SurvivesAKilledProcess runs a durable erasure in a worker

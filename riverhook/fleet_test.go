@@ -250,19 +250,37 @@ func startPlacesChild(t *testing.T, role, schema string, srv *webhooktest.Server
 	t.Helper()
 	caFile := t.TempDir() + "/ca.pem"
 	require.NoError(t, os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600))
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestPlacesChild$", "-test.count", "1", "-test.v")
-	cmd.Env = append(os.Environ(), fleetRole+"="+role, fleetSchema+"="+schema, fleetURL+"="+srv.URL+"/hooks", fleetURL+"_CA="+caFile)
-	cmd.Env = append(cmd.Env, env...)
+	env = append([]string{fleetRole + "=" + role, fleetSchema + "=" + schema, fleetURL + "=" + srv.URL + "/hooks", fleetURL + "_CA=" + caFile}, env...)
+	cmd, _ := startChild(t, "TestPlacesChild", role[:len(role)-2]+"ing", env) // "working", "holding": under way
+	return cmd
+}
+
+// startChild starts test as an OS process, with env added, and returns
+// once it writes the line ready, with the lines it writes after (those
+// not read at once are dropped); it kills the process when the test ends.
+func startChild(t *testing.T, test, ready string, env []string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	lines := bufio.NewScanner(out)
-	for lines.Scan() && lines.Text() != role[:len(role)-2]+"ing" { // "working", "holding": under way
+	for lines.Scan() && lines.Text() != ready {
 	}
 	require.NoError(t, lines.Err())
-	go io.Copy(io.Discard, out)
-	return cmd
+	more := make(chan string, 16)
+	go func() {
+		for lines.Scan() {
+			select {
+			case more <- lines.Text():
+			default: // nobody reads them
+			}
+		}
+		io.Copy(io.Discard, out) // past a line too long for the scanner
+	}()
+	return cmd, more
 }
 
 // insertFleet inserts n deliveries to connection "crm" in schema.
