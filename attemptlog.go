@@ -54,10 +54,11 @@ const (
 	// alone.
 	KindDown FailureKind = "down"
 
-	// KindInterrupted is an attempt whose process died (a crash, a
-	// SIGKILL) before it ended: its outcome is unknown, the receiver may
-	// have had it. Only a durable queue, which runs the delivery again,
-	// logs one; it costs no retry.
+	// KindInterrupted is an attempt that ended before its outcome was
+	// known: its process died (a crash, a SIGKILL), or a durable queue cut
+	// it when its process lost its hold on the connection's place in
+	// flight. The receiver may have had it. Only a durable queue, which
+	// runs the delivery again, logs one; it costs no retry.
 	KindInterrupted FailureKind = "interrupted"
 )
 
@@ -211,7 +212,7 @@ func (a Attempt) diagnosis() string {
 		}
 		return "not sent: the endpoint is down, its last attempts could not connect; it is probed, and deliveries go again once it answers"
 	case KindInterrupted:
-		return "interrupted: the process making the attempt stopped before it ended (a crash or a kill); it was run again and cost no retry"
+		return "interrupted: the process making the attempt stopped (a crash or a kill), or lost its place in flight, before it ended; it was run again and cost no retry"
 	}
 	return fmt.Sprintf("failed: %v", a.Err)
 }
