@@ -2,6 +2,7 @@ package riverhook
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -79,6 +80,25 @@ type ticket struct {
 	placed bool
 	back   bool      // the job came back at a slot: the connection has a chain
 	since  time.Time // when the run was admitted
+}
+
+// errPlaceLost is why a run cuts its attempt: the session holding its
+// place in flight ended, and another process may take the place.
+var errPlaceLost = errors.New("riverhook: the session holding the attempt's place in flight ended")
+
+// guard returns the context of t's attempt: ctx, cut with errPlaceLost
+// when t's place is freed under it, so that the attempt leaves the bound
+// as its place does. stop ends the guard.
+func (t *ticket) guard(ctx context.Context) (_ context.Context, stop func()) {
+	if !t.placed || t.place.session == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	unwatch := context.AfterFunc(t.place.session, func() { cancel(errPlaceLost) })
+	return ctx, func() {
+		unwatch()
+		cancel(nil)
+	}
 }
 
 func newAdmission(places Places, snooze time.Duration, logger *slog.Logger) *admission {
@@ -258,7 +278,7 @@ func (a *admission) give(ctx context.Context, t *ticket) {
 		return
 	}
 	t.placed = false
-	live := a.places.live(t.place) // a place of an ended session is no one's to hand on
+	live := t.place.held() // a place of an ended session is no one's to hand on
 	a.mu.Lock()
 	if l := a.lanes[t.id]; l != nil && live {
 		// The place goes to the longest holding on whose bound has it: one

@@ -633,17 +633,20 @@ func TestAdmission_APlaceOfAnEndedSessionIsNotHandedOn(t *testing.T) {
 	ctx, now, lim := context.Background(), time.Now(), limits{bound: 1}
 	first, _ := a.enter(ctx, crmJob(now, 1, false), lim)
 	require.NotNil(t, first)
-	mine.mu.Lock()
+	done := mine.exclusive()
 	pid := mine.conn.PgConn().PID()
-	mine.mu.Unlock()
+	done()
 	var ended bool
 	require.NoError(t, theirs.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
 	require.True(t, ended)
+	select {
+	case <-first.place.session.Done(): // read by the watch, with no statement made
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process did not learn that its session ended")
+	}
 	other, ok, err := theirs.take(ctx, "crm", 1)
 	require.NoError(t, err)
 	require.True(t, ok, "the place freed with the session, taken by another process")
-	_, _, err = mine.take(ctx, "crm", 1)
-	require.Error(t, err, "the process finds its session ended")
 
 	got := make(chan *ticket)
 	go func() {
@@ -655,9 +658,9 @@ func TestAdmission_APlaceOfAnEndedSessionIsNotHandedOn(t *testing.T) {
 	require.NoError(t, theirs.give(ctx, other)) // the place the run may take
 	tk := <-got
 	require.NotNil(t, tk)
-	mine.mu.Lock()
+	done = mine.exclusive()
 	session := mine.session
-	mine.mu.Unlock()
+	done()
 	assert.Equal(t, session, tk.place.session, "the run holds a place locked in the database, not the ended session's")
 	a.leave(ctx, tk)
 }
@@ -822,8 +825,10 @@ func inRoundTrip(fn string) bool {
 // held past its context, its attempt never made.
 func TestConnectionPlaces_ACallerReturnsOnceItsCallIsMade(t *testing.T) {
 	p := NewConnectionPlaces(nil, "")
+	ended, end := context.WithCancel(context.Background())
+	end()
 	stale := func() *call { // a give of a place of no session: a round trip without a statement
-		return &call{id: "crm", give: true, got: place{connectionID: "crm", session: 9}, done: make(chan struct{}), turn: make(chan struct{}, 1)}
+		return &call{id: "crm", give: true, got: place{connectionID: "crm", session: ended}, done: make(chan struct{}), turn: make(chan struct{}, 1)}
 	}
 	queued := func(flushing bool, n int) {
 		for {

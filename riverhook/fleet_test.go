@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -346,9 +347,9 @@ func TestFleet_RateHoldsAcrossProcesses(t *testing.T) {
 // TestFleet_ChaosLosesNothing runs worker processes on one PostgreSQL
 // through chaos: one SIGKILLed while it holds places (a replacement
 // started), then another whose places' session the database ends
-// (pg_terminate_backend). Every delivery arrives, and the killed process's
-// places free at once: the bound holds but while the process whose session
-// ended still has attempts in flight, which it cannot call back.
+// (pg_terminate_backend). Every delivery arrives, the killed process's
+// places free at once, and the bound holds: the process whose session
+// ended cuts its attempts in flight as it learns it.
 func TestFleet_ChaosLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for River's rescue of a killed process's jobs, about a minute and a half")
@@ -512,8 +513,8 @@ func (ep *slowEndpoint) firstAfter(at time.Time) time.Time {
 // worker processes delivering (TEST_PG_RESTART, a command .ci/run gives,
 // run alone: every test on the server would see the restart): every
 // delivery arrives, delivery resumes once the database is back, and the
-// bound holds but while attempts sent before the restart are still in
-// flight (their processes' sessions, and places, ended with it).
+// bound holds: the processes cut their attempts in flight as the database
+// ends their sessions, and their places with them.
 func TestFleet_SurvivesARestartOfPostgreSQL(t *testing.T) {
 	restart := os.Getenv("TEST_PG_RESTART")
 	if restart == "" || os.Getenv("RIVERHOOK_RESTART_TEST") != "1" {
@@ -535,6 +536,59 @@ func TestFleet_SurvivesARestartOfPostgreSQL(t *testing.T) {
 	restarted := time.Now()
 	ep.waitFor(t, deliveries, 3*time.Minute)
 	first := ep.firstAfter(restarted)
-	t.Logf("all %d arrived; delivery resumed %v after the restart, the last %v after it", deliveries,
-		first.Sub(restarted).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
+	peak := ep.peakInFlight(time.Time{})
+	t.Logf("all %d arrived; delivery resumed %v after the restart, the last %v after it; peak %d in flight", deliveries,
+		first.Sub(restarted).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond), peak)
+	assert.LessOrEqual(t, peak, 2, "the bound held through the restart")
+}
+
+// TestFleet_AnEndedSessionCutsItsAttempts: the database ends the session
+// holding a place (pg_terminate_backend) while the place's attempt waits on
+// the endpoint. The process learns it at once, with no statement of its
+// own, and cuts the attempt: the place is another process's to take now,
+// and the fleet's bound holds. The delivery runs again; the cut attempt is
+// logged as interrupted and costs no retry.
+func TestFleet_AnEndedSessionCutsItsAttempts(t *testing.T) {
+	t.Parallel()
+	held, cut := make(chan struct{}, 1), make(chan struct{}, 1)
+	var first atomic.Bool
+	b := setupReceiver(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if first.CompareAndSwap(false, true) {
+			held <- struct{}{}
+			<-r.Context().Done() // its sender cut it, or the test ended
+			cut <- struct{}{}
+		}
+	}))
+	ctx := context.Background()
+	w := newWorker(t, b.srv.Sender(nil), b.conns.resolve,
+		&riverhook.WorkerOptions{MaxInFlightPerConnection: 1, Places: riverhook.NewConnectionPlaces(b.pool, b.schema)})
+	client, final := workerClient(t, b.pool, b.schema, w)
+	start(t, client)
+	res := insert(t, client, "d1", []string{"crm"}, nil)
+	within := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal(what)
+		}
+	}
+	within(held, "the attempt did not reach the endpoint")
+
+	place := riverhook.PlaceKey(b.schema, "crm") // place 0 of 1
+	var pid int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND objsubid = 1 AND (classid::bigint << 32 | objid::bigint) = $1`, place).Scan(&pid))
+	var ended bool
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
+	require.True(t, ended)
+	within(cut, "the attempt still waits on the endpoint while its place is free for another process")
+
+	jobs := waitFinal(t, final, 1)
+	d, err := riverhook.DeliveryOf(jobs[res[0].Job.ID])
+	require.NoError(t, err)
+	require.Len(t, d.Attempts, 2)
+	assert.Equal(t, webhook.KindInterrupted, d.Attempts[0].Kind, "the cut attempt: %v", d.Attempts[0])
+	assert.True(t, d.Attempts[1].OK(), "%v", d.Attempts[1])
+	assert.Equal(t, 1, d.Attempts[1].N, "the cut attempt cost no retry")
 }

@@ -9,7 +9,7 @@ require (
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
-	github.com/signedhook/webhook v0.0.0-20261205183825-26de62c15b2b
+	github.com/signedhook/webhook v0.0.0-20261206014139-9fa8fce72b3a
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

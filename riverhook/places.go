@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,9 +30,6 @@ type Places interface {
 	take(ctx context.Context, connectionID string, bound int) (p place, ok bool, err error)
 	// give gives back a place take returned.
 	give(ctx context.Context, p place) error
-	// live reports whether p, a place take returned, is still held in the
-	// store: a place of an ended session was freed with it.
-	live(p place) bool
 	// start takes the connection's next start, every after its last one
 	// or now if later, when that is no further than within from now, and
 	// returns how long until it; ok is false when it is further.
@@ -53,14 +49,18 @@ type Places interface {
 }
 
 // place is a place in flight held: its connection, its number, and the
-// session of the store it was taken on (a PostgreSQL session frees its
-// places when it ends, so a place of an ended session is given back to
-// no one).
+// session of the store it was taken on, done when the session ends (nil
+// for a store whose places never end): a PostgreSQL session frees its
+// places when it ends, so a place of an ended session is another
+// process's to take, and given back to no one.
 type place struct {
 	connectionID string
 	n            int
-	session      uint64
+	session      context.Context
 }
+
+// held reports whether p is still held in its store.
+func (p place) held() bool { return p.session == nil || p.session.Err() == nil }
 
 // memoryPlaces is the default Places: the process's memory, under its own
 // lock.
@@ -138,8 +138,6 @@ func (m *memoryPlaces) give(_ context.Context, p place) error {
 	return nil
 }
 
-func (m *memoryPlaces) live(place) bool { return true }
-
 func (m *memoryPlaces) start(_ context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -200,10 +198,14 @@ func later(a, b time.Time) time.Time {
 // A place in flight is a session-level advisory lock, held on one
 // database session of the process's own, taken out of the pool: a process
 // that dies, or whose session ends, frees its places at once, and there
-// is no table of places. A process cut off from the database keeps its
-// attempts in flight until they end, while the database frees its places
-// when it finds the session gone: riverhook sets the session's TCP
-// keepalives so that this takes about 11 seconds. The session cannot sit
+// is no table of places. Between statements the process reads its session,
+// so that it learns at once when the database ends it (pg_terminate_backend,
+// a restart): it then cuts the attempts in flight on the session's places,
+// which other processes may take, and their deliveries run again. A
+// process cut off from the database learns nothing: it keeps its attempts
+// in flight until they end, while the database frees its places when it
+// finds the session gone. riverhook sets the session's TCP keepalives so
+// that this takes about 11 seconds. The session cannot sit
 // behind a pooler in transaction mode (PgBouncer's), which would move it
 // between server connections: point the pool at PostgreSQL, or at a
 // pooler in session mode.
@@ -220,18 +222,25 @@ type ConnectionPlaces struct {
 	queue    []*call    // the calls waiting for the next round trip
 	flushing bool       // a caller is making the round trips
 
-	mu      sync.Mutex         // serialises the session's statements
+	mu      sync.Mutex         // serialises the session's statements, and the watch's reads between them
 	conn    *pgx.Conn          // the session; nil until the first take, and after it ends
-	session uint64             // counts the sessions opened
-	open    atomic.Uint64      // the session open, 0 for none: read without mu (see live)
+	session context.Context    // conn's, done when it ends
+	end     context.CancelFunc // ends session
+	watched bool               // a watch reads the session between statements
 	held    map[string][]int32 // connection id -> the places the session holds: a session takes its own lock again
 	trips   int                // round trips made, for tests
+
+	wmu     sync.Mutex         // guards wanted and unwatch
+	wanted  int                // statements waiting for the session: the watch gives it up to them
+	unwatch context.CancelFunc // ends the watch's read under way, if one is
+	idle    chan struct{}      // (1) the statements are done: the watch may read again
 }
 
 // NewConnectionPlaces returns the places in schema ("" for the search path)
 // of pool's database. The first place taken opens the process's session.
 func NewConnectionPlaces(pool *pgxpool.Pool, schema string) *ConnectionPlaces {
-	return &ConnectionPlaces{pool: pool, schema: schema, pace: qualifier(schema) + "riverhook_pace", held: map[string][]int32{}}
+	return &ConnectionPlaces{pool: pool, schema: schema, pace: qualifier(schema) + "riverhook_pace", held: map[string][]int32{},
+		idle: make(chan struct{}, 1)}
 }
 
 // placeKey is the advisory lock of place n of connection id: a hash of the
@@ -262,20 +271,87 @@ func (p *ConnectionPlaces) sessionConn(ctx context.Context) (*pgx.Conn, error) {
 		return nil, err
 	}
 	p.conn = conn
-	p.session++
-	p.open.Store(p.session)
+	p.session, p.end = context.WithCancel(context.Background())
 	return conn, nil
 }
 
-// lost ends the session after a failed statement: the database may have
-// ended it already, and the places it held with it. Under p.mu.
+// lost ends the session after a failed statement, or the database's word
+// that it ended it: the places it held are freed, or will be, and the
+// attempts in flight on them are cut. Under p.mu.
 func (p *ConnectionPlaces) lost(ctx context.Context) {
 	if p.conn != nil {
 		p.conn.Close(context.WithoutCancel(ctx))
 		p.conn = nil
+		p.end()
 	}
-	p.open.Store(0)
+	p.watched = false
 	clear(p.held)
+}
+
+// watch reads conn, the session, between statements while it holds
+// places: the database ends a session with a word (FATAL) before it frees
+// its places, and the process ends it here on reading it, cutting the
+// attempts on them. A statement takes the session from the watch (see
+// exclusive); the session listens to no channel, so the read ends on no
+// notification. roundTrip starts it.
+func (p *ConnectionPlaces) watch(conn *pgx.Conn, session context.Context) {
+	for {
+		p.mu.Lock()
+		if p.conn != conn || len(p.held) == 0 { // ended, or nothing to cut
+			if p.conn == conn {
+				p.watched = false
+			}
+			p.mu.Unlock()
+			return
+		}
+		p.wmu.Lock()
+		if p.wanted > 0 {
+			p.wmu.Unlock()
+			p.mu.Unlock()
+			select {
+			case <-p.idle:
+			case <-session.Done():
+			}
+			continue
+		}
+		read, stop := context.WithCancel(session)
+		p.unwatch = stop
+		p.wmu.Unlock()
+		// It returns before read's end only when the session ended: the
+		// database's word, or the socket closed.
+		_ = conn.PgConn().WaitForNotification(read)
+		p.wmu.Lock()
+		p.unwatch = nil
+		p.wmu.Unlock()
+		if read.Err() == nil {
+			p.lost(context.Background())
+		}
+		stop()
+		p.mu.Unlock()
+	}
+}
+
+// exclusive takes the session's lock for a statement, ending the watch's
+// read first; done gives it back.
+func (p *ConnectionPlaces) exclusive() (done func()) {
+	p.wmu.Lock()
+	p.wanted++
+	if p.unwatch != nil {
+		p.unwatch()
+	}
+	p.wmu.Unlock()
+	p.mu.Lock()
+	return func() {
+		p.mu.Unlock()
+		p.wmu.Lock()
+		if p.wanted--; p.wanted == 0 {
+			select {
+			case p.idle <- struct{}{}:
+			default:
+			}
+		}
+		p.wmu.Unlock()
+	}
 }
 
 func (p *ConnectionPlaces) take(ctx context.Context, id string, bound int) (place, bool, error) {
@@ -298,10 +374,6 @@ func (p *ConnectionPlaces) give(ctx context.Context, pl place) error {
 	}
 	return nil
 }
-
-// live reports whether pl was taken on the session open now: a place of
-// an ended session may be held by another process.
-func (p *ConnectionPlaces) live(pl place) bool { return pl.session == p.open.Load() }
 
 // call is a take or a give on the session, and what became of it.
 type call struct {
@@ -370,8 +442,7 @@ func isDone(c *call) bool {
 func (p *ConnectionPlaces) roundTrip(ctx context.Context, calls []*call) {
 	ctx, cancel := detached(ctx)
 	defer cancel()
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.exclusive()()
 	var later []*call
 	defer func() {
 		for _, c := range calls {
@@ -460,6 +531,10 @@ func (p *ConnectionPlaces) roundTrip(ctx context.Context, calls []*call) {
 			p.held[id] = append(p.held[id], n)
 		}
 	}
+	if len(p.held) > 0 && !p.watched {
+		p.watched = true
+		go p.watch(conn, p.session)
+	}
 }
 
 // forget drops pl from the session's places. Under p.mu.
@@ -478,8 +553,7 @@ func (p *ConnectionPlaces) forget(pl place) {
 // Close ends the process's session, freeing the places it holds. A place
 // taken after it opens a new one.
 func (p *ConnectionPlaces) Close(ctx context.Context) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.exclusive()()
 	p.lost(ctx)
 }
 

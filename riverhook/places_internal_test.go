@@ -61,9 +61,9 @@ func TestConnectionPlaces_TakeLocksOnePlace(t *testing.T) {
 	a, _ := twoProcesses(t)
 	ctx := context.Background()
 	locks := func() (n int) {
-		a.mu.Lock()
+		done := a.exclusive()
 		pid := a.conn.PgConn().PID()
-		a.mu.Unlock()
+		done()
 		require.NoError(t, a.pool.QueryRow(ctx, `SELECT coalesce(sum(CASE WHEN mode = 'ExclusiveLock' THEN 1 END), 0) FROM pg_locks
 			WHERE locktype = 'advisory' AND granted AND pid = $1`, pid).Scan(&n))
 		return n
@@ -89,8 +89,9 @@ func TestConnectionPlaces_TakeLocksOnePlace(t *testing.T) {
 
 // TestConnectionPlaces_AnEndedSessionFreesItsPlaces: a process whose
 // session ends (it died, or the database ended it) frees its places at
-// once; it opens a new session at its next take, and a place of the old
-// one given back frees nothing of the new one's.
+// once; the process learns it at once too, opens a new session at its next
+// take, and a place of the old one given back frees nothing of the new
+// one's.
 func TestConnectionPlaces_AnEndedSessionFreesItsPlaces(t *testing.T) {
 	t.Parallel()
 	a, b := twoProcesses(t)
@@ -101,9 +102,9 @@ func TestConnectionPlaces_AnEndedSessionFreesItsPlaces(t *testing.T) {
 	_, ok, err = b.take(ctx, "crm", 1)
 	require.NoError(t, err)
 	require.False(t, ok)
-	a.mu.Lock()
+	done := a.exclusive()
 	pid := a.conn.PgConn().PID()
-	a.mu.Unlock()
+	done()
 	var ended bool
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended))
 	require.True(t, ended)
@@ -112,8 +113,11 @@ func TestConnectionPlaces_AnEndedSessionFreesItsPlaces(t *testing.T) {
 	require.True(t, ok, "free the moment the session ended")
 	require.NoError(t, b.give(ctx, theirs))
 
-	_, _, err = a.take(ctx, "crm", 1)
-	require.Error(t, err, "the first statement on the ended session fails")
+	select {
+	case <-old.session.Done(): // the watch read the database's word
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process did not learn that its session ended")
+	}
 	mine, ok, err := a.take(ctx, "crm", 1)
 	require.NoError(t, err, "a new session")
 	require.True(t, ok)
@@ -287,9 +291,9 @@ func TestConnectionPlaces_CallsAtOnceShareARoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, ok, "%s: all held", id)
 	}
-	a.mu.Lock()
+	done := a.exclusive()
 	trips := a.trips
-	a.mu.Unlock()
+	done()
 	t.Logf("%d takes in %d round trips", calls, trips)
 	assert.Less(t, trips, calls, "takes made at once share round trips")
 

@@ -211,8 +211,24 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		}
 		return river.JobSnooze(wait)
 	}
-	a := w.sender.Attempt(ctx, conn, job.Args.Event, job.Args.Body, r.n)
+	attempt, stop := t.guard(ctx)
+	a := w.sender.Attempt(attempt, conn, job.Args.Event, job.Args.Body, r.n)
+	stop()
+	if a.Kind == webhook.KindCanceled && errors.Is(context.Cause(attempt), errPlaceLost) && ctx.Err() == nil {
+		return w.interrupt(ctx, r, a)
+	}
 	return w.result(ctx, r, a)
+}
+
+// interrupt logs attempt a of run r, cut as its place in flight was lost,
+// as interrupted (it costs no retry), and snoozes the job to its
+// connection's next slot.
+func (w *Worker) interrupt(ctx context.Context, r *run, a webhook.Attempt) error {
+	a.Kind, a.Err = webhook.KindInterrupted, errPlaceLost
+	r.entries = append(r.entries, newLogEntry(a, r.job.Attempt))
+	w.record(ctx, r.job, r.entries)
+	w.notify(ctx, r.hooked, a)
+	return river.JobSnooze(w.admission.wait(ctx, r.ticket.id, w.admission.spacing(r.ticket.id, r.ticket.lim)))
 }
 
 // run is one run of a job: its attempt log as loaded, and the number of
