@@ -36,6 +36,13 @@ type logEntry struct {
 	Probe     bool      `json:"probe,omitempty"` // the probe of a down endpoint that found it still down: no attempt of the policy
 }
 
+// placeCut reports whether e is an attempt its own run cut as the
+// process lost its place in flight (Worker.interrupt): interrupted, with
+// its start known, where a crash's leaves none.
+func (e logEntry) placeCut() bool {
+	return e.Kind == string(webhook.KindInterrupted) && !e.Start.IsZero()
+}
+
 // logKept are the JSON names of logEntry's fields that an erasure keeps:
 // numbers, riverhook's words, times and durations. The others, Error and
 // Response, may quote the body: an erasure replaces them (erasedText).
@@ -150,12 +157,12 @@ func interrupted(job *rivertype.JobRow, entries []logEntry, last int) []logEntry
 	from, probed := 1, 0
 	if n := len(entries); n > 0 {
 		from = entries[n-1].Run + 1
-		if entries[n-1].Probe {
-			// A probe that found the endpoint down snoozed its job, and
-			// River gave its run's number back: a next run has it too.
-			// Only River's rescue says one did and was cut (a job
-			// cancelled during the probe's run keeps the number, and no
-			// run followed).
+		if last := entries[n-1]; last.Probe || last.placeCut() {
+			// A probe that found the endpoint down, or an attempt cut as
+			// its place was lost, snoozed its job, and River gave its
+			// run's number back: a next run has it too. Only River's
+			// rescue says one did and was cut (a job cancelled during the
+			// run keeps the number, and no run followed).
 			from, probed = entries[n-1].Run, entries[n-1].Run
 		}
 	}

@@ -100,3 +100,18 @@ func TestAppendProbe_KeepsTheLatestTimestampSent(t *testing.T) {
 		t.Fatalf("a probe signed earlier is kept beside it: %+v", entries)
 	}
 }
+
+// TestInterrupted_ARunAfterAPlaceCutIsLoggedWhenRescued: an attempt its run
+// cut as its place in flight was lost snoozed the job, and River gave the
+// run's number back. A next run with that number, killed and rescued by
+// River, is an interrupted attempt; without the rescue, no run was cut.
+func TestInterrupted_ARunAfterAPlaceCutIsLoggedWhenRescued(t *testing.T) {
+	cutAt := newLogEntry(webhook.Attempt{N: 1, Start: time.Now(), Kind: webhook.KindInterrupted, Err: errPlaceLost}, 1)
+	entries := []logEntry{cutAt}
+	rescued := &rivertype.JobRow{Attempt: 2, Errors: []rivertype.AttemptError{{Attempt: 1, Error: rescuedError}}}
+	got := interrupted(rescued, entries, 1)
+	if assert.Len(t, got, 1, "the rescued run after the cut") {
+		assert.Equal(t, logEntry{N: 1, Run: 1, Kind: string(webhook.KindInterrupted)}, got[0])
+	}
+	assert.Empty(t, interrupted(&rivertype.JobRow{Attempt: 1}, entries, 1), "the run that cut its attempt is the log's last")
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -230,17 +231,17 @@ type ConnectionPlaces struct {
 	held    map[string][]int32 // connection id -> the places the session holds: a session takes its own lock again
 	trips   int                // round trips made, for tests
 
-	wmu     sync.Mutex         // guards wanted and unwatch
-	wanted  int                // statements waiting for the session: the watch gives it up to them
-	unwatch context.CancelFunc // ends the watch's read under way, if one is
-	idle    chan struct{}      // (1) the statements are done: the watch may read again
+	wmu     sync.Mutex    // guards wanted, reading, cut and idle
+	wanted  int           // statements waiting for the session: the watch gives it up to them
+	reading net.Conn      // the session's socket while the watch reads it
+	cut     bool          // a statement ended the watch's read
+	idle    chan struct{} // (1) the session's statements are done: its watch may read again
 }
 
 // NewConnectionPlaces returns the places in schema ("" for the search path)
 // of pool's database. The first place taken opens the process's session.
 func NewConnectionPlaces(pool *pgxpool.Pool, schema string) *ConnectionPlaces {
-	return &ConnectionPlaces{pool: pool, schema: schema, pace: qualifier(schema) + "riverhook_pace", held: map[string][]int32{},
-		idle: make(chan struct{}, 1)}
+	return &ConnectionPlaces{pool: pool, schema: schema, pace: qualifier(schema) + "riverhook_pace", held: map[string][]int32{}}
 }
 
 // placeKey is the advisory lock of place n of connection id: a hash of the
@@ -272,6 +273,9 @@ func (p *ConnectionPlaces) sessionConn(ctx context.Context) (*pgx.Conn, error) {
 	}
 	p.conn = conn
 	p.session, p.end = context.WithCancel(context.Background())
+	p.wmu.Lock()
+	p.idle = make(chan struct{}, 1)
+	p.wmu.Unlock()
 	return conn, nil
 }
 
@@ -294,7 +298,7 @@ func (p *ConnectionPlaces) lost(ctx context.Context) {
 // attempts on them. A statement takes the session from the watch (see
 // exclusive); the session listens to no channel, so the read ends on no
 // notification. roundTrip starts it.
-func (p *ConnectionPlaces) watch(conn *pgx.Conn, session context.Context) {
+func (p *ConnectionPlaces) watch(conn *pgx.Conn, session context.Context, idle <-chan struct{}) {
 	for {
 		p.mu.Lock()
 		if p.conn != conn || len(p.held) == 0 { // ended, or nothing to cut
@@ -309,24 +313,28 @@ func (p *ConnectionPlaces) watch(conn *pgx.Conn, session context.Context) {
 			p.wmu.Unlock()
 			p.mu.Unlock()
 			select {
-			case <-p.idle:
+			case <-idle:
 			case <-session.Done():
 			}
 			continue
 		}
-		read, stop := context.WithCancel(session)
-		p.unwatch = stop
+		// A statement ends the read with a deadline on the socket, which
+		// pgx keeps the session through; not with a context, which a
+		// pool's context watcher may answer late.
+		socket := conn.PgConn().Conn()
+		p.reading, p.cut = socket, false
 		p.wmu.Unlock()
-		// It returns before read's end only when the session ended: the
-		// database's word, or the socket closed.
-		_ = conn.PgConn().WaitForNotification(read)
+		_ = conn.PgConn().WaitForNotification(context.Background())
 		p.wmu.Lock()
-		p.unwatch = nil
+		cut := p.cut
+		p.reading = nil
 		p.wmu.Unlock()
-		if read.Err() == nil {
+		socket.SetReadDeadline(time.Time{})
+		// Any end but a statement's is the session's: the database's word,
+		// or the socket closed.
+		if !cut || conn.PgConn().IsClosed() {
 			p.lost(context.Background())
 		}
-		stop()
 		p.mu.Unlock()
 	}
 }
@@ -336,8 +344,10 @@ func (p *ConnectionPlaces) watch(conn *pgx.Conn, session context.Context) {
 func (p *ConnectionPlaces) exclusive() (done func()) {
 	p.wmu.Lock()
 	p.wanted++
-	if p.unwatch != nil {
-		p.unwatch()
+	if p.reading != nil {
+		p.cut = true
+		p.reading.SetReadDeadline(time.Now())
+		p.reading = nil
 	}
 	p.wmu.Unlock()
 	p.mu.Lock()
@@ -346,7 +356,7 @@ func (p *ConnectionPlaces) exclusive() (done func()) {
 		p.wmu.Lock()
 		if p.wanted--; p.wanted == 0 {
 			select {
-			case p.idle <- struct{}{}:
+			case p.idle <- struct{}{}: // nil before the first session: no watch waits
 			default:
 			}
 		}
@@ -533,7 +543,7 @@ func (p *ConnectionPlaces) roundTrip(ctx context.Context, calls []*call) {
 	}
 	if len(p.held) > 0 && !p.watched {
 		p.watched = true
-		go p.watch(conn, p.session)
+		go p.watch(conn, p.session, p.idle)
 	}
 }
 
@@ -550,8 +560,9 @@ func (p *ConnectionPlaces) forget(pl place) {
 	}
 }
 
-// Close ends the process's session, freeing the places it holds. A place
-// taken after it opens a new one.
+// Close ends the process's session, freeing the places it holds and
+// cutting the attempts in flight on them (logged as interrupted; they run
+// again). A place taken after it opens a new one.
 func (p *ConnectionPlaces) Close(ctx context.Context) {
 	defer p.exclusive()()
 	p.lost(ctx)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,7 +212,13 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		}
 		return river.JobSnooze(wait)
 	}
-	attempt, stop := t.guard(ctx)
+	attempt, stop := ctx, func() {}
+	if !slices.ContainsFunc(r.entries, logEntry.placeCut) {
+		// One cut a delivery: a session that keeps ending under its
+		// attempts (an idle_session_timeout shorter than an attempt) would
+		// cut them for ever, each a copy at the receiver.
+		attempt, stop = t.guard(ctx)
+	}
 	a := w.sender.Attempt(attempt, conn, job.Args.Event, job.Args.Body, r.n)
 	stop()
 	if a.Kind == webhook.KindCanceled && errors.Is(context.Cause(attempt), errPlaceLost) && ctx.Err() == nil {
