@@ -69,7 +69,10 @@
 //     flight. In a fleet, a session-level advisory lock, freed the moment
 //     its process's session ends. The process reads the session between
 //     statements: when the database ends it, the process cuts the attempts
-//     on its places at once, logged as interrupted, and they run again.
+//     on its places at once, logged as interrupted, and they run again. A
+//     delivery is cut at most once, so that a session ending under every
+//     attempt (an idle_session_timeout shorter than one) cannot repeat it
+//     for ever.
 //   - Start: with a RateLimit, attempts start 1/rate apart, and 2% more.
 //     A job back at its slot takes the next start up to its holding on
 //     ahead and waits for it, so that a backlog starts on time.
