@@ -112,6 +112,11 @@ func newAdmission(places Places, snooze time.Duration, logger *slog.Logger) *adm
 // batches that far apart.
 const holdOnAtLeast = 100 * time.Millisecond
 
+// tryEvery is the least time between a holding run's tries for a place
+// freed by another process; a place given back in a fleet waits as long
+// for a round trip to ride (ConnectionPlaces.give).
+const tryEvery = 5 * time.Millisecond
+
 // enter admits job's run to its connection, or returns how long the job
 // snoozes. A store that fails snoozes it for SnoozeFor, logged.
 func (a *admission) enter(ctx context.Context, job *river.Job[Args], lim limits) (*ticket, time.Duration) {
@@ -216,7 +221,7 @@ func (a *admission) holdOn(ctx context.Context, id string, lim limits) (*ticket,
 		}
 	}()
 	hold := a.holdFor(id, lim)
-	step := max(hold/20, 5*time.Millisecond)
+	step := max(hold/20, tryEvery)
 	deadline := time.Now().Add(hold)
 	timer := time.NewTimer(step)
 	defer timer.Stop()

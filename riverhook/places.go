@@ -29,7 +29,9 @@ type Places interface {
 	// take takes one of connectionID's bound places; ok is false when
 	// every place is held.
 	take(ctx context.Context, connectionID string, bound int) (p place, ok bool, err error)
-	// give gives back a place take returned.
+	// give gives back a place take returned. The place may stay held a
+	// little after it returns (ConnectionPlaces: up to tryEvery), never
+	// longer than its session.
 	give(ctx context.Context, p place) error
 	// start takes the connection's next start, every after its last one
 	// or now if later, when that is no further than within from now, and
@@ -219,9 +221,10 @@ type ConnectionPlaces struct {
 	schema string
 	pace   string
 
-	qmu      sync.Mutex // guards queue and flushing
-	queue    []*call    // the calls waiting for the next round trip
-	flushing bool       // a caller is making the round trips
+	qmu      sync.Mutex  // guards queue, flushing and ride
+	queue    []*call     // the calls waiting for the next round trip
+	flushing bool        // a caller is making the round trips
+	ride     *time.Timer // makes the round trip of the gives queued when no take comes (flush)
 
 	mu      sync.Mutex         // serialises the session's statements, and the watch's reads between them
 	conn    *pgx.Conn          // the session; nil until the first take, and after it ends
@@ -376,13 +379,46 @@ func (p *ConnectionPlaces) take(ctx context.Context, id string, bound int) (plac
 	return c.got, c.ok, nil
 }
 
-func (p *ConnectionPlaces) give(ctx context.Context, pl place) error {
-	c := &call{id: pl.connectionID, give: true, got: pl, done: make(chan struct{}), turn: make(chan struct{}, 1)}
-	p.do(ctx, c)
-	if c.err != nil {
-		return fmt.Errorf("riverhook: giving back a place of connection %q: %w", pl.connectionID, c.err)
-	}
+// give queues pl's give for the next round trip, and returns: a give
+// rides a take's round trip, so that a busy process pays about one round
+// trip per attempt, not two. When no take comes within tryEvery, flush
+// makes the round trip for the gives: a run of another process holding on
+// for the place tries again as often, so it waits at most one try more. It
+// never fails: a round trip that fails ends the session, which frees the
+// place.
+func (p *ConnectionPlaces) give(_ context.Context, pl place) error {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	p.queue = append(p.queue, &call{id: pl.connectionID, give: true, got: pl, done: make(chan struct{})})
+	p.rideLater()
 	return nil
+}
+
+// rideLater has flush make the next round trip within tryEvery, unless a
+// caller makes the round trips, or a flush is due. Under p.qmu.
+func (p *ConnectionPlaces) rideLater() {
+	if !p.flushing && p.ride == nil {
+		p.ride = time.AfterFunc(tryEvery, p.flush)
+	}
+}
+
+// flush makes a round trip of the calls queued, unless a caller makes the
+// round trips: the gives that found no take to ride.
+func (p *ConnectionPlaces) flush() {
+	p.qmu.Lock()
+	p.ride = nil
+	if p.flushing || len(p.queue) == 0 {
+		p.qmu.Unlock()
+		return
+	}
+	p.flushing = true
+	calls := p.queue
+	p.queue = nil
+	p.qmu.Unlock()
+	p.roundTrip(context.Background(), calls)
+	p.qmu.Lock()
+	p.handOn()
+	p.qmu.Unlock()
 }
 
 // call is a take or a give on the session, and what became of it.
@@ -394,15 +430,16 @@ type call struct {
 	ok    bool  // a place was taken
 	err   error
 	done  chan struct{}
-	turn  chan struct{} // (1) the round trips handed to its caller
+	turn  chan struct{} // (1) the round trips handed to a take's caller
 }
 
-// do makes c on the session. The calls made while a round trip is under
-// way share the next one: their statements go in one pgx batch, so that a
-// busy process pays a round trip for many attempts' places, not two each.
-// The caller that finds none under way makes the round trips until its own
-// call is made, then hands them to the caller of the longest waiting call,
-// if any: under a steady stream of calls, no caller makes them for ever.
+// do makes take c on the session. The calls made while a round trip is
+// under way share the next one, with the gives queued: their statements go
+// in one pgx batch, so that a busy process pays a round trip for many
+// attempts' places. The caller that finds none under way makes the round
+// trips until its own call is made, then hands them to the caller of the
+// longest waiting take, if any: under a steady stream of calls, no caller
+// makes them for ever.
 // The statements run to their end, bounded by storeTimeout, whatever the
 // callers' contexts: pgx closes a connection whose statement is cancelled,
 // and the session's places would go with it.
@@ -426,12 +463,21 @@ func (p *ConnectionPlaces) do(ctx context.Context, c *call) {
 		p.roundTrip(ctx, calls)
 		p.qmu.Lock()
 	}
-	if len(p.queue) > 0 {
-		p.queue[0].turn <- struct{}{} // waiting in do: a call leaves the queue only for a round trip
-	} else {
-		p.flushing = false
-	}
+	p.handOn()
 	p.qmu.Unlock()
+}
+
+// handOn hands the round trips to the caller of the longest waiting take,
+// or leaves the gives queued to flush. Under p.qmu.
+func (p *ConnectionPlaces) handOn() {
+	if i := slices.IndexFunc(p.queue, func(c *call) bool { return !c.give }); i >= 0 {
+		p.queue[i].turn <- struct{}{} // waiting in do: a call leaves the queue only for a round trip
+		return
+	}
+	p.flushing = false
+	if len(p.queue) > 0 {
+		p.rideLater()
+	}
 }
 
 // isDone reports whether c was made.
@@ -564,6 +610,12 @@ func (p *ConnectionPlaces) forget(pl place) {
 // cutting the attempts in flight on them (logged as interrupted; they run
 // again). A place taken after it opens a new one.
 func (p *ConnectionPlaces) Close(ctx context.Context) {
+	p.qmu.Lock()
+	if p.ride != nil {
+		p.ride.Stop() // the gives queued are the session's: they go with it
+		p.ride = nil
+	}
+	p.qmu.Unlock()
 	defer p.exclusive()()
 	p.lost(ctx)
 }

@@ -47,9 +47,42 @@ func TestConnectionPlaces_TheBoundHoldsAcrossSessions(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, ok, "each connection has its own")
 	require.NoError(t, a.give(ctx, p1))
+	a.flush() // the give's round trip, which no take of a's carried
 	_, ok, err = b.take(ctx, "crm", 2)
 	require.NoError(t, err)
 	assert.True(t, ok, "given back: taken again, by another process")
+}
+
+// TestConnectionPlaces_AGiveRidesTheNextTake: a place given back stays
+// held until a round trip carries its give: the process's next take, with
+// no round trip of its own; or flush, tryEvery on, when no take comes.
+func TestConnectionPlaces_AGiveRidesTheNextTake(t *testing.T) {
+	t.Parallel()
+	a, b := twoProcesses(t)
+	ctx := context.Background()
+	trips := func() int {
+		defer a.exclusive()()
+		return a.trips
+	}
+	p, ok, err := a.take(ctx, "crm", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, a.give(ctx, p))
+	_, ok, err = b.take(ctx, "crm", 1)
+	require.NoError(t, err)
+	assert.False(t, ok, "the give waits for a round trip")
+	a.qmu.Lock()
+	assert.NotNil(t, a.ride, "flush is due")
+	a.qmu.Unlock()
+
+	before := trips()
+	_, ok, err = a.take(ctx, "erp", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, before+1, trips(), "the give rode the take's round trip")
+	_, ok, err = b.take(ctx, "crm", 1)
+	require.NoError(t, err)
+	assert.True(t, ok, "given back")
 }
 
 // TestConnectionPlaces_TakeLocksOnePlace: a take holds one advisory lock,
@@ -83,6 +116,7 @@ func TestConnectionPlaces_TakeLocksOnePlace(t *testing.T) {
 		for _, p := range taken {
 			require.NoError(t, a.give(ctx, p))
 		}
+		a.flush()
 		assert.Zero(t, locks(), "round %d: every place given back frees its lock", round)
 	}
 }
@@ -112,6 +146,7 @@ func TestConnectionPlaces_AnEndedSessionFreesItsPlaces(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "free the moment the session ended")
 	require.NoError(t, b.give(ctx, theirs))
+	b.flush()
 
 	select {
 	case <-old.session.Done(): // the watch read the database's word
@@ -122,6 +157,7 @@ func TestConnectionPlaces_AnEndedSessionFreesItsPlaces(t *testing.T) {
 	require.NoError(t, err, "a new session")
 	require.True(t, ok)
 	require.NoError(t, a.give(ctx, old), "a place of the ended session")
+	a.flush()
 	_, ok, err = b.take(ctx, "crm", 1)
 	require.NoError(t, err)
 	assert.False(t, ok, "giving back the old place freed nothing of the new session's")
@@ -301,6 +337,7 @@ func TestConnectionPlaces_CallsAtOnceShareARoundTrip(t *testing.T) {
 		wg.Go(func() { assert.NoError(t, a.give(ctx, p)) })
 	}
 	wg.Wait()
+	a.flush()
 	for _, id := range connections {
 		for range 8 {
 			_, ok, err := b.take(ctx, id, 8)

@@ -72,7 +72,9 @@
 //     on its places at once, logged as interrupted, and they run again. A
 //     delivery is cut at most once, so that a session ending under every
 //     attempt (an idle_session_timeout shorter than one) cannot repeat it
-//     for ever.
+//     for ever. A place given back rides the round trip of the process's
+//     next take, so that a busy process pays about one round trip per
+//     attempt.
 //   - Start: with a RateLimit, attempts start 1/rate apart, and 2% more.
 //     A job back at its slot takes the next start up to its holding on
 //     ahead and waits for it, so that a backlog starts on time.
@@ -107,6 +109,9 @@
 //     it follows a change within a few attempts, not one outlier.
 //   - Holding on: two spacings, at least 100 ms (River's polls bring slots
 //     in batches 50 ms apart), at most a second (it holds a River worker).
+//     It tries for a place every twentieth of that, at least every 5 ms.
+//   - A fleet's place given back waits up to 5 ms for a take to ride:
+//     a run holding on elsewhere loses at most one try.
 //   - Wake: a chain over two spacings ahead, handed over a third slower than
 //     the endpoint's pace; a move is worth a statement only then.
 //   - A write that must outlive its run (a place given back, a wake) is
