@@ -221,10 +221,11 @@ type ConnectionPlaces struct {
 	schema string
 	pace   string
 
-	qmu      sync.Mutex  // guards queue, flushing and ride
-	queue    []*call     // the calls waiting for the next round trip
-	flushing bool        // a caller is making the round trips
-	ride     *time.Timer // makes the round trip of the gives queued when no take comes (flush)
+	qmu      sync.Mutex    // guards queue, flushing and ride
+	queue    []*call       // the calls waiting for the next round trip
+	flushing bool          // a caller is making the round trips
+	ride     *time.Timer   // makes the round trip of the gives queued when no take comes (flush)
+	rideFor  time.Duration // how long a give waits for a take to ride: tryEvery; tests lengthen it
 
 	mu      sync.Mutex         // serialises the session's statements, and the watch's reads between them
 	conn    *pgx.Conn          // the session; nil until the first take, and after it ends
@@ -244,7 +245,7 @@ type ConnectionPlaces struct {
 // NewConnectionPlaces returns the places in schema ("" for the search path)
 // of pool's database. The first place taken opens the process's session.
 func NewConnectionPlaces(pool *pgxpool.Pool, schema string) *ConnectionPlaces {
-	return &ConnectionPlaces{pool: pool, schema: schema, pace: qualifier(schema) + "riverhook_pace", held: map[string][]int32{}}
+	return &ConnectionPlaces{pool: pool, schema: schema, pace: qualifier(schema) + "riverhook_pace", held: map[string][]int32{}, rideFor: tryEvery}
 }
 
 // placeKey is the advisory lock of place n of connection id: a hash of the
@@ -398,7 +399,7 @@ func (p *ConnectionPlaces) give(_ context.Context, pl place) error {
 // caller makes the round trips, or a flush is due. Under p.qmu.
 func (p *ConnectionPlaces) rideLater() {
 	if !p.flushing && p.ride == nil {
-		p.ride = time.AfterFunc(tryEvery, p.flush)
+		p.ride = time.AfterFunc(p.rideFor, p.flush)
 	}
 }
 

@@ -59,6 +59,7 @@ func TestConnectionPlaces_TheBoundHoldsAcrossSessions(t *testing.T) {
 func TestConnectionPlaces_AGiveRidesTheNextTake(t *testing.T) {
 	t.Parallel()
 	a, b := twoProcesses(t)
+	a.rideFor = time.Hour // no flush but the test's
 	ctx := context.Background()
 	trips := func() int {
 		defer a.exclusive()()
