@@ -3,6 +3,7 @@ package riverhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -87,14 +88,15 @@ type ticket struct {
 var errPlaceLost = errors.New("riverhook: the session holding the attempt's place in flight ended")
 
 // guard returns the context of t's attempt: ctx, cut with errPlaceLost
-// when t's place is freed under it, so that the attempt leaves the bound
+// (and why the session ended) when t's place is freed under it, so that the attempt leaves the bound
 // as its place does. stop ends the guard.
 func (t *ticket) guard(ctx context.Context) (_ context.Context, stop func()) {
 	if !t.placed || t.place.session == nil {
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	unwatch := context.AfterFunc(t.place.session, func() { cancel(errPlaceLost) })
+	session := t.place.session
+	unwatch := context.AfterFunc(session, func() { cancel(fmt.Errorf("%w: %w", errPlaceLost, context.Cause(session))) })
 	return ctx, func() {
 		unwatch()
 		cancel(nil)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -560,8 +561,10 @@ func TestFleet_AnEndedSessionCutsItsAttempts(t *testing.T) {
 		}
 	}))
 	ctx := context.Background()
+	var logs syncBuffer
 	w := newWorker(t, b.srv.Sender(nil), b.conns.resolve,
-		&riverhook.WorkerOptions{MaxInFlightPerConnection: 1, Places: riverhook.NewConnectionPlaces(b.pool, b.schema)})
+		&riverhook.WorkerOptions{MaxInFlightPerConnection: 1, Places: riverhook.NewConnectionPlaces(b.pool, b.schema),
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	client, final := workerClient(t, b.pool, b.schema, w)
 	start(t, client)
 	res := insert(t, client, "d1", []string{"crm"}, nil)
@@ -587,8 +590,10 @@ func TestFleet_AnEndedSessionCutsItsAttempts(t *testing.T) {
 	jobs := waitFinal(t, final, 1)
 	d, err := riverhook.DeliveryOf(jobs[res[0].Job.ID])
 	require.NoError(t, err)
-	require.Len(t, d.Attempts, 2)
+	require.Len(t, d.Attempts, 2, "the process's log: %s", logs.String())
 	assert.Equal(t, webhook.KindInterrupted, d.Attempts[0].Kind, "the cut attempt: %v", d.Attempts[0])
 	assert.True(t, d.Attempts[1].OK(), "%v", d.Attempts[1])
 	assert.Equal(t, 1, d.Attempts[1].N, "the cut attempt cost no retry")
+	assert.Contains(t, logs.String(), "terminating connection due to administrator command", "the process's log says why the session ended")
+	assert.NotContains(t, fmt.Sprint(d.Attempts[0].Err), "administrator", "the attempt log, which a customer may see, says only that the place was lost")
 }

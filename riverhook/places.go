@@ -227,13 +227,13 @@ type ConnectionPlaces struct {
 	ride     *time.Timer   // makes the round trip of the gives queued when no take comes (flush)
 	rideFor  time.Duration // how long a give waits for a take to ride: tryEvery; tests lengthen it
 
-	mu      sync.Mutex         // serialises the session's statements, and the watch's reads between them
-	conn    *pgx.Conn          // the session; nil until the first take, and after it ends
-	session context.Context    // conn's, done when it ends
-	end     context.CancelFunc // ends session
-	watched bool               // a watch reads the session between statements
-	held    map[string][]int32 // connection id -> the places the session holds: a session takes its own lock again
-	trips   int                // round trips made, for tests
+	mu      sync.Mutex              // serialises the session's statements, and the watch's reads between them
+	conn    *pgx.Conn               // the session; nil until the first take, and after it ends
+	session context.Context         // conn's, done when it ends
+	end     context.CancelCauseFunc // ends session, with why
+	watched bool                    // a watch reads the session between statements
+	held    map[string][]int32      // connection id -> the places the session holds: a session takes its own lock again
+	trips   int                     // round trips made, for tests
 
 	wmu     sync.Mutex    // guards wanted, reading, cut and idle
 	wanted  int           // statements waiting for the session: the watch gives it up to them
@@ -276,7 +276,7 @@ func (p *ConnectionPlaces) sessionConn(ctx context.Context) (*pgx.Conn, error) {
 		return nil, err
 	}
 	p.conn = conn
-	p.session, p.end = context.WithCancel(context.Background())
+	p.session, p.end = context.WithCancelCause(context.Background())
 	p.wmu.Lock()
 	p.idle = make(chan struct{}, 1)
 	p.wmu.Unlock()
@@ -284,13 +284,14 @@ func (p *ConnectionPlaces) sessionConn(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // lost ends the session after a failed statement, or the database's word
-// that it ended it: the places it held are freed, or will be, and the
-// attempts in flight on them are cut. Under p.mu.
-func (p *ConnectionPlaces) lost(ctx context.Context) {
+// that it ended it, cause saying which: the places it held are freed, or
+// will be, and the attempts in flight on them are cut, with cause. Under
+// p.mu.
+func (p *ConnectionPlaces) lost(ctx context.Context, cause error) {
 	if p.conn != nil {
 		p.conn.Close(context.WithoutCancel(ctx))
 		p.conn = nil
-		p.end()
+		p.end(cause)
 	}
 	p.watched = false
 	clear(p.held)
@@ -328,7 +329,7 @@ func (p *ConnectionPlaces) watch(conn *pgx.Conn, session context.Context, idle <
 		socket := conn.PgConn().Conn()
 		p.reading, p.cut = socket, false
 		p.wmu.Unlock()
-		_ = conn.PgConn().WaitForNotification(context.Background())
+		err := conn.PgConn().WaitForNotification(context.Background())
 		p.wmu.Lock()
 		cut := p.cut
 		p.reading = nil
@@ -337,7 +338,7 @@ func (p *ConnectionPlaces) watch(conn *pgx.Conn, session context.Context, idle <
 		// Any end but a statement's is the session's: the database's word,
 		// or the socket closed.
 		if !cut || conn.PgConn().IsClosed() {
-			p.lost(context.Background())
+			p.lost(context.Background(), fmt.Errorf("the session ended between statements: %w", err))
 		}
 		p.mu.Unlock()
 	}
@@ -403,44 +404,37 @@ func (p *ConnectionPlaces) rideLater() {
 	}
 }
 
-// flush makes a round trip of the calls queued, unless a caller makes the
-// round trips: the gives that found no take to ride.
+// flush makes the gives queued, and returns once they are made: a call
+// of no statement of its own, made with the next round trip, which
+// carries every give queued before it.
 func (p *ConnectionPlaces) flush() {
 	p.qmu.Lock()
 	p.ride = nil
-	if p.flushing || len(p.queue) == 0 {
-		p.qmu.Unlock()
-		return
-	}
-	p.flushing = true
-	calls := p.queue
-	p.queue = nil
 	p.qmu.Unlock()
-	p.roundTrip(context.Background(), calls)
-	p.qmu.Lock()
-	p.handOn()
-	p.qmu.Unlock()
+	p.do(context.Background(), &call{flush: true, done: make(chan struct{}), turn: make(chan struct{}, 1)})
 }
 
-// call is a take or a give on the session, and what became of it.
+// call is a take, a give or a flush on the session, and what became of
+// it.
 type call struct {
 	id    string
 	bound int   // a take's
 	give  bool  // a give, of got
+	flush bool  // a flush: made with the gives queued before it
 	got   place // the place taken, or given back
 	ok    bool  // a place was taken
 	err   error
 	done  chan struct{}
-	turn  chan struct{} // (1) the round trips handed to a take's caller
+	turn  chan struct{} // (1) the round trips handed to a take's or a flush's caller
 }
 
-// do makes take c on the session. The calls made while a round trip is
+// do makes take or flush c on the session. The calls made while a round trip is
 // under way share the next one, with the gives queued: their statements go
 // in one pgx batch, so that a busy process pays a round trip for many
 // attempts' places. The caller that finds none under way makes the round
 // trips until its own call is made, then hands them to the caller of the
-// longest waiting take, if any: under a steady stream of calls, no caller
-// makes them for ever.
+// longest waiting take or flush, if any: under a steady stream of calls,
+// no caller makes them for ever.
 // The statements run to their end, bounded by storeTimeout, whatever the
 // callers' contexts: pgx closes a connection whose statement is cancelled,
 // and the session's places would go with it.
@@ -468,8 +462,8 @@ func (p *ConnectionPlaces) do(ctx context.Context, c *call) {
 	p.qmu.Unlock()
 }
 
-// handOn hands the round trips to the caller of the longest waiting take,
-// or leaves the gives queued to flush. Under p.qmu.
+// handOn hands the round trips to the caller of the longest waiting take
+// or flush, or leaves the gives queued to flush. Under p.qmu.
 func (p *ConnectionPlaces) handOn() {
 	if i := slices.IndexFunc(p.queue, func(c *call) bool { return !c.give }); i >= 0 {
 		p.queue[i].turn <- struct{}{} // waiting in do: a call leaves the queue only for a round trip
@@ -518,6 +512,8 @@ func (p *ConnectionPlaces) roundTrip(ctx context.Context, calls []*call) {
 	for i := 0; i < len(calls); i++ {
 		c := calls[i]
 		switch {
+		case c.flush:
+			// made with the gives before it
 		case c.give && (p.conn == nil || c.got.session != p.session):
 			// its session ended, and the place with it
 		case c.give:
@@ -538,7 +534,7 @@ func (p *ConnectionPlaces) roundTrip(ctx context.Context, calls []*call) {
 		return
 	}
 	fail := func(err error) {
-		p.lost(ctx) // the database may have ended the session, and its places with it
+		p.lost(ctx, err) // the database may have ended the session, and its places with it
 		for _, c := range calls {
 			c.err = err
 		}
@@ -618,7 +614,7 @@ func (p *ConnectionPlaces) Close(ctx context.Context) {
 	}
 	p.qmu.Unlock()
 	defer p.exclusive()()
-	p.lost(ctx)
+	p.lost(ctx, errors.New("the places were closed"))
 }
 
 func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {

@@ -86,6 +86,40 @@ func TestConnectionPlaces_AGiveRidesTheNextTake(t *testing.T) {
 	assert.True(t, ok, "given back")
 }
 
+// TestConnectionPlaces_AFlushReturnsOnceTheGivesBeforeItAreMade: a flush
+// that finds a round trip under way, which carries the gives queued, waits
+// for it: when flush returns, every place given back before it is free.
+func TestConnectionPlaces_AFlushReturnsOnceTheGivesBeforeItAreMade(t *testing.T) {
+	t.Parallel()
+	a, b := twoProcesses(t)
+	a.rideFor = time.Hour // no flush but the test's
+	ctx := context.Background()
+	p, ok, err := a.take(ctx, "crm", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	slow := a.exclusive() // the round trip under way takes a while
+	require.NoError(t, a.give(ctx, p))
+	queued := func(n int) func() bool {
+		return func() bool {
+			a.qmu.Lock()
+			defer a.qmu.Unlock()
+			return a.flushing && len(a.queue) == n
+		}
+	}
+	first := make(chan struct{})
+	go func() { a.flush(); close(first) }()
+	require.Eventually(t, queued(0), 10*time.Second, time.Millisecond, "the first flush took the give")
+	second := make(chan struct{})
+	go func() { a.flush(); close(second) }()
+	require.Eventually(t, queued(1), 10*time.Second, time.Millisecond, "the second flush waits")
+	slow()
+	<-second
+	_, ok, err = b.take(ctx, "crm", 1)
+	require.NoError(t, err)
+	assert.True(t, ok, "given back once a flush returned, whichever flush made it")
+	<-first
+}
+
 // TestConnectionPlaces_TakeLocksOnePlace: a take holds one advisory lock,
 // whatever the bound, and never takes again a place its session holds:
 // also once PostgreSQL plans the statement generically (after five runs),

@@ -221,16 +221,19 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	}
 	a := w.sender.Attempt(attempt, conn, job.Args.Event, job.Args.Body, r.n)
 	stop()
-	if a.Kind == webhook.KindCanceled && errors.Is(context.Cause(attempt), errPlaceLost) && ctx.Err() == nil {
-		return w.interrupt(ctx, r, a)
+	if cause := context.Cause(attempt); a.Kind == webhook.KindCanceled && errors.Is(cause, errPlaceLost) && ctx.Err() == nil {
+		return w.interrupt(ctx, r, a, cause)
 	}
 	return w.result(ctx, r, a)
 }
 
-// interrupt logs attempt a of run r, cut as its place in flight was lost,
-// as interrupted (it costs no retry), and snoozes the job to its
-// connection's next slot.
-func (w *Worker) interrupt(ctx context.Context, r *run, a webhook.Attempt) error {
+// interrupt logs attempt a of run r, cut as its place in flight was lost
+// (cause says why the session holding it ended: the process's log has it,
+// the attempt log only that it was lost), as interrupted (it costs no
+// retry), and snoozes the job to its connection's next slot.
+func (w *Worker) interrupt(ctx context.Context, r *run, a webhook.Attempt, cause error) error {
+	w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: an attempt was cut: the session holding its place in flight ended; it runs again",
+		slog.String("connection_id", r.ticket.id), slog.Int64("job_id", r.job.ID), slog.String("error", cause.Error()))
 	a.Kind, a.Err = webhook.KindInterrupted, errPlaceLost
 	r.entries = append(r.entries, newLogEntry(a, r.job.Attempt))
 	w.record(ctx, r.job, r.entries)
