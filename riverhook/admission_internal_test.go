@@ -808,13 +808,14 @@ func doAsSecond(p *ConnectionPlaces, c *call, returned chan struct{}) {
 	close(returned)
 }
 
-// inRoundTrip reports whether a goroutine started by fn is in a round
-// trip of the places'.
+// inRoundTrip reports whether a goroutine started by fn waits for the
+// session in a round trip of the places' (in exclusive itself, not the
+// func it returns, which a round trip ending runs).
 func inRoundTrip(fn string) bool {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "(*ConnectionPlaces).roundTrip") && strings.Contains(g, "riverhook."+fn+"(") {
+		if strings.Contains(g, "(*ConnectionPlaces).exclusive(") && strings.Contains(g, "riverhook."+fn+"(") {
 			return true
 		}
 	}
@@ -828,10 +829,8 @@ func inRoundTrip(fn string) bool {
 // held past its context, its attempt never made.
 func TestConnectionPlaces_ACallerReturnsOnceItsCallIsMade(t *testing.T) {
 	p := NewConnectionPlaces(nil, "")
-	ended, end := context.WithCancel(context.Background())
-	end()
-	stale := func() *call { // a give of a place of no session: a round trip without a statement
-		return &call{id: "crm", give: true, got: place{connectionID: "crm", session: ended}, done: make(chan struct{}), turn: make(chan struct{}, 1)}
+	stale := func() *call { // a flush with no give queued: a round trip without a statement
+		return &call{flush: true, done: make(chan struct{}), turn: make(chan struct{}, 1)}
 	}
 	queued := func(flushing bool, n int) {
 		for {
