@@ -50,13 +50,16 @@ func exampleDatabase(ctx context.Context) (*pgxpool.Pool, string, func()) {
 }
 
 // migrate makes River's tables in schema, as a service does once (with
-// rivermigrate, or River's CLI).
+// rivermigrate, or River's CLI), and riverhook's beside them.
 func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) {
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
 	if err != nil {
 		log.Fatal(err)
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		log.Fatal(err)
+	}
+	if err := riverhook.Migrate(ctx, pool, schema); err != nil {
 		log.Fatal(err)
 	}
 }
