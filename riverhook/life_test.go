@@ -308,3 +308,27 @@ func TestLife_AMissingTableIsAClearError(t *testing.T) {
 	}
 	assert.Empty(t, srv.Deliveries(), "no attempt")
 }
+
+// Enable's dry run, which a console page makes at each view of a disabled
+// connection, writes nothing and takes no lock of the state's row.
+func TestEnable_DryRunWritesNothing(t *testing.T) {
+	pool, schema := testDB(t)
+	client := newClient(t, pool, schema, nil, nil)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = riverhook.Disable(ctx, client, tx, "crm") // held by tx until it ends
+	require.NoError(t, err)
+	res, err := riverhook.Enable(ctx, client, pool, "fresh", riverhook.EnableParams{DryRun: true}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, riverhook.StateActive, res.State)
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.riverhook_connection_state`).Scan(&rows))
+	assert.Zero(t, rows, "no row for a connection only counted")
+	wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	res, err = riverhook.Enable(wait, client, pool, "crm", riverhook.EnableParams{DryRun: true}, nil)
+	require.NoError(t, err, "not held up by the row another transaction holds")
+	assert.Equal(t, riverhook.StateActive, res.State, "the committed state: tx has not committed its disable")
+}

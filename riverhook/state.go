@@ -452,7 +452,15 @@ func Enable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connection
 	schema := client.Schema()
 	res := &EnableResult{}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		cur, _, err := lockState(ctx, tx, schema, connectionID)
+		var cur ConnectionState
+		var err error
+		if p.DryRun { // a page's count: no write, no lock
+			cur, err = readState(ctx, func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+				return tx.QueryRow(ctx, sql, args...)
+			}, schema, connectionID)
+		} else {
+			cur, _, err = lockState(ctx, tx, schema, connectionID)
+		}
 		if err != nil {
 			return err
 		}
