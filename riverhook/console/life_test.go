@@ -60,3 +60,18 @@ func lifeBanner(page string) string {
 	}
 	return strings.Join(strings.Fields(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(m[1], " ")), " ")
 }
+
+// A failing connection's page gives the date it will be disabled.
+func TestConsole_ShowsWhenAFailingConnectionWillBeDisabled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	_, err := f.pool.Exec(context.Background(), `INSERT INTO `+f.schema+`.riverhook_connection_state
+		(connection_id, state, failing_since, last_failure, disable_at, warned_at)
+		VALUES ('crm', 'failing', '2026-12-06 01:00:00Z', '2026-12-06 02:00:00Z', '2026-12-06 13:00:00Z', '2026-12-06 01:00:00Z')`)
+	require.NoError(t, err)
+	got := f.do(t, "GET", "/connections/crm", "")
+	require.Equal(t, http.StatusOK, got.Code)
+	assert.Equal(t, "This connection is failing since 2026-12-06 01:00:00 UTC. It will be disabled at 2026-12-06 13:00:00 UTC unless a delivery succeeds.",
+		lifeBanner(got.Body.String()))
+	assert.NotContains(t, got.Body.String(), `id="enable"`, "nothing to enable yet")
+}
