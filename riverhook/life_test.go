@@ -27,10 +27,12 @@ type lifeReceiver struct {
 	requests atomic.Int32
 	inFlight atomic.Int32
 	peak     atomic.Int32
+	last     atomic.Int64 // the last request's arrival, Unix nanoseconds
 }
 
 func (r *lifeReceiver) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	r.requests.Add(1)
+	r.last.Store(time.Now().UnixNano())
 	n := r.inFlight.Add(1)
 	defer r.inFlight.Add(-1)
 	for p := r.peak.Load(); n > p && !r.peak.CompareAndSwap(p, n); p = r.peak.Load() {
@@ -331,4 +333,34 @@ func TestEnable_DryRunWritesNothing(t *testing.T) {
 	res, err = riverhook.Enable(wait, client, pool, "crm", riverhook.EnableParams{DryRun: true}, nil)
 	require.NoError(t, err, "not held up by the row another transaction holds")
 	assert.Equal(t, riverhook.StateActive, res.State, "the committed state: tx has not committed its disable")
+}
+
+// A Disable made elsewhere (the API tier) reaches a Worker that read the
+// connection active a moment before within 2 s: deliveries inserted every
+// 100 ms from then on are dialled at most until then, and kept after.
+func TestLife_AWorkerSeesADisableWithin2s(t *testing.T) {
+	b := setupLife(t, nil)
+	ctx := context.Background()
+	b.recv.status.Store(http.StatusOK)
+	first := b.insert(t, "d0")
+	waitEvents(t, b.events, first, func(ev *river.Event) bool { return ev.Job.State == rivertype.JobStateCompleted })
+	_, err := riverhook.Disable(ctx, b.client, b.pool, "crm") // the Worker's cache still says active
+	require.NoError(t, err)
+	disabled := time.Now()
+	ids := map[int64]bool{}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := range 25 {
+		<-tick.C // a delivery every 100 ms, for 2.5 s
+		for id := range b.insert(t, "d"+itoa(i+1)) {
+			ids[id] = true
+		}
+	}
+	waitEvents(t, b.events, ids, func(ev *river.Event) bool {
+		return ev.Job.State == rivertype.JobStateCompleted || ev.Kind == river.EventKindJobSnoozed && time.Until(ev.Job.ScheduledAt) > time.Hour
+	})
+	last := time.Unix(0, b.recv.last.Load())
+	t.Logf("the last delivery dialled %v after the Disable; %d of 26 dialled", last.Sub(disabled).Round(time.Millisecond), b.recv.requests.Load())
+	assert.Less(t, last.Sub(disabled), 2*time.Second, "dialled no later than 2 s after the Disable")
+	assert.Less(t, b.recv.requests.Load(), int32(26), "the later ones kept")
 }
