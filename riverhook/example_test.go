@@ -27,7 +27,7 @@ import (
 
 // databaseExamples run against the PostgreSQL of TEST_DATABASE_URL; TestMain
 // skips them, saying so, where there is none and CI is not set.
-const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseSubject|ExampleEraseArgs|ExampleEraseBodies|ExampleNewConnectionPlaces|ExampleConnectionPlaces_Prune)$"
+const databaseExamples = "^(ExampleNewWorker|ExampleInsertTx|ExampleList|ExampleRecover|ExampleResend|ExampleEraseSubject|ExampleEraseArgs|ExampleEraseBodies|ExampleNewConnectionPlaces|ExampleConnectionPlaces_Prune|ExampleEnable)$"
 
 // exampleDatabase returns a pool on TEST_DATABASE_URL and a fresh schema for
 // one Example, and a func that drops the schema and closes the pool. A
@@ -50,13 +50,16 @@ func exampleDatabase(ctx context.Context) (*pgxpool.Pool, string, func()) {
 }
 
 // migrate makes River's tables in schema, as a service does once (with
-// rivermigrate, or River's CLI).
+// rivermigrate, or River's CLI), and riverhook's beside them.
 func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) {
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema})
 	if err != nil {
 		log.Fatal(err)
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		log.Fatal(err)
+	}
+	if err := riverhook.Migrate(ctx, pool, schema); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -689,4 +692,89 @@ func ExampleConnectionPlaces_Prune() {
 	fmt.Println("a day on:", marks, "marks,", paces, "paces pruned")
 	// Output:
 	// a day on: 0 marks, 0 paces pruned
+}
+
+// A connection's life: its endpoint answers 410 Gone, so the Worker disables
+// it and the service's worker of NoticeArgs is told (an e-mail, in a
+// service). A delivery inserted meanwhile is kept, not sent. Enable's dry run
+// counts what would go; Enable sends it, and the given-up one again.
+func ExampleEnable() {
+	ctx := context.Background()
+	receiver := webhooktest.NewServer("whsec_example", nil)
+	defer receiver.Close()
+	receiver.Script(webhooktest.Status(http.StatusGone)) // then 200s
+	pool, schema, drop := exampleDatabase(ctx)
+	defer drop()
+	migrate(ctx, pool, schema) // River's tables and riverhook's: every set-up
+	sender := receiver.Sender(&webhook.SenderOptions{Retry: &webhook.RetryPolicy{MaxRetries: 1}})
+	worker, err := riverhook.NewWorker(sender, func(context.Context, string) (webhook.Connection, error) {
+		return receiver.Connection(), nil
+	}, nil) // WorkerOptions.Life: nil, the default policy
+	if err != nil {
+		log.Fatal(err)
+	}
+	notices := make(chan riverhook.NoticeArgs, 10)
+	config := &river.Config{Schema: schema, FetchCooldown: 10 * time.Millisecond, Workers: river.NewWorkers(),
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}, riverhook.NoticeQueue: {MaxWorkers: 1}}}
+	river.AddWorker(config.Workers, river.WorkFunc(func(ctx context.Context, job *river.Job[riverhook.NoticeArgs]) error {
+		notices <- job.Args // a service sends its e-mail here
+		return nil
+	}))
+	if err := riverhook.Register(config, worker); err != nil {
+		log.Fatal(err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), config)
+	if err != nil {
+		log.Fatal(err)
+	}
+	kept, cancel := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobSnoozed, river.EventKindJobCompleted}})
+	defer cancel()
+	if err := client.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer client.Stop(ctx)
+	insert := func(id string) {
+		params, err := riverhook.InsertParams(id, []string{"crm"}, webhook.SamplePayload(time.Now()), worker.InsertOptions(nil))
+		if err == nil {
+			_, err = client.InsertMany(ctx, params)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	insert("evt_1")
+	n := <-notices
+	fmt.Println(n.ConnectionID, n.Change, n.Reason)
+	insert("evt_2") // kept: its run snoozes until the connection is enabled
+	for ev := range kept {
+		if ev.Kind == river.EventKindJobSnoozed && time.Until(ev.Job.ScheduledAt) > time.Hour {
+			break
+		}
+	}
+
+	// evt_1 gave up on the 410 (never retried); IncludeGivenUp sends it again.
+	p := riverhook.EnableParams{DryRun: true, IncludeGivenUp: true, Reason: "ana@example.com: the customer fixed the endpoint"}
+	dry, err := riverhook.Enable(ctx, client, pool, "crm", p, worker.InsertOptions(nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("dry run: would send", dry.Waiting, "kept and", dry.GivenUp, "given up")
+	p.DryRun = false
+	res, err := riverhook.Enable(ctx, client, pool, "crm", p, worker.InsertOptions(nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for delivered := 0; delivered < res.Waiting+res.GivenUp; {
+		if ev := <-kept; ev.Kind == river.EventKindJobCompleted && ev.Job.Kind == riverhook.Kind {
+			delivered++
+		}
+	}
+	n = <-notices
+	fmt.Println(n.ConnectionID, n.Change, n.Waiting)
+	fmt.Println("received:", len(receiver.Deliveries()))
+	// Output:
+	// crm disabled gone
+	// dry run: would send 1 kept and 1 given up
+	// crm enabled 2
+	// received: 3
 }

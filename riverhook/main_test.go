@@ -50,8 +50,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testDB returns a pool and a fresh schema migrated with rivermigrate.
-func testDB(t testing.TB) (*pgxpool.Pool, string) { return testdb.Schema(t, "riverhook", true) }
+// testDB returns a pool and a fresh schema migrated with rivermigrate and
+// riverhook.Migrate, as README's step 1 says.
+func testDB(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool, schema := testdb.Schema(t, "riverhook", true)
+	require.NoError(t, riverhook.Migrate(context.Background(), pool, schema))
+	return pool, schema
+}
 
 func quietLogger() *slog.Logger { return testdb.Quiet() }
 

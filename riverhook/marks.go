@@ -25,8 +25,10 @@ var migrations = []string{
 	// written by every process, read since a time; and a connection's
 	// last start (its rate) and chain of slots, shared by the fleet
 	// (ConnectionPlaces). A place in flight is an advisory lock, not a row.
-	// And the console's last turn of each rate-limited action per
-	// connection, shared by its API replicas (console.NewSharedLimits).
+	// A connection's state in its life (active, failing, disabled), the
+	// same for every process, and surviving them (state.go). And the
+	// console's last turn of each rate-limited action per connection,
+	// shared by its API replicas (console.NewSharedLimits).
 	`CREATE TABLE riverhook_endpoint_mark (
 		endpoint text NOT NULL,
 		url_key text NOT NULL DEFAULT '',
@@ -46,6 +48,18 @@ var migrations = []string{
 		last_start timestamptz NOT NULL DEFAULT '-infinity',
 		chain timestamptz NOT NULL DEFAULT '-infinity',
 		spacing bigint NOT NULL DEFAULT 0
+	);
+	CREATE TABLE riverhook_connection_state (
+		connection_id text PRIMARY KEY,
+		state text NOT NULL DEFAULT 'active',
+		reason text NOT NULL DEFAULT '',
+		failing_since timestamptz,
+		last_failure timestamptz,
+		disable_at timestamptz,
+		warned_at timestamptz,
+		disabled_at timestamptz,
+		enabled_at timestamptz,
+		changed timestamptz NOT NULL DEFAULT clock_timestamp()
 	);
 	CREATE TABLE riverhook_console_turn (
 		connection_id text NOT NULL,

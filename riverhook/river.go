@@ -550,3 +550,76 @@ func due(ctx context.Context, query func(ctx context.Context, sql string, args .
 	}
 	return n, start, end, nil
 }
+
+// queryRower runs a query of one row: a DB, or a pgx.Tx.
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// kept returns how many of connectionID's deliveries have not ended, and
+// when the oldest was inserted: what waits for a disabled connection, and
+// what its Enable sends (TestRiver/Kept).
+func kept(ctx context.Context, db queryRower, schema, connectionID string) (n int, since time.Time, err error) {
+	var oldest *time.Time
+	err = db.QueryRow(ctx, `SELECT count(*), min(created_at) FROM `+jobTable(schema)+` WHERE kind = @riverhook_kind AND `+connectionWhere+`
+		AND `+underWay, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID}).Scan(&n, &oldest)
+	if oldest != nil {
+		since = *oldest
+	}
+	return n, since, err
+}
+
+// moveKeptSQL makes a connection's deliveries that wait more than far
+// from now (snoozed, retrying) ready from now, oldest first, a microsecond
+// apart, as River does a short snooze (available at a time to come): the
+// Worker's admission then spaces them at the connection's pace. A job
+// running is left alone (TestRiver/MoveKept).
+func moveKeptSQL(schema string) string {
+	table := jobTable(schema)
+	return `WITH waiting AS (
+			SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM (
+				SELECT id FROM ` + table + ` WHERE kind = @riverhook_kind AND ` + connectionWhere + `
+				AND state IN ('scheduled', 'available', 'retryable')
+				AND scheduled_at > clock_timestamp() + @riverhook_far * interval '1 microsecond'
+				ORDER BY id FOR UPDATE SKIP LOCKED) AS w),
+		moved AS (
+			UPDATE ` + table + ` AS j SET state = 'available', scheduled_at = clock_timestamp() + waiting.k * interval '1 microsecond'
+			FROM waiting WHERE j.id = waiting.id RETURNING 1)
+		SELECT count(*) FROM moved`
+}
+
+// moveKept runs moveKeptSQL for connectionID's deliveries, and returns how
+// many it moved.
+func moveKept(ctx context.Context, db queryRower, schema, connectionID string, far time.Duration) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, moveKeptSQL(schema), pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID,
+		"riverhook_far": far.Microseconds()}).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("riverhook: moving the deliveries kept for connection %q forward: %w", connectionID, err)
+	}
+	return n, nil
+}
+
+// riverClient returns the River client of the run whose context is ctx,
+// and a beginner of transactions on its database, where the state of a
+// connection changes with its notice. ok is false outside a River client's
+// run, or for a client without a pool (rivertest's).
+func riverClient(ctx context.Context) (*river.Client[pgx.Tx], beginner, bool) {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil || !client.Driver().PoolIsSet() {
+		return nil, nil, false
+	}
+	exec := client.Driver().GetExecutor()
+	return client, beginFunc(func(ctx context.Context) (pgx.Tx, error) {
+		etx, err := exec.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return client.Driver().UnwrapTx(etx), nil
+	}), true
+}
+
+// beginFunc is a beginner.
+type beginFunc func(ctx context.Context) (pgx.Tx, error)
+
+func (f beginFunc) Begin(ctx context.Context) (pgx.Tx, error) { return f(ctx) }

@@ -290,6 +290,74 @@ func TestRiver(t *testing.T) {
 		assert.JSONEq(t, `{"connection_id": "crm", "delivery_id": "d1", "event": "user.identified", "erased": true}`, string(job.EncodedArgs))
 	})
 
+	t.Run("Kept", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		var created []time.Time
+		for _, d := range []string{"waiting", "retrying", "delivered", "other"} {
+			conn := "crm"
+			if d == "other" {
+				conn = "erp"
+			}
+			res, err := client.Insert(ctx, Args{ConnectionID: conn, DeliveryID: d, Event: "user.identified", Body: []byte("{}")}, nil)
+			require.NoError(t, err)
+			created = append(created, res.Job.CreatedAt)
+		}
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET
+			state = (CASE args->>'delivery_id' WHEN 'retrying' THEN 'retryable' WHEN 'delivered' THEN 'completed' ELSE state::text END)::"`+client.Schema()+`".river_job_state,
+			finalized_at = (CASE args->>'delivery_id' WHEN 'delivered' THEN now() END)`)
+		require.NoError(t, err)
+		n, since, err := kept(ctx, pool, client.Schema(), "crm")
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "the waiting and the retrying deliveries of crm")
+		assert.True(t, since.Equal(created[0]), "since the oldest: got %v, want %v", since, created[0])
+		n, since, err = kept(ctx, pool, client.Schema(), "none")
+		require.NoError(t, err)
+		assert.Zero(t, n)
+		assert.True(t, since.IsZero())
+	})
+
+	t.Run("MoveKept", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		ids := map[string]int64{}
+		for _, d := range []string{"far1", "far2", "soon", "running", "other"} {
+			conn := "crm"
+			if d == "other" {
+				conn = "erp"
+			}
+			res, err := client.Insert(ctx, Args{ConnectionID: conn, DeliveryID: d, Event: "user.identified", Body: []byte("{}")}, nil)
+			require.NoError(t, err)
+			ids[d] = res.Job.ID
+		}
+		// far2 was inserted after far1 but snoozed less far: the move keeps
+		// the insertion order.
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET
+			state = (CASE args->>'delivery_id' WHEN 'running' THEN 'running' ELSE 'scheduled' END)::"`+client.Schema()+`".river_job_state,
+			attempted_at = now(),
+			scheduled_at = now() + (CASE args->>'delivery_id' WHEN 'far1' THEN interval '30 days' WHEN 'far2' THEN interval '20 days'
+				WHEN 'soon' THEN interval '10 minutes' ELSE interval '30 days' END)`)
+		require.NoError(t, err)
+		n, err := moveKept(ctx, pool, client.Schema(), "crm", time.Hour)
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "far1 and far2; not soon (under an hour), running, or erp's")
+		jobs := map[string]*rivertype.JobRow{}
+		for d, id := range ids {
+			jobs[d], err = client.JobGet(ctx, id)
+			require.NoError(t, err)
+		}
+		assert.Equal(t, rivertype.JobStateAvailable, jobs["far1"].State)
+		assert.Equal(t, rivertype.JobStateAvailable, jobs["far2"].State)
+		assert.True(t, jobs["far1"].ScheduledAt.Before(jobs["far2"].ScheduledAt), "oldest first")
+		assert.WithinDuration(t, time.Now(), jobs["far2"].ScheduledAt, 10*time.Second)
+		assert.Equal(t, rivertype.JobStateScheduled, jobs["soon"].State)
+		assert.Equal(t, rivertype.JobStateRunning, jobs["running"].State)
+		assert.Equal(t, rivertype.JobStateScheduled, jobs["other"].State)
+		n, err = moveKept(ctx, pool, client.Schema(), "crm", 0)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, "soon too, with no least wait; far1 and far2 are due already")
+	})
+
 	t.Run("Wake", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()

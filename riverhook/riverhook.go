@@ -39,6 +39,12 @@
 //     Test ([Worker.SendTest]) and the endpoint's health
 //     ([Worker.EndpointHealth]).
 //   - [DurableRetryPolicy] waits hours rather than seconds.
+//   - A connection has a life ([ConnectionState], [StateOf]): active,
+//     failing (with the date it will be disabled), or disabled with a
+//     [DisableReason]. The Worker decides it from each attempt
+//     ([LifePolicy]); [Disable] and [Enable] are the service's. Each step
+//     is a [NoticeArgs] job, inserted with the change, for the service's
+//     own worker to turn into an e-mail.
 //
 // Register the Worker in every River client you start on the database, also
 // in those that work other queues only: River's rescuer runs on whichever
@@ -126,6 +132,46 @@
 //   - An idle connection is forgotten by the process after an hour.
 //   - The database's clock is read once a second, with the due; the most
 //     precise reading stands for a minute, as a busy pool's wait blurs one.
+//   - [DefaultDisableAfter] (12 h): half a day of failures is an outage,
+//     not a blip, and a night's outage is seen the next morning.
+//   - [DefaultFailingWithin] (3 days): failures further apart are separate
+//     troubles, not one outage; three days is MaxWait's horizon too.
+//   - [DefaultWarnBefore] (1 day): a working day to act. Under the 12 h
+//     span, the warning comes with the first failure.
+//   - [DefaultKeepFor] (30 days): a month for a customer to come back; a
+//     disabled connection keeps more than River keeps a given-up job (7 days).
+//   - A connection's state is read at most once a second per process, and
+//     a disabled one at each run: every process sees a change within 2 s.
+//   - Its last failure is written at most a minute apart: the spans are
+//     hours, and a failing connection costs a write a minute, not one per
+//     attempt.
+//   - [Enable] moves forward again, a second after it commits, the kept
+//     deliveries snoozed an hour or more ahead: a run that read the
+//     connection disabled as it committed stores its snooze within
+//     milliseconds.
+//
+// # An endpoint's life
+//
+// The Worker decides a connection's state from each attempt it makes, by
+// [WorkerOptions].Life:
+//
+//   - A failed attempt of an active connection makes it failing, with the
+//     date it is disabled (DisableAt) if its attempts fail until then.
+//   - A 2xx answer makes a failing connection active again.
+//   - A 410 Gone disables it at once, with reason gone.
+//   - With the Sender's endpoint health, a probe that finds the endpoint
+//     still down is a failed attempt: it was sent. A delivery held back as
+//     its endpoint is down is none: the probes carry the outage.
+//   - A cut, cancelled or refused attempt (private network, invalid
+//     connection) says nothing of the endpoint.
+//   - A run of a disabled connection's delivery makes no attempt and adds
+//     nothing to its log: it snoozes until KeepFor after the disable.
+//     [Enable] moves it forward. New deliveries are accepted, and wait too.
+//   - Each change inserts its [NoticeArgs] in the change's transaction.
+//
+// The state lives in riverhook's table riverhook_connection_state, made by
+// [Migrate]: every set-up needs it, one process alone too. A run that finds
+// no table fails with [ErrNoStateTable]'s text.
 //
 // # Retention and personal data
 //

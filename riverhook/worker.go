@@ -75,6 +75,10 @@ type Resolver func(ctx context.Context, connectionID string) (webhook.Connection
 //   - the job cancelled in River during the attempt (client.JobCancel,
 //     River UI, [EraseSubject]), also when the attempt's answer is read
 //     after the cancel: River cancels it; the run adds nothing to its log;
+//   - a disabled connection ([StateDisabled]): nothing is sent, nothing
+//     is logged, and the job is snoozed until [LifePolicy].KeepFor after
+//     the disable, costing no attempt; [Enable] moves it forward. Past
+//     KeepFor it is discarded, its log saying why;
 //   - an erased job ([Args.Erased]) run again, by River UI's Retry: the job
 //     is cancelled with [ErrErased], and nothing is sent;
 //   - the process dying during the attempt: once River's rescuer finds the
@@ -101,6 +105,8 @@ type Worker struct {
 	clock     atomic.Pointer[clock]
 
 	admission *admission
+	life      LifePolicy // WorkerOptions.Life, defaults set
+	states    stateCache
 
 	mu      sync.Mutex
 	dueAt   time.Time                 // the last due
@@ -155,6 +161,7 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*
 		logger:    opts.Logger,
 		retries:   map[retryKey]pendingRetry{},
 	}
+	w.life, _ = opts.Life.withDefaults() // validated
 	w.clock.Store(processClock(nil))
 	w.now = func() time.Time { return w.clock.Load().Now() }
 	if w.logger == nil {
@@ -189,6 +196,18 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			w.storeRetry(job, pendingRetry{client: true})
 		}
 		return err
+	}
+	st, err := w.state(ctx, job.Args.ConnectionID)
+	if err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelError, "riverhook: cannot read the connection's state; no attempt is made",
+			slog.String("connection_id", job.Args.ConnectionID), slog.Int64("job_id", job.ID), slog.String("error", err.Error()))
+		if !stopping(ctx) {
+			w.storeRetry(job, pendingRetry{client: true})
+		}
+		return err
+	}
+	if st.State == StateDisabled {
+		return w.keep(ctx, job, st)
 	}
 	lim, err := w.limits(ctx, job.Args.ConnectionID, conn)
 	if err != nil {
@@ -312,6 +331,7 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 		w.notify(ctx, r.hooked, a)
 		return fmt.Errorf("riverhook: attempt %d answered after the job was cancelled in River: %w", r.n, context.Cause(ctx))
 	}
+	w.observe(ctx, job.Args.ConnectionID, a)
 	if stillDown(a) {
 		return w.waitForEndpoint(ctx, r, a)
 	}
@@ -612,7 +632,11 @@ func appendProbe(entries []logEntry, e logEntry) []logEntry {
 func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt) error {
 	job := r.job
 	now := w.now()
-	if waited := now.Sub(job.CreatedAt); waited >= w.maxWait {
+	since := job.CreatedAt
+	if s, known, _ := w.states.get(job.Args.ConnectionID); known && s.EnabledAt.After(since) {
+		since = s.EnabledAt // kept while disabled: the wait counts from Enable
+	}
+	if waited := now.Sub(since); waited >= w.maxWait {
 		a.Retry, a.RetryIn = false, 0
 		gaveUp := fmt.Errorf("riverhook: gave up after waiting %s for the endpoint (WorkerOptions.MaxWait)", waited.Round(time.Minute).String())
 		if a.Probe {
@@ -643,4 +667,78 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 		w.record(ctx, job, r.entries) // the log has nothing new but interrupted runs
 	}
 	return river.JobSnooze(wait)
+}
+
+// state returns the state of connection id: as read within stateCacheFor,
+// or read now; a disabled one is read at each run, so that a run after
+// Enable finds it active at once. Outside a River client's run with a pool
+// (rivertest's), every connection is active.
+func (w *Worker) state(ctx context.Context, id string) (ConnectionState, error) {
+	if s, _, fresh := w.states.get(id); fresh && s.State != StateDisabled {
+		return s, nil
+	}
+	query, schema, ok := riverQuery(ctx)
+	if !ok {
+		return ConnectionState{ConnectionID: id, State: StateActive}, nil
+	}
+	s, err := readState(ctx, query, schema, id)
+	if err != nil {
+		return s, err
+	}
+	w.states.put(id, s)
+	return s, nil
+}
+
+// observe moves connection id's state as attempt a says (see
+// [LifePolicy]), when it moves it enough to be written: a change, and its
+// notices, are decided again under the state row's lock, in one
+// transaction.
+func (w *Worker) observe(ctx context.Context, id string, a webhook.Attempt) {
+	o := outcomeOf(a)
+	if o == outcomeNone {
+		return
+	}
+	if s, known, _ := w.states.get(id); known && !w.life.worth(s, o, w.now()) {
+		return
+	}
+	client, db, ok := riverClient(ctx)
+	if !ok {
+		return
+	}
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	s, changes, err := transition(ctx, client, db, id, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
+		if !w.life.worth(cur, o, now) {
+			return cur, nil
+		}
+		return w.life.next(cur, o, now)
+	})
+	if err != nil {
+		w.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot write the connection's state; the next attempt tries again",
+			slog.String("connection_id", id), slog.String("error", err.Error()))
+		return
+	}
+	w.states.put(id, s)
+	for _, c := range changes {
+		w.logger.LogAttrs(ctx, slog.LevelInfo, "riverhook: the connection's life changed",
+			slog.String("connection_id", id), slog.String("change", string(c)), slog.String("reason", string(s.Reason)))
+	}
+}
+
+// keep snoozes job, a delivery to a disabled connection (state s), until
+// the end of [LifePolicy].KeepFor, making no attempt and adding nothing to
+// its log: [Enable] moves it forward. Past KeepFor, the delivery is given
+// up, its log and [Delivery].Reason saying why.
+func (w *Worker) keep(ctx context.Context, job *river.Job[Args], s ConnectionState) error {
+	if wait := s.DisabledAt.Add(w.life.KeepFor).Sub(w.now()); wait > 0 {
+		return river.JobSnooze(wait)
+	}
+	r := w.load(ctx, job)
+	a := webhook.Attempt{N: r.n, Kind: webhook.KindDown, Err: fmt.Errorf("riverhook: gave up: the connection was disabled (%s) at %s, longer ago than LifePolicy.KeepFor (%s)",
+		s.Reason, s.DisabledAt.UTC().Format(time.RFC3339), w.life.KeepFor)}
+	r.entries = append(r.entries, newLogEntry(a, job.Attempt))
+	w.record(ctx, job, r.entries)
+	w.notify(ctx, r.hooked, a)
+	discardAfterThisRun(job)
+	return &runError{a: a, next: "gave up: the connection is disabled"}
 }

@@ -62,6 +62,13 @@ type WorkerOptions struct {
 	// OnAttempt is told. Zero means [DefaultMaxWait], three days.
 	MaxWait time.Duration
 
+	// Life is the policy of a connection's life: when its failing
+	// attempts disable it, when the service is warned, and how long a
+	// disabled connection keeps its deliveries. Nil, or a zero field,
+	// means the defaults (see [LifePolicy]). The state lives in riverhook's
+	// table riverhook_connection_state: run [Migrate] in every set-up.
+	Life *LifePolicy
+
 	// OnAttempt, if not nil, is called with each entry of a job's attempt
 	// log as it is added: after each attempt made, and, when a job whose
 	// previous run was cut by a crash runs again, with that interrupted
@@ -89,5 +96,6 @@ func (o *WorkerOptions) validate() error {
 	case o.MaxWait < 0:
 		return fmt.Errorf("riverhook: WorkerOptions.MaxWait is %v: it must not be negative (zero means DefaultMaxWait)", o.MaxWait)
 	}
-	return nil
+	_, err := o.Life.withDefaults()
+	return err
 }

@@ -45,7 +45,8 @@ func chromium(t *testing.T) string {
 // accessible text, a hostile receiver's script does not run, a resend from
 // the page makes a new attempt that the started River client delivers, a
 // Send Test of the event chosen on the page sends that event, and
-// the fleet's mark of the endpoint as down shows as a banner. With
+// the fleet's mark of the endpoint as down shows as a banner, and a
+// disabled connection's Enable button counts what it kept and enables it. With
 // UPDATE_SCREENSHOTS=1 it writes the pages' screenshots into ../docs for
 // the README.
 func TestConsole_InABrowser(t *testing.T) {
@@ -263,4 +264,23 @@ func TestConsole_InABrowser(t *testing.T) {
 	assert.True(t, accessible("alert", ""), "the banner is an alert to assistive technology")
 	assert.Equal(t, "down", text(".health"))
 	shoot("down", true)
+
+	// The service disables the connection: its page says so, with the
+	// reason, and its Enable button counts the kept deliveries; a click
+	// enables it.
+	_, err = riverhook.Disable(bg, f.client, f.pool, "crm")
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.WaitVisible(chromedp.ID("enable")),
+	))
+	life := strings.Join(strings.Fields(text("#life")), " ")
+	assert.True(t, strings.HasPrefix(life, "This connection is disabled since "), life)
+	assert.Contains(t, life, "disabled by the service")
+	assert.Regexp(t, `^Enable and send [1-9]\d* kept deliver`, text("#enable"))
+	shoot("disabled", true)
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("enable")), chromedp.WaitNotPresent(chromedp.ID("enable"))))
+	s, err := riverhook.StateOf(bg, f.client, f.pool, "crm")
+	require.NoError(t, err)
+	assert.Equal(t, riverhook.StateActive, s.State, "enabled from the page")
 }

@@ -21,7 +21,11 @@
 //     status and time, counts per status, a banner when the endpoint is down
 //     or isolated, and the Send Test and Recover buttons. Send Test offers
 //     each event the connection subscribes to that has a sample
-//     ([Options.Samples]), user.identified's built in.
+//     ([Options.Samples]), user.identified's built in. A failing connection
+//     shows the date it will be disabled; a disabled one its reason, and an
+//     Enable button with the count of its kept deliveries
+//     ([riverhook.Enable]'s dry run): POST /connections/{id}/enable,
+//     rate-limited as Recover.
 //   - GET /connections/{id}/deliveries/{job} shows one delivery: its
 //     attempts with status, time taken and response excerpt, interrupted
 //     runs marked, the next attempt as a time, the attempts the policy has
@@ -271,6 +275,7 @@ func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker
 		actionTest:    rateOf(opts.TestEvery),
 		actionRecover: rateOf(opts.RecoverEvery),
 		actionDryRun:  rateOf(opts.RecoverEvery),
+		actionEnable:  rateOf(opts.RecoverEvery),
 		actionResend:  cmp.Or(opts.ResendEvery, DefaultResendInterval),
 	}, turns: newMemoryTurns()}
 	if opts.Limits != nil {
@@ -296,6 +301,7 @@ func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker
 	mux.HandleFunc("POST /connections/{conn}/deliveries/{job}/resend", c.scoped(c.resendForm))
 	mux.HandleFunc("POST /connections/{conn}/recover", c.scoped(c.recoverForm))
 	mux.HandleFunc("POST /connections/{conn}/test", c.scoped(c.testForm))
+	mux.HandleFunc("POST /connections/{conn}/enable", c.scoped(c.enableForm))
 	mux.HandleFunc("GET /api/connections/{conn}/deliveries", c.scoped(c.apiList))
 	mux.HandleFunc("GET /api/connections/{conn}/deliveries/{job}", c.scoped(c.apiDelivery))
 	mux.HandleFunc("POST /api/connections/{conn}/deliveries/{job}/resend", c.scoped(c.apiResend))
@@ -401,6 +407,7 @@ const (
 	actionRecover = "recover"
 	actionDryRun  = "dry-run"
 	actionResend  = "resend"
+	actionEnable  = "enable"
 )
 
 // DefaultTitle is the default of [Options.Title].

@@ -105,6 +105,7 @@ func newFixture(t *testing.T, opts *console.Options, work bool) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	pool, schema := testdb.Schema(t, "console", true)
+	require.NoError(t, riverhook.Migrate(ctx, pool, schema)) // README's step 1
 	f := &fixture{pool: pool, schema: schema, rcv: &receiver{answers: map[string][]int{
 		"given-up": {500, 500}, "retrying": {503}, "hostile": {500, 500}}}, jobs: map[string]int64{}}
 	f.srv = webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: f.rcv})

@@ -94,6 +94,8 @@ type connectionPage struct {
 	Test      *testResult
 	Recovered *recoverNote
 	Charts    []chart
+	Life      *riverhook.ConnectionState // nil when it cannot be read
+	Kept      *riverhook.EnableResult    // a failing or disabled connection's Enable, counted
 }
 
 type count struct {
@@ -288,6 +290,7 @@ func (c *console) connectionPage(w http.ResponseWriter, r *http.Request, req req
 	for _, d := range l.Deliveries {
 		p.Rows = append(p.Rows, rowOf(req.conn, d))
 	}
+	p.Life, p.Kept = c.life(r, req)
 	subscribed, err := c.worker.Events(r.Context(), req.conn)
 	if err != nil { // offered as to every event: a test answers as it can
 		c.logger.WarnContext(r.Context(), "console: the connection's events", "connection_id", req.conn, "error", err.Error())
@@ -383,6 +386,40 @@ func (c *console) recoverForm(w http.ResponseWriter, r *http.Request, req reques
 	}) {
 		seeOther(w, r, connOf(req.conn).Path+"#recovered") // its page shows the recover, kept
 	}
+}
+
+// life returns the connection's state, and, for one failing or disabled,
+// what its Enable would send (a dry run); nil for what cannot be read,
+// logged.
+func (c *console) life(r *http.Request, req request) (*riverhook.ConnectionState, *riverhook.EnableResult) {
+	s, err := riverhook.StateOf(r.Context(), c.client, c.db, req.conn)
+	if err != nil {
+		c.logger.WarnContext(r.Context(), "console: the connection's state", "connection_id", req.conn, "error", err.Error())
+		return nil, nil
+	}
+	if s.State == riverhook.StateActive {
+		return s, nil
+	}
+	kept, err := riverhook.Enable(r.Context(), c.client, c.db, req.conn, riverhook.EnableParams{DryRun: true}, nil)
+	if err != nil {
+		c.logger.WarnContext(r.Context(), "console: the connection's kept deliveries", "connection_id", req.conn, "error", err.Error())
+		return s, nil
+	}
+	return s, kept
+}
+
+// enableForm enables the request's connection (riverhook.Enable),
+// rate-limited as a recover is, and shows its page.
+func (c *console) enableForm(w http.ResponseWriter, r *http.Request, req request) {
+	if !c.allowed(w, r, req, actionEnable, "") {
+		return
+	}
+	_, err := riverhook.Enable(r.Context(), c.client, c.db, req.conn, riverhook.EnableParams{}, c.worker.InsertOptions(nil))
+	if err != nil {
+		c.fail(w, r, req, err)
+		return
+	}
+	seeOther(w, r, connOf(req.conn).Path+"#life")
 }
 
 func (c *console) testForm(w http.ResponseWriter, r *http.Request, req request) {

@@ -13,6 +13,9 @@
 //	durable health     -db postgres://localhost/app -connections conns.json
 //	durable erase      -db postgres://localhost/app -subject usr_dlv_1
 //	durable erase      -db postgres://localhost/app -delivery dlv_1,dlv_2
+//	durable disable    -db postgres://localhost/app -connection crm
+//	durable enable     -db postgres://localhost/app -connection crm -dry-run
+//	durable enable     -db postgres://localhost/app -connection crm -include-given-up -reason "ana: endpoint fixed"
 //
 // conns.json is a JSON array of connections, the example's resolver:
 //
@@ -32,7 +35,9 @@
 // endpoint health writes to riverhook's table riverhook_endpoint_mark,
 // beside River's (migrate creates both); erase erases a user's personal
 // data from every delivery about them (-subject, their user id: those under
-// way are cancelled), or from ended deliveries by id (-delivery). work
+// way are cancelled), or from ended deliveries by id (-delivery). disable
+// stops sending to a connection, keeping its deliveries; enable sends what
+// it kept (count first with -dry-run). work
 // keeps the log 30 days (-retention); with -console ADDR it serves the
 // customers' delivery log (riverhook/console) at http://ADDR/console/, its
 // scope a demo's: every connection, without sign-in. serve is the API tier
@@ -88,6 +93,8 @@ const usage = `usage:
   durable resend     -db URL -job ID -reason TEXT
   durable health     -db URL -connections FILE
   durable erase      -db URL (-subject USER_ID | -delivery ID,ID...)
+  durable disable    -db URL -connection ID
+  durable enable     -db URL -connection ID [-dry-run] [-include-given-up -reason TEXT]
 Every command takes -schema; "durable COMMAND -h" prints its flags.`
 
 // errUsage is a command line that is not one: its message is printed
@@ -270,7 +277,7 @@ func run(ctx, now context.Context, args []string, stdout, stderr io.Writer) erro
 			return deliveriesJSON(ctx, pool, *c.schema, *c.connectionID, *c.n, &c.ops, stdout)
 		}
 		return deliveries(ctx, pool, *c.schema, *c.connectionID, *c.n, stdout)
-	case "recover", "resend", "health", "erase":
+	case "recover", "resend", "health", "erase", "disable", "enable":
 		return c.ops.run(ctx, args[0], pool, *c.schema, *c.connectionID, *c.connsFile, stdout)
 	}
 	conns, err := readConnections(*c.connsFile)

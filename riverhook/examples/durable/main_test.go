@@ -284,6 +284,12 @@ func TestDurable_EnqueueAndWork(t *testing.T) {
 	assert.Equal(t, "erased 1 job(s)\n", f.durable(t, "erase", "-delivery", "nope,"+deliveryIDOf(t, f, page.Deliveries[1].JobID)))
 	assert.Equal(t, "erased 1 job(s), cancelled 0, 0 under way\n",
 		f.durable(t, "erase", "-subject", webhook.UserID(deliveryIDOf(t, f, page.Deliveries[2].JobID))))
+
+	assert.Contains(t, f.durable(t, "disable", "-connection", "crm"), "crm is disabled (service) since ")
+	// The resend above waits: no worker runs.
+	assert.Equal(t, "crm was disabled: would send 1 kept and 0 given up\n", f.durable(t, "enable", "-connection", "crm", "-dry-run"))
+	assert.Equal(t, "crm was disabled: sent 1 kept and 0 given up\n", f.durable(t, "enable", "-connection", "crm"))
+	assert.Equal(t, "crm is active: nothing to enable\n", f.durable(t, "enable", "-connection", "crm"))
 }
 
 // deliveryIDOf returns the delivery id of job id.
@@ -679,7 +685,7 @@ func TestDurable_DocCommandLinesRun(t *testing.T) {
 	for _, line := range lines {
 		covered[words(line)[1]] = true
 	}
-	for _, cmd := range []string{"migrate", "enqueue", "work", "serve", "deliveries", "recover", "resend", "health", "erase"} {
+	for _, cmd := range []string{"migrate", "enqueue", "work", "serve", "deliveries", "recover", "resend", "health", "erase", "disable", "enable"} {
 		assert.True(t, covered[cmd], "the doc shows no %s command line", cmd)
 	}
 	enqueued := 0

@@ -1,7 +1,8 @@
 package main
 
 // This file holds what an operator and a dashboard do with the deliveries:
-// the log as JSON, recover, resend, the endpoint marks, erasure.
+// the log as JSON, recover, resend, the endpoint marks, erasure, and a
+// connection's life: disable and enable.
 
 import (
 	"context"
@@ -24,7 +25,7 @@ import (
 
 // opFlags are the flags of the operating commands.
 type opFlags struct {
-	json, dryRun                          *bool
+	json, dryRun, givenUp                 *bool
 	status, after, reason, dlvrs, subject *string
 	since                                 *time.Duration
 	job                                   *int64
@@ -47,7 +48,11 @@ func (o *opFlags) define(name string, fs *flag.FlagSet) bool {
 	case "erase":
 		o.dlvrs = fs.String("delivery", "", "ids of the ended deliveries to erase, comma-separated")
 		o.subject = fs.String("subject", "", "the user id whose deliveries to erase, every one (those under way are cancelled)")
-	case "health":
+	case "enable":
+		o.dryRun = fs.Bool("dry-run", false, "count what would be sent, change nothing")
+		o.givenUp = fs.Bool("include-given-up", false, "send again too what gave up since the connection began failing")
+		o.reason = fs.String("reason", "", "who enables it, and why: recorded with each resend of -include-given-up")
+	case "health", "disable":
 	default:
 		return false
 	}
@@ -79,6 +84,33 @@ func (o *opFlags) run(ctx context.Context, name string, pool *pgxpool.Pool, sche
 		}
 		fmt.Fprintf(out, "%d given up since %v and not resent: %s %d, %d resent meanwhile, more: %v\n",
 			res.GivenUp, *o.since, verb, res.Resent, res.Pending, res.More)
+		return nil
+	case "disable", "enable":
+		if connectionID == "" {
+			return errUsage{msg: "-connection is required"}
+		}
+		if name == "disable" {
+			s, err := riverhook.Disable(ctx, client, pool, connectionID)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s is disabled (%s) since %s: its deliveries are kept\n", connectionID, s.Reason, s.DisabledAt.UTC().Format(time.RFC3339))
+			return nil
+		}
+		res, err := riverhook.Enable(ctx, client, pool, connectionID,
+			riverhook.EnableParams{DryRun: *o.dryRun, IncludeGivenUp: *o.givenUp, Reason: *o.reason}, nil)
+		if err != nil {
+			return err
+		}
+		verb := "sent"
+		switch {
+		case res.State == riverhook.StateActive:
+			fmt.Fprintf(out, "%s is active: nothing to enable\n", connectionID)
+			return nil
+		case *o.dryRun:
+			verb = "would send"
+		}
+		fmt.Fprintf(out, "%s was %s: %s %d kept and %d given up\n", connectionID, res.State, verb, res.Waiting, res.GivenUp)
 		return nil
 	case "resend":
 		job, inserted, err := riverhook.Resend(ctx, client, pool, *o.job, *o.reason, nil)

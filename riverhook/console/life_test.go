@@ -1,0 +1,77 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook/riverhook"
+)
+
+// A disabled connection's page says so, with its reason, and offers Enable
+// with the count of its kept deliveries; the button enables it, behind the
+// console's cross-origin protection, and the page then shows no banner.
+func TestConsole_ShowsADisabledConnectionAndEnablesIt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	ctx := context.Background()
+	page := func() string {
+		got := f.do(t, "GET", "/connections/crm", "")
+		require.Equal(t, http.StatusOK, got.Code)
+		return got.Body.String()
+	}
+	assert.NotContains(t, page(), `id="life"`, "an active connection has no banner")
+
+	_, err := riverhook.Disable(ctx, f.client, f.pool, "crm")
+	require.NoError(t, err)
+	banner := lifeBanner(page())
+	assert.Contains(t, banner, "This connection is disabled")
+	assert.Contains(t, banner, "disabled by the service")
+	assert.Contains(t, banner, "Enable and send 2 kept deliveries", "the retrying and the waiting ones")
+
+	cross := f.do(t, "POST", "/connections/crm/enable", "", "Sec-Fetch-Site", "cross-site")
+	assert.Equal(t, http.StatusForbidden, cross.Code, "a cross-origin post")
+	s, err := riverhook.StateOf(ctx, f.client, f.pool, "crm")
+	require.NoError(t, err)
+	assert.Equal(t, riverhook.StateDisabled, s.State, "still disabled")
+
+	got := f.do(t, "POST", "/connections/crm/enable", "")
+	require.Equal(t, http.StatusSeeOther, got.Code, got.Body.String())
+	assert.True(t, strings.HasSuffix(got.Header().Get("Location"), "connections/crm#life"), got.Header().Get("Location"))
+	s, err = riverhook.StateOf(ctx, f.client, f.pool, "crm")
+	require.NoError(t, err)
+	assert.Equal(t, riverhook.StateActive, s.State)
+	assert.Empty(t, lifeBanner(page()))
+	again := f.do(t, "POST", "/connections/crm/enable", "")
+	assert.Equal(t, http.StatusTooManyRequests, again.Code, "rate-limited as a recover is")
+}
+
+// lifeBanner returns the text of page's banner of the connection's life, or
+// "".
+func lifeBanner(page string) string {
+	m := regexp.MustCompile(`(?s)<div class="banner[^"]*"[^>]*id="life">(.*?)</div>`).FindStringSubmatch(page)
+	if m == nil {
+		return ""
+	}
+	return strings.Join(strings.Fields(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(m[1], " ")), " ")
+}
+
+// A failing connection's page gives the date it will be disabled.
+func TestConsole_ShowsWhenAFailingConnectionWillBeDisabled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	_, err := f.pool.Exec(context.Background(), `INSERT INTO `+f.schema+`.riverhook_connection_state
+		(connection_id, state, failing_since, last_failure, disable_at, warned_at)
+		VALUES ('crm', 'failing', '2026-12-06 01:00:00Z', '2026-12-06 02:00:00Z', '2026-12-06 13:00:00Z', '2026-12-06 01:00:00Z')`)
+	require.NoError(t, err)
+	got := f.do(t, "GET", "/connections/crm", "")
+	require.Equal(t, http.StatusOK, got.Code)
+	assert.Equal(t, "This connection is failing since 2026-12-06 01:00:00 UTC. It will be disabled at 2026-12-06 13:00:00 UTC unless a delivery succeeds.",
+		lifeBanner(got.Body.String()))
+	assert.NotContains(t, got.Body.String(), `id="enable"`, "nothing to enable yet")
+}

@@ -1,0 +1,557 @@
+package riverhook
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+
+	"github.com/signedhook/webhook"
+)
+
+// This file holds a connection's life: its state (active, failing,
+// disabled), the policy the Worker decides it by from each attempt, the
+// statements on riverhook_connection_state, Enable and Disable.
+
+// State is where a connection is in its life.
+type State string
+
+// The states of a connection.
+const (
+	// StateActive: its deliveries go. A connection never seen failing is
+	// active.
+	StateActive State = "active"
+	// StateFailing: its attempts fail, with no success since
+	// [ConnectionState].FailingSince; it is disabled at DisableAt if they go
+	// on failing. Its deliveries still go.
+	StateFailing State = "failing"
+	// StateDisabled: nothing is sent to it; its deliveries are kept until
+	// [Enable], or [LifePolicy].KeepFor.
+	StateDisabled State = "disabled"
+)
+
+// DisableReason says why a connection was disabled: a word a program can
+// switch on.
+type DisableReason string
+
+// The reasons a connection is disabled.
+const (
+	// ReasonFailing: its attempts failed for [LifePolicy].DisableAfter with
+	// no success between.
+	ReasonFailing DisableReason = "failing"
+	// ReasonGone: its endpoint answered 410 Gone.
+	ReasonGone DisableReason = "gone"
+	// ReasonService: the service disabled it ([Disable]).
+	ReasonService DisableReason = "service"
+)
+
+// ConnectionState is a connection's state, as the fleet shares it in the
+// table riverhook_connection_state. Its times are the database's clock. A
+// time that does not apply is zero.
+type ConnectionState struct {
+	ConnectionID string        `json:"connection_id"`
+	State        State         `json:"state"`
+	Reason       DisableReason `json:"reason,omitempty"` // disabled: why
+
+	FailingSince time.Time `json:"failing_since,omitzero"` // failing, or disabled after failing: the first failure with no success since
+	LastFailure  time.Time `json:"last_failure,omitzero"`  // the latest failure, written at most a minute apart
+	DisableAt    time.Time `json:"disable_at,omitzero"`    // failing: when it is disabled if its attempts go on failing
+	WarnedAt     time.Time `json:"warned_at,omitzero"`     // failing: when the warning was given ([ChangeWarning])
+	DisabledAt   time.Time `json:"disabled_at,omitzero"`   // disabled: since when
+	EnabledAt    time.Time `json:"enabled_at,omitzero"`    // when Enable last made it active
+	Changed      time.Time `json:"changed,omitzero"`       // the last change of state
+}
+
+// disabled returns s disabled at now for reason.
+func (s ConnectionState) disabled(reason DisableReason, now time.Time) ConnectionState {
+	s.State, s.Reason, s.DisabledAt, s.DisableAt, s.Changed = StateDisabled, reason, now, time.Time{}, now
+	return s
+}
+
+// LifePolicy says when the Worker disables a connection whose attempts
+// fail, when it warns first, and how long a disabled connection keeps its
+// deliveries. Each zero field means its default; a negative one is
+// refused. The package doc's numbers list gives the defaults' reasons.
+type LifePolicy struct {
+	// DisableAfter: failures with no success between that span at least
+	// this long disable the connection (reason [ReasonFailing]). A single
+	// failed attempt never does. Zero means [DefaultDisableAfter], 12
+	// hours.
+	DisableAfter time.Duration
+
+	// Within: a failure this long or more after the one before starts a new
+	// span, as if the connection had been active: failures days apart are
+	// not one outage. Zero means [DefaultFailingWithin], three days.
+	Within time.Duration
+
+	// WarnBefore: the warning ([ChangeWarning]) is given at the first
+	// failure this long or less before DisableAt. With the defaults (a day
+	// before, 12 hours' span) it comes with the first failure. Zero means
+	// [DefaultWarnBefore], a day.
+	WarnBefore time.Duration
+
+	// KeepFor: how long a disabled connection keeps its deliveries,
+	// counted from when it was disabled. Past it, a kept delivery is given
+	// up when it next runs, saying so. Zero means [DefaultKeepFor], 30
+	// days.
+	KeepFor time.Duration
+}
+
+// The defaults of [LifePolicy].
+const (
+	DefaultDisableAfter  = 12 * time.Hour
+	DefaultFailingWithin = 72 * time.Hour
+	DefaultWarnBefore    = 24 * time.Hour
+	DefaultKeepFor       = 30 * 24 * time.Hour
+)
+
+// withDefaults returns p with its zero fields set to their defaults (nil:
+// every default), or an error for a negative field.
+func (p *LifePolicy) withDefaults() (LifePolicy, error) {
+	var q LifePolicy
+	if p != nil {
+		q = *p
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"DisableAfter", q.DisableAfter}, {"Within", q.Within}, {"WarnBefore", q.WarnBefore}, {"KeepFor", q.KeepFor}} {
+		if f.d < 0 {
+			return q, fmt.Errorf("riverhook: WorkerOptions.Life.%s is %v: it must not be negative (zero means its default)", f.name, f.d)
+		}
+	}
+	q.DisableAfter = cmp.Or(q.DisableAfter, DefaultDisableAfter)
+	q.Within = cmp.Or(q.Within, DefaultFailingWithin)
+	q.WarnBefore = cmp.Or(q.WarnBefore, DefaultWarnBefore)
+	q.KeepFor = cmp.Or(q.KeepFor, DefaultKeepFor)
+	return q, nil
+}
+
+// outcome is what an attempt says of a connection's life.
+type outcome int
+
+const (
+	outcomeNone    outcome = iota // nothing: not sent, cut, refused before sending
+	outcomeSuccess                // a 2xx answer
+	outcomeFailure                // any other outcome of an attempt sent, a probe of a down endpoint's included
+	outcomeGone                   // 410 Gone
+)
+
+// outcomeOf returns what attempt a says of its connection's life. A probe
+// that found its endpoint still down is a failure: it was sent. An attempt
+// the Sender held back as its endpoint is down (KindDown) says nothing:
+// the probes that do go carry the outage.
+func outcomeOf(a webhook.Attempt) outcome {
+	switch {
+	case a.OK():
+		return outcomeSuccess
+	case a.Kind == webhook.KindStatus && a.StatusCode == http.StatusGone:
+		return outcomeGone
+	}
+	switch a.Kind {
+	case webhook.KindCanceled, webhook.KindInterrupted, webhook.KindDown, webhook.KindInvalid,
+		webhook.KindBlocked, webhook.KindSkipped:
+		return outcomeNone
+	}
+	return outcomeFailure
+}
+
+// lastFailureEvery bounds how often a failing connection's last failure
+// is written: a span is hours and a window days, so a minute is precise
+// enough, and a failing connection costs one write a minute, not one per
+// attempt.
+const lastFailureEvery = time.Minute
+
+// next returns the state s moves to on outcome o at now, and the changes
+// the service is told of, in order.
+func (p LifePolicy) next(s ConnectionState, o outcome, now time.Time) (ConnectionState, []Change) {
+	switch {
+	case s.State == StateDisabled || o == outcomeNone:
+		return s, nil
+	case o == outcomeSuccess:
+		if s.State != StateFailing {
+			return s, nil
+		}
+		return ConnectionState{ConnectionID: s.ConnectionID, State: StateActive, EnabledAt: s.EnabledAt, Changed: now}, []Change{ChangeActive}
+	case o == outcomeGone:
+		return s.disabled(ReasonGone, now), []Change{ChangeDisabled}
+	}
+	var changes []Change
+	if s.State != StateFailing || now.Sub(s.LastFailure) >= p.Within {
+		s = ConnectionState{ConnectionID: s.ConnectionID, State: StateFailing, FailingSince: now, DisableAt: now.Add(p.DisableAfter),
+			EnabledAt: s.EnabledAt, Changed: now}
+		changes = append(changes, ChangeFailing)
+	}
+	s.LastFailure = later(s.LastFailure, now)
+	switch {
+	case !now.Before(s.DisableAt):
+		s = s.disabled(ReasonFailing, now)
+		changes = append(changes, ChangeDisabled)
+	case s.WarnedAt.IsZero() && !now.Before(s.DisableAt.Add(-p.WarnBefore)):
+		s.WarnedAt, s.Changed = now, now
+		changes = append(changes, ChangeWarning)
+	}
+	return s, changes
+}
+
+// worth reports whether outcome o at now moves s enough to be written: a
+// change of state, or a last failure lastFailureEvery later.
+func (p LifePolicy) worth(s ConnectionState, o outcome, now time.Time) bool {
+	next, changes := p.next(s, o, now)
+	if len(changes) > 0 {
+		return true
+	}
+	moved := next.LastFailure.Sub(s.LastFailure) >= lastFailureEvery
+	next.LastFailure = s.LastFailure
+	return moved || next != s
+}
+
+// ErrNoStateTable matches the error of a run, or of a call, that finds no
+// riverhook_connection_state table: run [Migrate] (README, step 1). Every
+// set-up needs riverhook's tables, one process alone too: a connection's
+// state outlives the process.
+var ErrNoStateTable = errors.New("riverhook: the table riverhook_connection_state is missing: run riverhook.Migrate beside River's migration")
+
+// stateColumns are the columns read as a ConnectionState, by scanState.
+const stateColumns = `coalesce(s.state, 'active'), coalesce(s.reason, ''), s.failing_since, s.last_failure, s.disable_at,
+	s.warned_at, s.disabled_at, s.enabled_at, s.changed`
+
+// stateTable is riverhook_connection_state in schema, qualified.
+func stateTable(schema string) string { return qualifier(schema) + "riverhook_connection_state" }
+
+// scanState scans a row of stateColumns, then dest.
+func scanState(row pgx.Row, id string, dest ...any) (ConnectionState, error) {
+	s := ConnectionState{ConnectionID: id}
+	var times [7]*time.Time
+	all := []any{&s.State, &s.Reason}
+	for i := range times {
+		all = append(all, &times[i])
+	}
+	if err := row.Scan(append(all, dest...)...); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+			return s, fmt.Errorf("%w (%w)", ErrNoStateTable, err)
+		}
+		return s, fmt.Errorf("riverhook: reading the state of connection %q: %w", id, err)
+	}
+	for i, t := range []*time.Time{&s.FailingSince, &s.LastFailure, &s.DisableAt, &s.WarnedAt, &s.DisabledAt, &s.EnabledAt, &s.Changed} {
+		if times[i] != nil {
+			*t = *times[i]
+		}
+	}
+	return s, nil
+}
+
+// readState reads connection id's state through query: active when it has
+// no row.
+func readState(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema, id string) (ConnectionState, error) {
+	return scanState(query(ctx, `SELECT `+stateColumns+` FROM (SELECT 1) AS one
+		LEFT JOIN `+stateTable(schema)+` AS s ON s.connection_id = $1`, id), id)
+}
+
+// lockState locks connection id's state row in tx, made active when it has
+// none, and returns it with the database's now.
+func lockState(ctx context.Context, tx pgx.Tx, schema, id string) (s ConnectionState, now time.Time, err error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+stateTable(schema)+` (connection_id) VALUES ($1) ON CONFLICT DO NOTHING`, id); err != nil {
+		_, err = scanState(errRow{err}, id)
+		return s, now, err
+	}
+	s, err = scanState(tx.QueryRow(ctx, `SELECT `+stateColumns+`, clock_timestamp() FROM `+stateTable(schema)+` AS s
+		WHERE s.connection_id = $1 FOR UPDATE`, id), id, &now)
+	return s, now, err
+}
+
+// errRow is a row whose Scan returns err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// writeState writes s in tx.
+func writeState(ctx context.Context, tx pgx.Tx, schema string, s ConnectionState) error {
+	_, err := tx.Exec(ctx, `UPDATE `+stateTable(schema)+` SET state = $2, reason = $3, failing_since = $4, last_failure = $5,
+		disable_at = $6, warned_at = $7, disabled_at = $8, enabled_at = $9, changed = coalesce($10, clock_timestamp())
+		WHERE connection_id = $1`, s.ConnectionID, string(s.State), string(s.Reason), nullTime(s.FailingSince), nullTime(s.LastFailure),
+		nullTime(s.DisableAt), nullTime(s.WarnedAt), nullTime(s.DisabledAt), nullTime(s.EnabledAt), nullTime(s.Changed))
+	if err != nil {
+		return fmt.Errorf("riverhook: writing the state of connection %q: %w", s.ConnectionID, err)
+	}
+	return nil
+}
+
+// beginner begins a transaction: a DB, or a River client's driver.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// decider returns the state cur moves to at now, and the changes told.
+type decider func(cur ConnectionState, now time.Time) (ConnectionState, []Change)
+
+// transitionTx moves connection id's state in tx, as decide says on the
+// state as it is under its row's lock, and inserts the notice of each
+// change with client in tx: a crash loses or doubles none.
+func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, id string, decide decider) (ConnectionState, []Change, error) {
+	schema := client.Schema()
+	cur, now, err := lockState(ctx, tx, schema, id)
+	if err != nil {
+		return cur, nil, err
+	}
+	next, changes := decide(cur, now)
+	if next == cur {
+		return cur, nil, nil
+	}
+	if err := writeState(ctx, tx, schema, next); err != nil {
+		return cur, nil, err
+	}
+	if len(changes) == 0 {
+		return next, nil, nil
+	}
+	waiting, _, err := kept(ctx, tx, schema, id)
+	if err != nil {
+		return cur, nil, fmt.Errorf("riverhook: counting the deliveries waiting for connection %q: %w", id, err)
+	}
+	params := make([]river.InsertManyParams, len(changes))
+	for i, c := range changes {
+		params[i] = river.InsertManyParams{Args: noticeOf(next, c, now, waiting)}
+	}
+	// An insert-only client on client's database: River refuses, from a
+	// client with workers, a job of a kind it has none for, and a notice's
+	// worker is the service's, in the clients that work NoticeQueue.
+	inserter, err := river.NewClient(client.Driver(), &river.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		_, err = inserter.InsertManyTx(ctx, tx, params)
+	}
+	if err != nil {
+		return cur, nil, fmt.Errorf("riverhook: inserting the notices of connection %q: %w", id, err)
+	}
+	return next, changes, nil
+}
+
+// transition is transitionTx in a transaction of its own begun on db.
+func transition(ctx context.Context, client *river.Client[pgx.Tx], db beginner, id string, decide decider) (s ConnectionState, changes []Change, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		s, changes, err = transitionTx(ctx, client, tx, id, decide)
+		return err
+	})
+	return s, changes, err
+}
+
+// StateOf returns the state of the connection with the given id, as the
+// fleet shares it, read through db on the database of client: active for a
+// connection never seen failing. It matches [ErrNoStateTable] where
+// [Migrate] never ran. It blocks for one query.
+func StateOf(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string) (*ConnectionState, error) {
+	s, err := readState(ctx, func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+		return db.QueryRow(ctx, sql, args...)
+	}, client.Schema(), connectionID)
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Disable disables the connection with the given id for the service's
+// reason ([ReasonService]): nothing is sent to it from then, within about
+// a second in every process, and its deliveries, and those inserted later,
+// are kept until [Enable]. An attempt in flight ends. A connection disabled
+// already stays as it is, its reason too. The state changes, and its notice
+// ([NoticeArgs], [ChangeDisabled]) is inserted with client, in one
+// transaction begun on db, a pool on client's database (or the caller's
+// transaction). It returns the state after.
+func Disable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string) (*ConnectionState, error) {
+	if err := checkID("connection id", connectionID); err != nil {
+		return nil, err
+	}
+	s, _, err := transition(ctx, client, db, connectionID, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
+		if cur.State == StateDisabled {
+			return cur, nil
+		}
+		return cur.disabled(ReasonService, now), []Change{ChangeDisabled}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// EnableParams says what [Enable] does.
+type EnableParams struct {
+	// DryRun counts what would be sent, and changes nothing.
+	DryRun bool
+
+	// IncludeGivenUp also sends again the deliveries given up since the
+	// connection began failing (or since it was disabled, for one
+	// disabled at once), as [Recover] does, up to [MaxRecovered].
+	IncludeGivenUp bool
+
+	// Reason is recorded in each resend of IncludeGivenUp, as for
+	// [Resend]: who enabled it, and why. Required with IncludeGivenUp.
+	Reason string
+}
+
+// EnableResult says what [Enable] found and did.
+type EnableResult struct {
+	State   State     `json:"state"`          // the connection's state before
+	Waiting int       `json:"waiting"`        // the deliveries kept, which go (or would go)
+	Since   time.Time `json:"since,omitzero"` // when the oldest of them was inserted
+	GivenUp int       `json:"given_up"`       // with IncludeGivenUp: those sent again (or that would be)
+	More    bool      `json:"more,omitempty"` // more gave up than MaxRecovered: call Recover for the rest
+	Enabled bool      `json:"enabled"`        // the connection was made active (never in a dry run)
+	Jobs    []int64   `json:"jobs,omitempty"` // the resends inserted
+}
+
+// givenUpMargin is how much before the failing period's start Enable's
+// IncludeGivenUp looks: River stamps a job's end with the process's reading
+// of the database's clock, off by up to the reading's precision (see
+// clock), and the delivery whose attempt disabled the connection (a 410)
+// ends after the state changed, but may be stamped a little before.
+const givenUpMargin = time.Minute
+
+// enableSettle is how long Enable waits, after its commit, before moving
+// forward the deliveries whose run read the connection disabled just
+// before and whose far snooze River stored after its move: River stores a
+// run's end within milliseconds.
+const enableSettle = time.Second
+
+// keptFar is how far ahead a delivery of an enabled connection must be
+// snoozed for Enable's second move to bring it forward: a kept delivery
+// waits days, while a slot of the connection's chain is rarely an hour
+// ahead (and one moved costs a run, not a send).
+const keptFar = time.Hour
+
+// Enable makes the connection with the given id active again, disabled or
+// failing, and sends what it kept: every delivery to it that has not
+// ended is made ready, oldest first, and the Worker's admission spaces them
+// at the connection's pace (its bound and rate). With p.IncludeGivenUp the
+// deliveries given up since it began failing are sent again too (see
+// [Recover]). With p.DryRun it only counts: Waiting and GivenUp are what
+// would be sent. The state changes, its notice ([ChangeEnabled]) and the
+// resends are one transaction begun on db, a pool on client's database;
+// opts is the resends' (use [Worker.InsertOptions]). An active connection
+// stays as it is, and its deliveries where they are.
+//
+// Enable blocks for its transaction, then for about a second
+// (enableSettle), to move forward a delivery whose run read the connection
+// disabled as it committed.
+func Enable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string, p EnableParams, opts *InsertOptions) (*EnableResult, error) {
+	if err := checkID("connection id", connectionID); err != nil {
+		return nil, err
+	}
+	if p.IncludeGivenUp {
+		if err := checkReason(p.Reason); err != nil {
+			return nil, err
+		}
+	}
+	schema := client.Schema()
+	res := &EnableResult{}
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var cur ConnectionState
+		var err error
+		if p.DryRun { // a page's count: no write, no lock
+			cur, err = readState(ctx, func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+				return tx.QueryRow(ctx, sql, args...)
+			}, schema, connectionID)
+		} else {
+			cur, _, err = lockState(ctx, tx, schema, connectionID)
+		}
+		if err != nil {
+			return err
+		}
+		res.State = cur.State
+		if res.Waiting, res.Since, err = kept(ctx, tx, schema, connectionID); err != nil {
+			return fmt.Errorf("riverhook: counting the deliveries kept for connection %q: %w", connectionID, err)
+		}
+		if cur.State == StateActive {
+			return nil
+		}
+		if from := cmp.Or(cur.FailingSince, cur.DisabledAt); p.IncludeGivenUp && !from.IsZero() {
+			from = from.Add(-givenUpMargin)
+			rec, err := RecoverTx(ctx, client, tx, connectionID, RecoverParams{Since: from, Reason: p.Reason, DryRun: p.DryRun}, opts)
+			if err != nil {
+				return err
+			}
+			res.GivenUp, res.More, res.Jobs = rec.Resent, rec.More, rec.Jobs
+			if rec.Resent > 0 && (res.Since.IsZero() || from.Before(res.Since)) {
+				res.Since = from
+			}
+		}
+		if p.DryRun {
+			return nil
+		}
+		_, _, err = transitionTx(ctx, client, tx, connectionID, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
+			return ConnectionState{ConnectionID: cur.ConnectionID, State: StateActive, EnabledAt: now, Changed: now}, []Change{ChangeEnabled}
+		})
+		if err != nil {
+			return err
+		}
+		res.Enabled = true
+		_, err = moveKept(ctx, tx, schema, connectionID, 0)
+		return err
+	})
+	if err != nil || !res.Enabled || res.Waiting == 0 {
+		return res, err
+	}
+	timer := time.NewTimer(enableSettle)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return res, nil // enabled; a straggler comes at its snooze's end
+	case <-timer.C:
+	}
+	_, err = moveKept(ctx, db, schema, connectionID, keptFar)
+	return res, err
+}
+
+// stateCacheFor is how long a process serves a connection's state from
+// memory: every process sees a change within it and a read (the package
+// doc's numbers: 2 s in all). A disabled state is read through at each run.
+const stateCacheFor = time.Second
+
+// stateCache is what a process knows of its connections' states. It is
+// safe for concurrent use.
+type stateCache struct {
+	mu    sync.Mutex
+	m     map[string]cachedState
+	swept time.Time
+}
+
+type cachedState struct {
+	s    ConnectionState
+	read time.Time // by the process's clock
+}
+
+// get returns connection id's state as last read, and whether it was read
+// within stateCacheFor.
+func (c *stateCache) get(id string) (s ConnectionState, known, fresh bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[id]
+	return e.s, ok, ok && time.Since(e.read) < stateCacheFor
+}
+
+// put keeps s as connection id's state, read now; entries a minute old are
+// swept, at most once a minute.
+func (c *stateCache) put(id string, s ConnectionState) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]cachedState{}
+	}
+	if now.Sub(c.swept) >= time.Minute {
+		for k, e := range c.m {
+			if now.Sub(e.read) >= time.Minute {
+				delete(c.m, k)
+			}
+		}
+		c.swept = now
+	}
+	c.m[id] = cachedState{s: s, read: now}
+}

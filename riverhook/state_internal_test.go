@@ -1,0 +1,114 @@
+package riverhook
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/signedhook/webhook"
+)
+
+func TestLifePolicy_Next(t *testing.T) {
+	p, err := (&LifePolicy{DisableAfter: 12 * time.Hour, Within: 72 * time.Hour, WarnBefore: 4 * time.Hour}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	at := func(h float64) time.Time { return t0.Add(time.Duration(h * float64(time.Hour))) }
+	type step struct {
+		h       float64 // hours after t0
+		o       outcome
+		state   State
+		changes []Change
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"one failure never disables", []step{
+			{0, outcomeFailure, StateFailing, []Change{ChangeFailing}},
+		}},
+		{"failures spanning the policy's time disable, warned before", []step{
+			{0, outcomeFailure, StateFailing, []Change{ChangeFailing}},
+			{1, outcomeFailure, StateFailing, nil},
+			{8, outcomeFailure, StateFailing, []Change{ChangeWarning}},
+			{9, outcomeFailure, StateFailing, nil},
+			{12, outcomeFailure, StateDisabled, []Change{ChangeDisabled}},
+			{13, outcomeSuccess, StateDisabled, nil},
+		}},
+		{"a success between starts again", []step{
+			{0, outcomeFailure, StateFailing, []Change{ChangeFailing}},
+			{11, outcomeSuccess, StateActive, []Change{ChangeActive}},
+			{12, outcomeFailure, StateFailing, []Change{ChangeFailing}},
+			{23, outcomeFailure, StateFailing, []Change{ChangeWarning}},
+		}},
+		{"a failure a window after the last starts a new span", []step{
+			{0, outcomeFailure, StateFailing, []Change{ChangeFailing}},
+			{72, outcomeFailure, StateFailing, []Change{ChangeFailing}},
+			{80, outcomeFailure, StateFailing, []Change{ChangeWarning}},
+			{84, outcomeFailure, StateDisabled, []Change{ChangeDisabled}},
+		}},
+		{"410 Gone disables at once", []step{
+			{0, outcomeGone, StateDisabled, []Change{ChangeDisabled}},
+		}},
+		{"what is not an outcome changes nothing", []step{
+			{0, outcomeNone, StateActive, nil},
+			{1, outcomeSuccess, StateActive, nil},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ConnectionState{ConnectionID: "crm", State: StateActive}
+			for _, st := range tc.steps {
+				var changes []Change
+				s, changes = p.next(s, st.o, at(st.h))
+				assert.Equal(t, st.state, s.State, "after %vh", st.h)
+				assert.Equal(t, st.changes, changes, "after %vh", st.h)
+			}
+		})
+	}
+}
+
+func TestLifePolicy_DefaultsWarnWithTheFirstFailure(t *testing.T) {
+	p, _ := (*LifePolicy)(nil).withDefaults()
+	now := time.Now()
+	s, changes := p.next(ConnectionState{State: StateActive}, outcomeFailure, now)
+	assert.Equal(t, []Change{ChangeFailing, ChangeWarning}, changes)
+	assert.Equal(t, now.Add(DefaultDisableAfter), s.DisableAt)
+}
+
+func TestLifePolicy_WritesTheLastFailureAMinuteApart(t *testing.T) {
+	p, _ := (*LifePolicy)(nil).withDefaults()
+	t0 := time.Now()
+	s, _ := p.next(ConnectionState{State: StateActive}, outcomeFailure, t0)
+	assert.False(t, p.worth(s, outcomeFailure, t0.Add(30*time.Second)), "a failure within the minute")
+	assert.True(t, p.worth(s, outcomeFailure, t0.Add(lastFailureEvery)), "a minute on")
+	assert.True(t, p.worth(s, outcomeSuccess, t0.Add(time.Second)), "a success of a failing connection")
+}
+
+func TestOutcomeOf(t *testing.T) {
+	failed := errors.New("failed")
+	for _, tc := range []struct {
+		a    webhook.Attempt
+		want outcome
+	}{
+		{webhook.Attempt{StatusCode: 200}, outcomeSuccess},
+		{webhook.Attempt{Kind: webhook.KindStatus, StatusCode: http.StatusGone, Err: failed}, outcomeGone},
+		{webhook.Attempt{Kind: webhook.KindStatus, StatusCode: 500, Err: failed}, outcomeFailure},
+		{webhook.Attempt{Kind: webhook.KindRefused, Probe: true, Err: failed}, outcomeFailure},
+		{webhook.Attempt{Kind: webhook.KindTimeout, Err: failed}, outcomeFailure},
+		{webhook.Attempt{Kind: webhook.KindDown, Err: failed}, outcomeNone},
+		{webhook.Attempt{Kind: webhook.KindCanceled, Err: failed}, outcomeNone},
+		{webhook.Attempt{Kind: webhook.KindBlocked, Err: failed}, outcomeNone},
+	} {
+		assert.Equal(t, tc.want, outcomeOf(tc.a), "%s %d", tc.a.Kind, tc.a.StatusCode)
+	}
+}
+
+func TestLifePolicy_RefusesANegativeField(t *testing.T) {
+	_, err := (&LifePolicy{KeepFor: -time.Second}).withDefaults()
+	assert.ErrorContains(t, err, "KeepFor")
+}
