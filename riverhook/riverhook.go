@@ -140,8 +140,10 @@
 //     span, the warning comes with the first failure.
 //   - [DefaultKeepFor] (30 days): a month for a customer to come back; a
 //     disabled connection keeps more than River keeps a given-up job (7 days).
-//   - A connection's state is read at most once a second per process, and
-//     a disabled one at each run: every process sees a change within 2 s.
+//   - The states of the connections not active are read in one statement
+//     at most once a second per process, whatever the number of
+//     connections, and a disabled one at each run: every process sees a
+//     change within 2 s.
 //   - Its last failure is written at most a minute apart: the spans are
 //     hours, and a failing connection costs a write a minute, not one per
 //     attempt.

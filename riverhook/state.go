@@ -509,49 +509,86 @@ func Enable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connection
 	return res, err
 }
 
-// stateCacheFor is how long a process serves a connection's state from
-// memory: every process sees a change within it and a read (the package
-// doc's numbers: 2 s in all). A disabled state is read through at each run.
+// stateCacheFor is how long a process serves the connections' states
+// from memory: every process sees a change within it and a read (the
+// package doc's numbers: 2 s in all). A disabled state is read through at
+// each run.
 const stateCacheFor = time.Second
 
-// stateCache is what a process knows of its connections' states. It is
-// safe for concurrent use.
+// stateCache is what a process knows of its connections' states: those
+// not active, read together in one statement at most once per
+// stateCacheFor, so that a process pays one read a second however many
+// connections it delivers to; a connection not among them is active. It
+// is safe for concurrent use.
 type stateCache struct {
-	mu    sync.Mutex
-	m     map[string]cachedState
-	swept time.Time
+	mu      sync.Mutex
+	m       map[string]ConnectionState // the connections not active, as last read or written
+	read    time.Time                  // when m's read began, by the process's clock; zero before the first
+	loading bool                       // a read is under way
 }
 
-type cachedState struct {
-	s    ConnectionState
-	read time.Time // by the process's clock
-}
-
-// get returns connection id's state as last read, and whether it was read
-// within stateCacheFor.
-func (c *stateCache) get(id string) (s ConnectionState, known, fresh bool) {
+// get returns connection id's state as the process knows it, and whether
+// what it knows was read within stateCacheFor.
+func (c *stateCache) get(id string) (s ConnectionState, fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[id]
-	return e.s, ok, ok && time.Since(e.read) < stateCacheFor
+	s, ok := c.m[id]
+	if !ok {
+		s = ConnectionState{ConnectionID: id, State: StateActive}
+	}
+	return s, !c.read.IsZero() && time.Since(c.read) < stateCacheFor
 }
 
-// put keeps s as connection id's state, read now; entries a minute old are
-// swept, at most once a minute.
+// put keeps s, connection id's state as read or written now.
 func (c *stateCache) put(id string, s ConnectionState) {
-	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if s.State == StateActive {
+		delete(c.m, id)
+		return
+	}
 	if c.m == nil {
-		c.m = map[string]cachedState{}
+		c.m = map[string]ConnectionState{}
 	}
-	if now.Sub(c.swept) >= time.Minute {
-		for k, e := range c.m {
-			if now.Sub(e.read) >= time.Minute {
-				delete(c.m, k)
-			}
-		}
-		c.swept = now
+	c.m[id] = s
+}
+
+// refresh reads the states not active with load, unless a read is under
+// way: a run then goes with what is known, once something is.
+func (c *stateCache) refresh(ctx context.Context, load func(ctx context.Context) (map[string]ConnectionState, error)) error {
+	c.mu.Lock()
+	if c.loading && !c.read.IsZero() {
+		c.mu.Unlock()
+		return nil
 	}
-	c.m[id] = cachedState{s: s, read: now}
+	c.loading = true
+	c.mu.Unlock()
+	began := time.Now()
+	m, err := load(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loading = false
+	if err == nil && began.After(c.read) {
+		c.m, c.read = m, began
+	}
+	return err
+}
+
+// readStates reads the states of the connections not active, in one
+// statement through query.
+func readStates(ctx context.Context, query func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }, schema string) (map[string]ConnectionState, error) {
+	var rows []ConnectionState
+	err := query(ctx, `SELECT coalesce(json_agg(json_build_object('connection_id', connection_id, 'state', state, 'reason', reason,
+		'failing_since', failing_since, 'last_failure', last_failure, 'disable_at', disable_at, 'warned_at', warned_at,
+		'disabled_at', disabled_at, 'enabled_at', enabled_at, 'changed', changed)), '[]')
+		FROM `+stateTable(schema)+` WHERE state <> 'active'`).Scan(&rows)
+	if err != nil {
+		_, err = scanState(errRow{err}, "")
+		return nil, err
+	}
+	m := make(map[string]ConnectionState, len(rows))
+	for _, s := range rows {
+		m[s.ConnectionID] = s
+	}
+	return m, nil
 }

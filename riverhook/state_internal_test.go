@@ -1,14 +1,18 @@
 package riverhook
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
 )
 
 func TestLifePolicy_Next(t *testing.T) {
@@ -111,4 +115,41 @@ func TestOutcomeOf(t *testing.T) {
 func TestLifePolicy_RefusesANegativeField(t *testing.T) {
 	_, err := (&LifePolicy{KeepFor: -time.Second}).withDefaults()
 	assert.ErrorContains(t, err, "KeepFor")
+}
+
+// TestWorker_StatesAreReadOnceASecondForEveryConnection: the runs of a
+// thousand connections read the states in one statement, not one a
+// connection, and a connection the read does not name is active; the
+// statement reads only the connections not active.
+func TestWorker_StatesAreReadOnceASecondForEveryConnection(t *testing.T) {
+	pool, schema := testdb.Schema(t, "states", true)
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, pool, schema))
+	_, err := pool.Exec(ctx, `INSERT INTO `+stateTable(schema)+` (connection_id, state, reason, disabled_at) VALUES
+		('gone', 'disabled', 'gone', now()), ('quiet', 'active', '', NULL)`)
+	require.NoError(t, err)
+	var statements int
+	query := func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+		statements++
+		return pool.QueryRow(ctx, sql, args...)
+	}
+	var c stateCache
+	load := func(ctx context.Context) (map[string]ConnectionState, error) { return readStates(ctx, query, schema) }
+	for i := range 1000 {
+		id := fmt.Sprintf("c%d", i)
+		if _, fresh := c.get(id); !fresh {
+			require.NoError(t, c.refresh(ctx, load))
+		}
+		s, fresh := c.get(id)
+		require.True(t, fresh)
+		assert.Equal(t, StateActive, s.State, id)
+	}
+	assert.Equal(t, 1, statements, "one statement for a thousand connections")
+	s, _ := c.get("gone")
+	assert.Equal(t, StateDisabled, s.State)
+	assert.Equal(t, ReasonGone, s.Reason)
+	assert.False(t, s.DisabledAt.IsZero())
+	c.mu.Lock()
+	assert.Len(t, c.m, 1, "only the connections not active are kept")
+	c.mu.Unlock()
 }

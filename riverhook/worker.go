@@ -633,8 +633,14 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 	job := r.job
 	now := w.now()
 	since := job.CreatedAt
-	if s, known, _ := w.states.get(job.Args.ConnectionID); known && s.EnabledAt.After(since) {
-		since = s.EnabledAt // kept while disabled: the wait counts from Enable
+	if now.Sub(since) >= w.maxWait {
+		// Kept while its connection was disabled, the wait counts from
+		// Enable: read once the wait is over, which is rare.
+		if query, schema, ok := riverQuery(ctx); ok {
+			if s, err := readState(ctx, query, schema, job.Args.ConnectionID); err == nil && s.EnabledAt.After(since) {
+				since = s.EnabledAt
+			}
+		}
 	}
 	if waited := now.Sub(since); waited >= w.maxWait {
 		a.Retry, a.RetryIn = false, 0
@@ -669,17 +675,30 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 	return river.JobSnooze(wait)
 }
 
-// state returns the state of connection id: as read within stateCacheFor,
-// or read now; a disabled one is read at each run, so that a run after
-// Enable finds it active at once. Outside a River client's run with a pool
-// (rivertest's), every connection is active.
+// state returns the state of connection id: as the process read the
+// states not active within stateCacheFor, or reads them now; a disabled
+// one is read at each run, so that a run after Enable finds it active at
+// once. Outside a River client's run with a pool (rivertest's), every
+// connection is active.
 func (w *Worker) state(ctx context.Context, id string) (ConnectionState, error) {
-	if s, _, fresh := w.states.get(id); fresh && s.State != StateDisabled {
+	s, fresh := w.states.get(id)
+	if fresh && s.State != StateDisabled {
 		return s, nil
 	}
 	query, schema, ok := riverQuery(ctx)
 	if !ok {
 		return ConnectionState{ConnectionID: id, State: StateActive}, nil
+	}
+	if !fresh {
+		err := w.states.refresh(ctx, func(ctx context.Context) (map[string]ConnectionState, error) {
+			return readStates(ctx, query, schema)
+		})
+		if err != nil {
+			return s, err
+		}
+		if s, _ = w.states.get(id); s.State != StateDisabled {
+			return s, nil
+		}
 	}
 	s, err := readState(ctx, query, schema, id)
 	if err != nil {
@@ -698,7 +717,7 @@ func (w *Worker) observe(ctx context.Context, id string, a webhook.Attempt) {
 	if o == outcomeNone {
 		return
 	}
-	if s, known, _ := w.states.get(id); known && !w.life.worth(s, o, w.now()) {
+	if s, fresh := w.states.get(id); fresh && !w.life.worth(s, o, w.now()) {
 		return
 	}
 	client, db, ok := riverClient(ctx)
