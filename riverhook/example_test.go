@@ -745,9 +745,9 @@ func ExampleEnable() {
 	insert("evt_1")
 	n := <-notices
 	fmt.Println(n.ConnectionID, n.Change, n.Reason)
-	insert("evt_2") // kept: its run snoozes until the connection is enabled
+	insert("evt_2") // kept: its run snoozes, an hour at a time, until the connection is enabled
 	for ev := range kept {
-		if ev.Kind == river.EventKindJobSnoozed && time.Until(ev.Job.ScheduledAt) > time.Hour {
+		if ev.Kind == river.EventKindJobSnoozed && time.Until(ev.Job.ScheduledAt) > 30*time.Minute {
 			break
 		}
 	}

@@ -569,6 +569,17 @@ func kept(ctx context.Context, db queryRower, schema, connectionID string) (n in
 	return n, since, err
 }
 
+// succeededSince reports whether a delivery of connectionID completed
+// after since: an answer that broke a failing span, whichever process's
+// cache missed it (TestRiver/SucceededSince).
+func succeededSince(ctx context.Context, db queryRower, schema, connectionID string, since time.Time) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+jobTable(schema)+` WHERE kind = @riverhook_kind AND `+connectionWhere+`
+		AND state = 'completed' AND finalized_at > @riverhook_since)`,
+		pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID, "riverhook_since": since}).Scan(&ok)
+	return ok, err
+}
+
 // moveKeptSQL makes a connection's deliveries that wait more than far
 // from now (snoozed, retrying) ready from now, oldest first, a microsecond
 // apart, as River does a short snooze (available at a time to come): the

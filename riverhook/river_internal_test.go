@@ -317,6 +317,39 @@ func TestRiver(t *testing.T) {
 		assert.True(t, since.IsZero())
 	})
 
+	t.Run("SucceededSince", func(t *testing.T) {
+		client, pool := pinClient(t)
+		ctx := context.Background()
+		for _, d := range []string{"delivered", "failed", "other"} {
+			conn := "crm"
+			if d == "other" {
+				conn = "erp"
+			}
+			_, err := client.Insert(ctx, Args{ConnectionID: conn, DeliveryID: d, Event: "user.identified", Body: []byte("{}")}, nil)
+			require.NoError(t, err)
+		}
+		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET
+			state = (CASE args->>'delivery_id' WHEN 'failed' THEN 'discarded' ELSE 'completed' END)::"`+client.Schema()+`".river_job_state,
+			finalized_at = now() - (CASE args->>'delivery_id' WHEN 'delivered' THEN interval '1 hour' ELSE interval '1 minute' END)`)
+		require.NoError(t, err)
+		for _, tc := range []struct {
+			id   string
+			ago  time.Duration
+			want bool
+		}{
+			{"crm", 2 * time.Hour, true},     // delivered an hour ago
+			{"crm", 30 * time.Minute, false}, // only the given-up one since
+			{"erp", 30 * time.Minute, true},  // its own
+			{"none", 2 * time.Hour, false},
+		} {
+			var now time.Time
+			require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+			got, err := succeededSince(ctx, pool, client.Schema(), tc.id, now.Add(-tc.ago))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got, "%s since %v ago", tc.id, tc.ago)
+		}
+	})
+
 	t.Run("MoveKept", func(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()

@@ -153,3 +153,50 @@ func TestWorker_StatesAreReadOnceASecondForEveryConnection(t *testing.T) {
 	assert.Len(t, c.m, 1, "only the connections not active are kept")
 	c.mu.Unlock()
 }
+
+// TestStateCache_ALoadBegunBeforeAPutDoesNotUndoIt: a read of the states
+// begun before the Worker wrote a connection's new state (observe's put,
+// after a 410, or a first failure) must not replace it, when it ends after,
+// with the state as it was before: the process would deliver to a
+// connection it has just disabled, or ignore a success after a failure and
+// leave the connection failing (then disabled, its span never cut).
+func TestStateCache_ALoadBegunBeforeAPutDoesNotUndoIt(t *testing.T) {
+	now := time.Now()
+	for _, put := range []ConnectionState{
+		{ConnectionID: "crm", State: StateDisabled, Reason: ReasonGone, DisabledAt: now, Changed: now},
+		{ConnectionID: "crm", State: StateFailing, FailingSince: now, LastFailure: now, DisableAt: now.Add(12 * time.Hour), Changed: now},
+	} {
+		t.Run(string(put.State), func(t *testing.T) {
+			var c stateCache
+			// A first read, a second ago: the next run refreshes.
+			require.NoError(t, c.refresh(context.Background(), func(context.Context) (map[string]ConnectionState, error) {
+				return map[string]ConnectionState{}, nil
+			}))
+			c.mu.Lock()
+			c.read = time.Now().Add(-2 * stateCacheFor)
+			c.mu.Unlock()
+
+			began, release := make(chan struct{}), make(chan struct{})
+			done := make(chan error, 1)
+			go func() { // a run's refresh: its statement read the table before the write committed
+				done <- c.refresh(context.Background(), func(context.Context) (map[string]ConnectionState, error) {
+					close(began)
+					<-release
+					return map[string]ConnectionState{}, nil // crm active, as the table was when read
+				})
+			}()
+			<-began
+			c.put("crm", put) // observe: the transition committed, then put
+			close(release)
+			require.NoError(t, <-done)
+
+			s, fresh := c.get("crm")
+			assert.True(t, fresh)
+			assert.Equal(t, put.State, s.State, "the older read replaced the state the process had just written")
+			if put.State == StateFailing {
+				p, _ := (*LifePolicy)(nil).withDefaults()
+				assert.True(t, p.worth(s, outcomeSuccess, time.Now()), "a success after the failure must be written (it cuts the span)")
+			}
+		})
+	}
+}

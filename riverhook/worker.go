@@ -76,9 +76,9 @@ type Resolver func(ctx context.Context, connectionID string) (webhook.Connection
 //     River UI, [EraseSubject]), also when the attempt's answer is read
 //     after the cancel: River cancels it; the run adds nothing to its log;
 //   - a disabled connection ([StateDisabled]): nothing is sent, nothing
-//     is logged, and the job is snoozed until [LifePolicy].KeepFor after
-//     the disable, costing no attempt; [Enable] moves it forward. Past
-//     KeepFor it is discarded, its log saying why;
+//     is logged, and the job is snoozed an hour at a time until
+//     [LifePolicy].KeepFor after the disable, costing no attempt; [Enable]
+//     moves it forward. Past KeepFor it is discarded, its log saying why;
 //   - an erased job ([Args.Erased]) run again, by River UI's Retry: the job
 //     is cancelled with [ErrErased], and nothing is sent;
 //   - the process dying during the attempt: once River's rescuer finds the
@@ -681,31 +681,42 @@ func (w *Worker) waitForEndpoint(ctx context.Context, r *run, a webhook.Attempt)
 // once. Outside a River client's run with a pool (rivertest's), every
 // connection is active.
 func (w *Worker) state(ctx context.Context, id string) (ConnectionState, error) {
-	s, fresh := w.states.get(id)
-	if fresh && s.State != StateDisabled {
-		return s, nil
+	s, _, err := w.knownState(ctx, id)
+	if err != nil || s.State != StateDisabled {
+		return s, err
 	}
 	query, schema, ok := riverQuery(ctx)
 	if !ok {
-		return ConnectionState{ConnectionID: id, State: StateActive}, nil
+		return s, nil
 	}
-	if !fresh {
-		err := w.states.refresh(ctx, func(ctx context.Context) (map[string]ConnectionState, error) {
-			return readStates(ctx, query, schema)
-		})
-		if err != nil {
-			return s, err
-		}
-		if s, _ = w.states.get(id); s.State != StateDisabled {
-			return s, nil
-		}
-	}
-	s, err := readState(ctx, query, schema, id)
+	s, err = readState(ctx, query, schema, id)
 	if err != nil {
 		return s, err
 	}
 	w.states.put(id, s)
 	return s, nil
+}
+
+// knownState returns connection id's state as the process knows it,
+// reading the states not active first when what it knows is older than
+// stateCacheFor; fresh is false outside a River client's run with a pool
+// (rivertest's), where every connection is active.
+func (w *Worker) knownState(ctx context.Context, id string) (s ConnectionState, fresh bool, err error) {
+	if s, fresh = w.states.get(id); fresh {
+		return s, true, nil
+	}
+	query, schema, ok := riverQuery(ctx)
+	if !ok {
+		return ConnectionState{ConnectionID: id, State: StateActive}, false, nil
+	}
+	err = w.states.refresh(ctx, func(ctx context.Context) (map[string]ConnectionState, error) {
+		return readStates(ctx, query, schema)
+	})
+	if err != nil {
+		return s, false, err
+	}
+	s, fresh = w.states.get(id)
+	return s, fresh, nil
 }
 
 // observe moves connection id's state as attempt a says (see
@@ -717,7 +728,10 @@ func (w *Worker) observe(ctx context.Context, id string, a webhook.Attempt) {
 	if o == outcomeNone {
 		return
 	}
-	if s, fresh := w.states.get(id); fresh && !w.life.worth(s, o, w.now()) {
+	// Decided on what the process knows, read once a second for every
+	// connection: an attempt longer than that must not cost a locking
+	// transaction when it changes nothing.
+	if s, fresh, err := w.knownState(ctx, id); err == nil && fresh && !w.life.worth(s, o, w.now()) {
 		return
 	}
 	client, db, ok := riverClient(ctx)
@@ -750,7 +764,7 @@ func (w *Worker) observe(ctx context.Context, id string, a webhook.Attempt) {
 // up, its log and [Delivery].Reason saying why.
 func (w *Worker) keep(ctx context.Context, job *river.Job[Args], s ConnectionState) error {
 	if wait := s.DisabledAt.Add(w.life.KeepFor).Sub(w.now()); wait > 0 {
-		return river.JobSnooze(wait)
+		return river.JobSnooze(min(wait, keepAtMost))
 	}
 	r := w.load(ctx, job)
 	a := webhook.Attempt{N: r.n, Kind: webhook.KindDown, Err: fmt.Errorf("riverhook: gave up: the connection was disabled (%s) at %s, longer ago than LifePolicy.KeepFor (%s)",

@@ -48,6 +48,10 @@ func TestConsole_ShowsADisabledConnectionAndEnablesIt(t *testing.T) {
 	assert.Equal(t, riverhook.StateActive, s.State)
 	assert.Empty(t, lifeBanner(page()))
 	again := f.do(t, "POST", "/connections/crm/enable", "")
+	assert.Equal(t, http.StatusConflict, again.Code, "not disabled: nothing to enable")
+	_, err = riverhook.Disable(ctx, f.client, f.pool, "crm")
+	require.NoError(t, err)
+	again = f.do(t, "POST", "/connections/crm/enable", "")
 	assert.Equal(t, http.StatusTooManyRequests, again.Code, "rate-limited as a recover is")
 }
 
@@ -74,4 +78,27 @@ func TestConsole_ShowsWhenAFailingConnectionWillBeDisabled(t *testing.T) {
 	assert.Equal(t, "This connection is failing since 2026-12-06 01:00:00 UTC. It will be disabled at 2026-12-06 13:00:00 UTC unless a delivery succeeds.",
 		lifeBanner(got.Body.String()))
 	assert.NotContains(t, got.Body.String(), `id="enable"`, "nothing to enable yet")
+}
+
+// A failing connection's page offers no Enable (nothing to enable yet), but
+// the route enables it all the same: a customer's POST (the console is
+// theirs, scoped by Options.Connections) makes it active, which cuts its
+// failing span, so one POST every few hours (the rate limit allows one a
+// RecoverEvery) keeps a dead endpoint from ever being disabled, and each
+// one pulls every retry of the failing endpoint forward to now, past its
+// backoff.
+func TestConsole_EnableRefusesAConnectionNotDisabled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	ctx := context.Background()
+	_, err := f.pool.Exec(ctx, `INSERT INTO `+f.schema+`.riverhook_connection_state
+		(connection_id, state, failing_since, last_failure, disable_at, changed)
+		VALUES ('crm', 'failing', now() - interval '11 hours', now(), now() + interval '1 hour', now() - interval '11 hours')`)
+	require.NoError(t, err)
+
+	got := f.do(t, "POST", "/connections/crm/enable", "")
+	s, err := riverhook.StateOf(ctx, f.client, f.pool, "crm")
+	require.NoError(t, err)
+	assert.NotEqual(t, http.StatusSeeOther, got.Code, "enabled a failing connection the page offers no Enable for")
+	assert.Equal(t, riverhook.StateFailing, s.State, "the failing span was cut by the customer's POST: DisableAt moved from 1 h away to never")
 }

@@ -409,13 +409,24 @@ func (c *console) life(r *http.Request, req request) (*riverhook.ConnectionState
 }
 
 // enableForm enables the request's connection (riverhook.Enable),
-// rate-limited as a recover is, and shows its page.
+// rate-limited as a recover is, and shows its page. A connection not
+// disabled is refused with 409: enabling a failing one would cut its
+// failing span, and a customer could keep a dead endpoint from ever being
+// disabled.
 func (c *console) enableForm(w http.ResponseWriter, r *http.Request, req request) {
+	s, err := riverhook.StateOf(r.Context(), c.client, c.db, req.conn)
+	if err != nil {
+		c.fail(w, r, req, err)
+		return
+	}
+	if s.State != riverhook.StateDisabled {
+		c.errorPage(w, r, http.StatusConflict, "Not disabled", "This connection is not disabled: there is nothing to enable.", connOf(req.conn).Path)
+		return
+	}
 	if !c.allowed(w, r, req, actionEnable, "") {
 		return
 	}
-	_, err := riverhook.Enable(r.Context(), c.client, c.db, req.conn, riverhook.EnableParams{}, c.worker.InsertOptions(nil))
-	if err != nil {
+	if _, err := riverhook.Enable(r.Context(), c.client, c.db, req.conn, riverhook.EnableParams{}, c.worker.InsertOptions(nil)); err != nil {
 		c.fail(w, r, req, err)
 		return
 	}
