@@ -772,9 +772,22 @@ func ExampleEnable() {
 	n = <-notices
 	fmt.Println(n.ConnectionID, n.Change, n.Waiting)
 	fmt.Println("received:", len(receiver.Deliveries()))
+	history, err := riverhook.History(ctx, client, pool, "crm", 10) // newest first
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, h := range history {
+		if h.Reason != "" {
+			fmt.Printf("history: %s (%s)\n", h.Change, h.Reason)
+		} else {
+			fmt.Printf("history: %s\n", h.Change)
+		}
+	}
 	// Output:
 	// crm disabled gone
 	// dry run: would send 1 kept and 1 given up
 	// crm enabled 2
 	// received: 3
+	// history: enabled
+	// history: disabled (gone)
 }

@@ -213,6 +213,21 @@ func TestLife_FailingWarnedDisabledKeptEnabled(t *testing.T) {
 	assert.Equal(t, riverhook.StateActive, enabled.State)
 	assert.Equal(t, 6, enabled.Waiting)
 	assert.Equal(t, 4, b.noticeJobs(t))
+
+	history, err := riverhook.History(ctx, b.client, b.pool, "crm", 10)
+	require.NoError(t, err)
+	want := []riverhook.NoticeArgs{enabled, disabled, warning, failing}
+	require.Len(t, history, len(want), "each change once, as told")
+	for i := range want {
+		assert.Equal(t, want[i].Change, history[i].Change)
+		assert.Equal(t, want[i].Reason, history[i].Reason)
+		assert.Equal(t, want[i].Waiting, history[i].Waiting)
+		assert.True(t, want[i].At.Equal(history[i].At), "%s at %v, told at %v", want[i].Change, history[i].At, want[i].At)
+	}
+	latest, err := riverhook.History(ctx, b.client, b.pool, "crm", 1)
+	require.NoError(t, err)
+	require.Len(t, latest, 1)
+	assert.Equal(t, riverhook.ChangeEnabled, latest[0].Change, "newest first")
 }
 
 func TestLife_GoneDisablesAtOnce(t *testing.T) {

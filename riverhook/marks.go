@@ -26,7 +26,8 @@ var migrations = []string{
 	// last start (its rate) and chain of slots, shared by the fleet
 	// (ConnectionPlaces). A place in flight is an advisory lock, not a row.
 	// A connection's state in its life (active, failing, disabled), the
-	// same for every process, and surviving them (state.go). And the
+	// same for every process, and surviving them (state.go), and the
+	// history of its changes, each as its notice told it. And the
 	// console's last turn of each rate-limited action per connection,
 	// shared by its API replicas (console.NewSharedLimits).
 	`CREATE TABLE riverhook_endpoint_mark (
@@ -61,6 +62,14 @@ var migrations = []string{
 		enabled_at timestamptz,
 		changed timestamptz NOT NULL DEFAULT clock_timestamp()
 	);
+	CREATE TABLE riverhook_connection_change (
+		id bigserial PRIMARY KEY,
+		connection_id text NOT NULL,
+		at timestamptz NOT NULL,
+		notice jsonb NOT NULL
+	);
+	CREATE INDEX riverhook_connection_change_connection ON riverhook_connection_change (connection_id, id);
+	CREATE INDEX riverhook_connection_change_at ON riverhook_connection_change (at);
 	CREATE TABLE riverhook_console_turn (
 		connection_id text NOT NULL,
 		action text NOT NULL,
@@ -317,8 +326,10 @@ func pruneTables(ctx context.Context, query func(ctx context.Context, sql string
 	var n int64
 	err := query(ctx, `WITH marks AS (DELETE FROM `+q+`riverhook_endpoint_mark WHERE NOT down AND recorded_at < now() - interval '1 day' RETURNING 1),
 		paces AS (DELETE FROM `+q+`riverhook_pace WHERE chain < now() - interval '1 day' AND last_start < now() - $1 * interval '1 microsecond' RETURNING 1),
-		turns AS (DELETE FROM `+q+`riverhook_console_turn WHERE taken < now() - interval '1 day' RETURNING 1)
-		SELECT (SELECT count(*) FROM marks) + (SELECT count(*) FROM paces) + (SELECT count(*) FROM turns)`, maxPaceEvery.Microseconds()).Scan(&n)
+		turns AS (DELETE FROM `+q+`riverhook_console_turn WHERE taken < now() - interval '1 day' RETURNING 1),
+		changes AS (DELETE FROM `+q+`riverhook_connection_change WHERE at < now() - $2 * interval '1 microsecond' RETURNING 1)
+		SELECT (SELECT count(*) FROM marks) + (SELECT count(*) FROM paces) + (SELECT count(*) FROM turns) + (SELECT count(*) FROM changes)`,
+		maxPaceEvery.Microseconds(), HistoryFor.Microseconds()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: pruning riverhook's tables: %w", err)
 	}

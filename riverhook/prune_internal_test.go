@@ -14,8 +14,8 @@ import (
 )
 
 // TestPruneTables_KeepsWhatIsAhead: the maintenance deletes the marks of
-// endpoints up for a day and the paces with nothing ahead, and keeps a
-// down mark, a chain to come and a rate's recent start; in a schema
+// endpoints up for a day, the paces with nothing ahead and the changes
+// older than HistoryFor, and keeps a down mark, a chain to come and a rate's recent start; in a schema
 // without riverhook's tables it does nothing.
 func TestPruneTables_KeepsWhatIsAhead(t *testing.T) {
 	t.Parallel()
@@ -36,17 +36,19 @@ func TestPruneTables_KeepsWhatIsAhead(t *testing.T) {
 			('idle', '-infinity', now() - interval '2 days'),
 			('slotted', '-infinity', now() + interval '1 hour'),
 			('weekly', now() - interval '2 days', now() - interval '2 days');
-		INSERT INTO `+q+`riverhook_console_turn (connection_id, action, taken) VALUES ('old', 'test', now() - interval '2 days'), ('new', 'test', now())`)
+		INSERT INTO `+q+`riverhook_console_turn (connection_id, action, taken) VALUES ('old', 'test', now() - interval '2 days'), ('new', 'test', now());
+		INSERT INTO `+q+`riverhook_connection_change (connection_id, at, notice) VALUES
+			('changed long ago', now() - interval '31 days', '{}'), ('changed lately', now() - interval '29 days', '{}')`)
 	require.NoError(t, err)
 	n, err = pruneTables(ctx, query, schema)
 	require.NoError(t, err)
-	assert.EqualValues(t, 3, n)
+	assert.EqualValues(t, 4, n)
 	rows, err := pool.Query(ctx, `SELECT endpoint FROM `+q+`riverhook_endpoint_mark UNION ALL SELECT connection_id FROM `+q+`riverhook_pace
-		UNION ALL SELECT connection_id FROM `+q+`riverhook_console_turn ORDER BY 1`)
+		UNION ALL SELECT connection_id FROM `+q+`riverhook_console_turn UNION ALL SELECT connection_id FROM `+q+`riverhook_connection_change ORDER BY 1`)
 	require.NoError(t, err)
 	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	assert.Equal(t, []string{"https://down.example:443", "https://fresh.example:443", "new", "slotted", "weekly"}, left)
+	assert.Equal(t, []string{"changed lately", "https://down.example:443", "https://fresh.example:443", "new", "slotted", "weekly"}, left)
 }
 
 // TestRegister_SchedulesTheMaintenance: Register adds the maintenance's

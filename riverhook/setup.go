@@ -85,9 +85,10 @@ func Register(config *river.Config, w *Worker) error {
 // [Register] schedules every [PruneEvery] on River's elected leader (and
 // once at its start): it deletes the endpoint marks of endpoints up again
 // for a day (riverhook_endpoint_mark), the console's turns a day old
-// (riverhook_console_turn), and the paces of connections with nothing
-// ahead for a day and no start in a year (riverhook_pace). It does
-// nothing in a schema [Migrate] never ran in.
+// (riverhook_console_turn), the paces of connections with nothing ahead
+// for a day and no start in a year (riverhook_pace), and the changes of a
+// connection's life older than [HistoryFor] (riverhook_connection_change).
+// It does nothing in a schema [Migrate] never ran in.
 const PruneKind = "riverhook_prune"
 
 // PruneEvery is how often riverhook's maintenance runs.

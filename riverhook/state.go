@@ -3,6 +3,7 @@ package riverhook
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -343,10 +344,52 @@ func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, 
 	if err == nil {
 		_, err = inserter.InsertManyTx(ctx, tx, params)
 	}
+	if err == nil {
+		notices := make([]any, len(params))
+		for i, p := range params {
+			notices[i] = p.Args
+		}
+		var body []byte
+		if body, err = json.Marshal(notices); err == nil {
+			_, err = tx.Exec(ctx, `INSERT INTO `+qualifier(schema)+`riverhook_connection_change (connection_id, at, notice)
+				SELECT $1, $2, n FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS t(n, i) ORDER BY i`, id, now, body)
+		}
+	}
 	if err != nil {
 		return cur, nil, fmt.Errorf("riverhook: inserting the notices of connection %q: %w", id, err)
 	}
 	return next, changes, nil
+}
+
+// HistoryFor is how long the changes of a connection's life are kept for
+// [History]: riverhook's maintenance ([PruneKind]) deletes older ones.
+const HistoryFor = DefaultKeepFor
+
+// History returns the latest changes of the connection with the given id,
+// newest first, at most limit of them (at least one), each as its notice
+// told the service: the console's history of a connection. A change is
+// written in the transaction of the state it changes, with its notice, and
+// kept for [HistoryFor].
+func History(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string, limit int) ([]NoticeArgs, error) {
+	if err := checkID("connection id", connectionID); err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT notice FROM `+qualifier(client.Schema())+`riverhook_connection_change
+		WHERE connection_id = $1 ORDER BY id DESC LIMIT $2`, connectionID, max(limit, 1))
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: reading the history of connection %q: %w", connectionID, err)
+	}
+	notices, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (n NoticeArgs, err error) {
+		var body []byte
+		if err = row.Scan(&body); err == nil {
+			err = json.Unmarshal(body, &n)
+		}
+		return n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("riverhook: reading the history of connection %q: %w", connectionID, err)
+	}
+	return notices, nil
 }
 
 // transition is transitionTx in a transaction of its own begun on db.

@@ -46,7 +46,12 @@ func TestConsole_ShowsADisabledConnectionAndEnablesIt(t *testing.T) {
 	s, err = riverhook.StateOf(ctx, f.client, f.pool, "crm")
 	require.NoError(t, err)
 	assert.Equal(t, riverhook.StateActive, s.State)
-	assert.Empty(t, lifeBanner(page()))
+	after := page()
+	assert.Empty(t, lifeBanner(after))
+	history := historyRows(after)
+	require.Len(t, history, 2, "the disable, then the enable")
+	assert.Contains(t, history[0], "Enabled 2", "newest first, with the deliveries it sent")
+	assert.Contains(t, history[1], "Disabled (by the service) 2")
 	again := f.do(t, "POST", "/connections/crm/enable", "")
 	assert.Equal(t, http.StatusConflict, again.Code, "not disabled: nothing to enable")
 	_, err = riverhook.Disable(ctx, f.client, f.pool, "crm")
@@ -63,6 +68,20 @@ func lifeBanner(page string) string {
 		return ""
 	}
 	return strings.Join(strings.Fields(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(m[1], " ")), " ")
+}
+
+// historyRows returns the text of each row of page's history of the
+// connection, newest first.
+func historyRows(page string) []string {
+	m := regexp.MustCompile(`(?s)<table class="history">.*?<tbody>(.*?)</tbody>`).FindStringSubmatch(page)
+	if m == nil {
+		return nil
+	}
+	var rows []string
+	for _, tr := range regexp.MustCompile(`(?s)<tr[^>]*>(.*?)</tr>`).FindAllStringSubmatch(m[1], -1) {
+		rows = append(rows, strings.Join(strings.Fields(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(tr[1], " ")), " "))
+	}
+	return rows
 }
 
 // A failing connection's page gives the date it will be disabled.

@@ -96,6 +96,7 @@ type connectionPage struct {
 	Charts    []chart
 	Life      *riverhook.ConnectionState // nil when it cannot be read
 	Kept      *riverhook.EnableResult    // a failing or disabled connection's Enable, counted
+	History   []riverhook.NoticeArgs     // the latest changes of its state, newest first
 }
 
 type count struct {
@@ -291,6 +292,9 @@ func (c *console) connectionPage(w http.ResponseWriter, r *http.Request, req req
 		p.Rows = append(p.Rows, rowOf(req.conn, d))
 	}
 	p.Life, p.Kept = c.life(r, req)
+	if p.History, err = riverhook.History(r.Context(), c.client, c.db, req.conn, historyShown); err != nil {
+		c.logger.WarnContext(r.Context(), "console: the connection's history", "connection_id", req.conn, "error", err.Error())
+	}
 	subscribed, err := c.worker.Events(r.Context(), req.conn)
 	if err != nil { // offered as to every event: a test answers as it can
 		c.logger.WarnContext(r.Context(), "console: the connection's events", "connection_id", req.conn, "error", err.Error())
@@ -387,6 +391,10 @@ func (c *console) recoverForm(w http.ResponseWriter, r *http.Request, req reques
 		seeOther(w, r, connOf(req.conn).Path+"#recovered") // its page shows the recover, kept
 	}
 }
+
+// historyShown is how many of a connection's latest changes its page
+// shows.
+const historyShown = 20
 
 // life returns the connection's state, and, for one failing or disabled,
 // what its Enable would send (a dry run); nil for what cannot be read,
