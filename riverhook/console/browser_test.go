@@ -45,7 +45,8 @@ func chromium(t *testing.T) string {
 // accessible text, a hostile receiver's script does not run, a resend from
 // the page makes a new attempt that the started River client delivers, a
 // Send Test of the event chosen on the page sends that event, and
-// the fleet's mark of the endpoint as down shows as a banner, and a
+// the fleet's mark of the endpoint as down shows as a banner, a failing
+// connection's warning gives the date it will be disabled, and a
 // disabled connection's Enable button counts what it kept and enables it. With
 // UPDATE_SCREENSHOTS=1 it writes the pages' screenshots into ../docs for
 // the README.
@@ -265,7 +266,23 @@ func TestConsole_InABrowser(t *testing.T) {
 	assert.Equal(t, "down", text(".health"))
 	shoot("down", true)
 
-	// The service disables the connection: its page says so, with the
+	// The connection has been failing for an hour: its page warns of the
+	// date it will be disabled.
+	_, err = f.pool.Exec(bg, `INSERT INTO `+f.schema+`.riverhook_connection_state
+		(connection_id, state, failing_since, last_failure, disable_at, warned_at)
+		VALUES ('crm', 'failing', $1, $2, $3, $2)`, now.Add(-time.Hour), now, now.Add(time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.WaitVisible(chromedp.CSS("#life.failing")),
+	))
+	warning := strings.Join(strings.Fields(text("#life")), " ")
+	assert.True(t, strings.HasPrefix(warning, "This connection is failing since "), warning)
+	assert.Regexp(t, `It will be disabled at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC unless a delivery succeeds\.$`, warning)
+	assert.True(t, accessible("status", ""), "the warning is a status to assistive technology")
+	shoot("failing", true)
+
+	// The service disables the failing connection: its page says so, with the
 	// reason, and its Enable button counts the kept deliveries; a click
 	// enables it.
 	_, err = riverhook.Disable(bg, f.client, f.pool, "crm")
