@@ -77,7 +77,8 @@ type inFlight struct {
 	ticket ticket             // endpoint health's admission
 	start  time.Time          // when it was signed
 	ts     int64              // its timestamp
-	cancel context.CancelFunc // ends its request's context
+	ctx    context.Context    // its request's, which ends at its deadline
+	cancel context.CancelFunc // ends ctx
 	trace  *connTrace         // whether it got a connection, with endpoint health on
 }
 
@@ -232,8 +233,8 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	if caller != nil && caller.Got1xxResponse != nil {
 		ctx = bound1xx(ctx, httptrace.ContextClientTrace(ctx), &d.cur.trace.got1xx)
 	}
-	ctx, d.cur.cancel = context.WithDeadline(ctx, deadline)
-	return r.WithContext(ctx)
+	d.cur.ctx, d.cur.cancel = context.WithDeadline(ctx, deadline)
+	return r.WithContext(d.cur.ctx)
 }
 
 // validEvent reports whether event may name an event: not empty, no
@@ -288,6 +289,14 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 		N:         d.first + len(d.attempts),
 		Start:     cur.start,
 		Timestamp: cur.ts,
+	}
+	if resp != nil && cur.ctx.Err() != nil {
+		// Handed over once the attempt's time was up: net/http can read an
+		// answer that its own cut provoked (closing a TLS connection writes
+		// close_notify first, and a handler that returns when its request
+		// ends answers 200 then). The attempt timed out.
+		resp.Body.Close()
+		resp, err = nil, context.Cause(cur.ctx)
 	}
 	if resp != nil {
 		a.StatusCode = resp.StatusCode
