@@ -239,6 +239,7 @@ func TestLife_GoneDisablesAtOnce(t *testing.T) {
 	assert.Equal(t, riverhook.ChangeDisabled, n.Change)
 	assert.Equal(t, riverhook.ReasonGone, n.Reason)
 	assert.Equal(t, riverhook.StateDisabled, n.State)
+	assert.Zero(t, n.Waiting, "d1 gave up with its 410: nothing waits")
 	b.waitKept(t, b.insert(t, "d2"))
 	assert.Equal(t, int32(1), b.recv.requests.Load(), "d1's one attempt; d2 kept")
 	s, err := riverhook.StateOf(ctx, b.client, b.pool, "crm")

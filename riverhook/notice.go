@@ -60,7 +60,10 @@ type NoticeArgs struct {
 	Reason       DisableReason `json:"reason,omitempty"` // disabled: why
 	At           time.Time     `json:"at"`               // when it changed, by the database's clock
 	DisableAt    time.Time     `json:"disable_at,omitzero"`
-	Waiting      int           `json:"waiting"` // the deliveries to it not ended, when it changed
+	// Waiting counts the deliveries to it not ended when it changed; the
+	// one whose attempt made the change and ended with it (a 2xx, a 410)
+	// is not among them.
+	Waiting int `json:"waiting"`
 }
 
 // Kind returns [NoticeKind].

@@ -556,13 +556,14 @@ type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// kept returns how many of connectionID's deliveries have not ended, and
-// when the oldest was inserted: what waits for a disabled connection, and
-// what its Enable sends (TestRiver/Kept).
-func kept(ctx context.Context, db queryRower, schema, connectionID string) (n int, since time.Time, err error) {
+// kept returns how many of connectionID's deliveries have not ended, but
+// the job except, and when the oldest was inserted: what waits for a
+// disabled connection, and what its Enable sends (TestRiver/Kept).
+func kept(ctx context.Context, db queryRower, schema, connectionID string, except int64) (n int, since time.Time, err error) {
 	var oldest *time.Time
 	err = db.QueryRow(ctx, `SELECT count(*), min(created_at) FROM `+jobTable(schema)+` WHERE kind = @riverhook_kind AND `+connectionWhere+`
-		AND `+underWay, pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID}).Scan(&n, &oldest)
+		AND `+underWay+` AND id <> @riverhook_except`,
+		pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID, "riverhook_except": except}).Scan(&n, &oldest)
 	if oldest != nil {
 		since = *oldest
 	}

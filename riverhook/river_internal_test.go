@@ -294,6 +294,7 @@ func TestRiver(t *testing.T) {
 		client, pool := pinClient(t)
 		ctx := context.Background()
 		var created []time.Time
+		var ids []int64
 		for _, d := range []string{"waiting", "retrying", "delivered", "other"} {
 			conn := "crm"
 			if d == "other" {
@@ -302,16 +303,21 @@ func TestRiver(t *testing.T) {
 			res, err := client.Insert(ctx, Args{ConnectionID: conn, DeliveryID: d, Event: "user.identified", Body: []byte("{}")}, nil)
 			require.NoError(t, err)
 			created = append(created, res.Job.CreatedAt)
+			ids = append(ids, res.Job.ID)
 		}
 		_, err := pool.Exec(ctx, `UPDATE `+jobTable(client.Schema())+` SET
 			state = (CASE args->>'delivery_id' WHEN 'retrying' THEN 'retryable' WHEN 'delivered' THEN 'completed' ELSE state::text END)::"`+client.Schema()+`".river_job_state,
 			finalized_at = (CASE args->>'delivery_id' WHEN 'delivered' THEN now() END)`)
 		require.NoError(t, err)
-		n, since, err := kept(ctx, pool, client.Schema(), "crm")
+		n, since, err := kept(ctx, pool, client.Schema(), "crm", 0)
 		require.NoError(t, err)
 		assert.Equal(t, 2, n, "the waiting and the retrying deliveries of crm")
 		assert.True(t, since.Equal(created[0]), "since the oldest: got %v, want %v", since, created[0])
-		n, since, err = kept(ctx, pool, client.Schema(), "none")
+		n, since, err = kept(ctx, pool, client.Schema(), "crm", ids[0])
+		require.NoError(t, err)
+		assert.Equal(t, 1, n, "the retrying one, the waiting one excepted")
+		assert.True(t, since.Equal(created[1]), "since the oldest left: got %v, want %v", since, created[1])
+		n, since, err = kept(ctx, pool, client.Schema(), "none", 0)
 		require.NoError(t, err)
 		assert.Zero(t, n)
 		assert.True(t, since.IsZero())

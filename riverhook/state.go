@@ -297,8 +297,11 @@ type decider func(cur ConnectionState, now time.Time) (ConnectionState, []Change
 
 // transitionTx moves connection id's state in tx, as decide says on the
 // state as it is under its row's lock, and inserts the notice of each
-// change with client in tx: a crash loses or doubles none.
-func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, id string, decide decider) (ConnectionState, []Change, error) {
+// change with client in tx: a crash loses or doubles none. ending is the
+// job whose run moves it and whose delivery ends with that run (a 2xx, a
+// 410, its last try), which its notices do not count as waiting; 0 for
+// none.
+func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, id string, ending int64, decide decider) (ConnectionState, []Change, error) {
 	schema := client.Schema()
 	cur, now, err := lockState(ctx, tx, schema, id)
 	if err != nil {
@@ -329,7 +332,7 @@ func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, 
 	if len(changes) == 0 {
 		return next, nil, nil
 	}
-	waiting, _, err := kept(ctx, tx, schema, id)
+	waiting, _, err := kept(ctx, tx, schema, id, ending)
 	if err != nil {
 		return cur, nil, fmt.Errorf("riverhook: counting the deliveries waiting for connection %q: %w", id, err)
 	}
@@ -393,9 +396,9 @@ func History(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectio
 }
 
 // transition is transitionTx in a transaction of its own begun on db.
-func transition(ctx context.Context, client *river.Client[pgx.Tx], db beginner, id string, decide decider) (s ConnectionState, changes []Change, err error) {
+func transition(ctx context.Context, client *river.Client[pgx.Tx], db beginner, id string, ending int64, decide decider) (s ConnectionState, changes []Change, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		s, changes, err = transitionTx(ctx, client, tx, id, decide)
+		s, changes, err = transitionTx(ctx, client, tx, id, ending, decide)
 		return err
 	})
 	return s, changes, err
@@ -427,7 +430,7 @@ func Disable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectio
 	if err := checkID("connection id", connectionID); err != nil {
 		return nil, err
 	}
-	s, _, err := transition(ctx, client, db, connectionID, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
+	s, _, err := transition(ctx, client, db, connectionID, 0, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
 		if cur.State == StateDisabled {
 			return cur, nil
 		}
@@ -530,7 +533,7 @@ func Enable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connection
 			return err
 		}
 		res.State = cur.State
-		if res.Waiting, res.Since, err = kept(ctx, tx, schema, connectionID); err != nil {
+		if res.Waiting, res.Since, err = kept(ctx, tx, schema, connectionID, 0); err != nil {
 			return fmt.Errorf("riverhook: counting the deliveries kept for connection %q: %w", connectionID, err)
 		}
 		if cur.State == StateActive {
@@ -550,7 +553,7 @@ func Enable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connection
 		if p.DryRun {
 			return nil
 		}
-		_, _, err = transitionTx(ctx, client, tx, connectionID, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
+		_, _, err = transitionTx(ctx, client, tx, connectionID, 0, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
 			return ConnectionState{ConnectionID: cur.ConnectionID, State: StateActive, EnabledAt: now, Changed: now}, []Change{ChangeEnabled}
 		})
 		if err != nil {

@@ -331,7 +331,7 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 		w.notify(ctx, r.hooked, a)
 		return fmt.Errorf("riverhook: attempt %d answered after the job was cancelled in River: %w", r.n, context.Cause(ctx))
 	}
-	w.observe(ctx, job.Args.ConnectionID, a)
+	w.observe(ctx, job, a)
 	if stillDown(a) {
 		return w.waitForEndpoint(ctx, r, a)
 	}
@@ -719,11 +719,12 @@ func (w *Worker) knownState(ctx context.Context, id string) (s ConnectionState, 
 	return s, fresh, nil
 }
 
-// observe moves connection id's state as attempt a says (see
+// observe moves the state of job's connection as attempt a says (see
 // [LifePolicy]), when it moves it enough to be written: a change, and its
 // notices, are decided again under the state row's lock, in one
-// transaction.
-func (w *Worker) observe(ctx context.Context, id string, a webhook.Attempt) {
+// transaction. A notice does not count job as waiting when a ends it.
+func (w *Worker) observe(ctx context.Context, job *river.Job[Args], a webhook.Attempt) {
+	id := job.Args.ConnectionID
 	o := outcomeOf(a)
 	if o == outcomeNone {
 		return
@@ -740,7 +741,11 @@ func (w *Worker) observe(ctx context.Context, id string, a webhook.Attempt) {
 	}
 	ctx, cancel := detached(ctx)
 	defer cancel()
-	s, changes, err := transition(ctx, client, db, id, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
+	var ending int64
+	if !a.Retry {
+		ending = job.ID
+	}
+	s, changes, err := transition(ctx, client, db, id, ending, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
 		if !w.life.worth(cur, o, now) {
 			return cur, nil
 		}
