@@ -290,7 +290,9 @@ func TestFleet_AnEndpointsLife(t *testing.T) {
 	}
 	notice := func(conn string, change riverhook.Change) handledNotice {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
+		// A notice job the killed worker held waits for River's rescue
+		// (RescueStuckJobsAfter, a rescuer's pass, perhaps a new leader).
+		deadline := time.Now().Add(3 * time.Minute)
 		for {
 			var n handledNotice
 			err := pool.QueryRow(ctx, `SELECT job_id, change, reason, at, disable_at, waiting FROM `+schema+`.handled_notice
@@ -300,7 +302,7 @@ func TestFleet_AnEndpointsLife(t *testing.T) {
 				return n
 			}
 			require.ErrorIs(t, err, pgx.ErrNoRows)
-			require.True(t, time.Now().Before(deadline), "no %s notice of %s handled within 60 s", change, conn)
+			require.True(t, time.Now().Before(deadline), "no %s notice of %s handled within 3 minutes", change, conn)
 			time.Sleep(20 * time.Millisecond) // the handler's next commit
 		}
 	}

@@ -2,6 +2,7 @@ package riverhook_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -253,6 +254,23 @@ func TestLife_GoneDisablesAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, dry.Waiting, "d2")
 	assert.Equal(t, 1, dry.GivenUp, "d1, given up as the connection was disabled")
+}
+
+// A delivery on River's last run ends with it, though the policy would
+// retry: the notice of the change it makes does not count it as waiting.
+func TestLife_ANoticeDoesNotCountADeliveryOnItsLastRun(t *testing.T) {
+	b := setupLife(t, nil) // 500s; the Sender retries 200 times
+	body, err := json.Marshal(payload("d1"))
+	require.NoError(t, err)
+	res, err := b.client.Insert(context.Background(), riverhook.Args{ConnectionID: "crm", DeliveryID: "d1",
+		Event: "user.identified", Body: body}, &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	failing := b.notice(t)
+	assert.Equal(t, riverhook.ChangeFailing, failing.Change)
+	waitEvents(t, b.events, map[int64]bool{res.Job.ID: true}, func(ev *river.Event) bool {
+		return ev.Job.State == rivertype.JobStateDiscarded
+	})
+	assert.Zero(t, failing.Waiting, "d1 was discarded with the run that made the change")
 }
 
 func TestLife_SuccessAfterFailuresIsActiveAgain(t *testing.T) {

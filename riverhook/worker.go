@@ -331,7 +331,9 @@ func (w *Worker) result(ctx context.Context, r *run, a webhook.Attempt) error {
 		w.notify(ctx, r.hooked, a)
 		return fmt.Errorf("riverhook: attempt %d answered after the job was cancelled in River: %w", r.n, context.Cause(ctx))
 	}
-	w.observe(ctx, job, a)
+	// The delivery ends with this run when the policy gives up, or when
+	// River has no run left for the retry.
+	w.observe(ctx, job, a, !a.Retry || !stillDown(a) && job.Attempt >= job.MaxAttempts)
 	if stillDown(a) {
 		return w.waitForEndpoint(ctx, r, a)
 	}
@@ -722,8 +724,9 @@ func (w *Worker) knownState(ctx context.Context, id string) (s ConnectionState, 
 // observe moves the state of job's connection as attempt a says (see
 // [LifePolicy]), when it moves it enough to be written: a change, and its
 // notices, are decided again under the state row's lock, in one
-// transaction. A notice does not count job as waiting when a ends it.
-func (w *Worker) observe(ctx context.Context, job *river.Job[Args], a webhook.Attempt) {
+// transaction. A notice does not count job as waiting when its delivery
+// ends with this run.
+func (w *Worker) observe(ctx context.Context, job *river.Job[Args], a webhook.Attempt, ends bool) {
 	id := job.Args.ConnectionID
 	o := outcomeOf(a)
 	if o == outcomeNone {
@@ -742,7 +745,7 @@ func (w *Worker) observe(ctx context.Context, job *river.Job[Args], a webhook.At
 	ctx, cancel := detached(ctx)
 	defer cancel()
 	var ending int64
-	if !a.Retry {
+	if ends {
 		ending = job.ID
 	}
 	s, changes, err := transition(ctx, client, db, id, ending, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
