@@ -294,8 +294,11 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 		// Handed over once the attempt's time was up: net/http can read an
 		// answer that its own cut provoked (closing a TLS connection writes
 		// close_notify first, and a handler that returns when its request
-		// ends answers 200 then). The attempt timed out.
-		resp.Body.Close()
+		// ends answers 200 then). The attempt timed out. The retry loop,
+		// which holds resp too, finds its body read and closed.
+		body := resp.Body
+		resp.Body = http.NoBody
+		body.Close()
 		resp, err = nil, context.Cause(cur.ctx)
 	}
 	if resp != nil {

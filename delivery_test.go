@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +85,45 @@ func TestSend_AnAnswerAfterTheAttemptsTimeIsATimeout(t *testing.T) {
 	require.Len(t, res.Attempts, 1)
 	assert.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind)
 	assert.Zero(t, res.Attempts[0].StatusCode, "no answer within the attempt's time")
+}
+
+// strictBody is an answer's body that counts its closes and the reads after
+// the first.
+type strictBody struct{ closes, readsAfterClose atomic.Int32 }
+
+func (b *strictBody) Read([]byte) (int, error) {
+	if b.closes.Load() > 0 {
+		b.readsAfterClose.Add(1)
+	}
+	return 0, io.EOF
+}
+
+func (b *strictBody) Close() error { b.closes.Add(1); return nil }
+
+// The body of an answer that came too late is closed once and never read
+// after, with a retry or without (go-retryablehttp drains and closes the
+// answer it holds before a retry).
+func TestSend_ALateAnswersBodyIsClosedOnce(t *testing.T) {
+	for _, retries := range []int{0, 1} {
+		var bodies []*strictBody
+		late := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			b := &strictBody{}
+			bodies = append(bodies, b)
+			res := answer(http.StatusOK)
+			res.Body, res.Request = b, r
+			return res, nil
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: late}, AttemptTimeout: 20 * time.Millisecond,
+			Retry: &webhook.RetryPolicy{MaxRetries: retries, Backoff: func(int, *http.Response) time.Duration { return time.Millisecond }}})
+		require.NoError(t, err)
+		res, _ := s.Send(context.Background(), webhook.Connection{URL: "https://example.com/hooks", Secret: "whsec_test"}, samplePayload())
+		require.Len(t, res.Attempts, retries+1)
+		for i, b := range bodies {
+			assert.Equal(t, int32(1), b.closes.Load(), "retries %d, attempt %d: closed once", retries, i+1)
+			assert.Zero(t, b.readsAfterClose.Load(), "retries %d, attempt %d: never read once closed", retries, i+1)
+		}
+	}
 }
 
 func TestSend_ConnectionResetIsAFailedAttempt(t *testing.T) {
