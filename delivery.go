@@ -146,7 +146,7 @@ func (d *delivery) request(ctx context.Context) *http.Request {
 	if d.s.health != nil {
 		d.endpoint = endpointKey(u)
 		d.s.health.seeded(ctx)
-		if !d.admit() {
+		if !d.admit(ctx) {
 			return nil
 		}
 	}
@@ -177,21 +177,37 @@ func (d *delivery) request(ctx context.Context) *http.Request {
 
 // admit asks endpoint health whether the next attempt may be sent, and
 // whether it is the endpoint's probe. When the endpoint is down it ends the
-// delivery: nothing is sent, and the error matches ErrEndpointDown. A Send
-// Test is always sent: a customer who fixed the endpoint sees it answer.
-func (d *delivery) admit() bool {
+// delivery: nothing is sent, and the error matches ErrEndpointDown. An
+// attempt to a URL whose attempt in flight has not answered yet waits for
+// that answer, or a while, and asks again. A Send Test is always sent: a
+// customer who fixed the endpoint sees it answer.
+func (d *delivery) admit(ctx context.Context) bool {
 	if d.bypass {
 		d.cur.ticket = d.s.health.admitTest(d.endpoint, d.conn.URL)
 		return true
 	}
-	t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL, d.held)
-	d.held = false
-	if err != nil {
-		d.err, d.errKind, d.downWait = err, KindDown, wait
-		return false
+	for {
+		t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL, d.held)
+		d.held = false
+		if err != nil {
+			d.err, d.errKind, d.downWait = err, KindDown, wait
+			return false
+		}
+		if t.await == nil {
+			d.cur.ticket = t
+			return true
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-t.await:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			d.err, d.errKind = fmt.Errorf("webhook: stopped before the attempt: %w", context.Cause(ctx)), KindCanceled
+			return false
+		}
+		timer.Stop()
 	}
-	d.cur.ticket = t
-	return true
 }
 
 // check returns the connection's parsed URL, or why nothing may be sent and
@@ -272,7 +288,7 @@ func (d *delivery) sign(h http.Header, vals []string) {
 // prepare makes the request of the next attempt from the last one: admitted
 // by endpoint health, re-signed over the same body, bounded.
 func (d *delivery) prepare(last *http.Request) (*http.Request, error) {
-	if d.s.health != nil && !d.admit() {
+	if d.s.health != nil && !d.admit(d.ctx) {
 		return nil, d.err // the endpoint went down meanwhile: the retry is not sent
 	}
 	last.Header = last.Header.Clone() // the previous attempt's request keeps its own

@@ -75,11 +75,17 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // waiting for a retry that would be refused. [Sender.SendTest] is always
 // sent, so that a customer who fixed the endpoint sees it answer.
 //
-// Before a URL is known not to answer, MaxUnanswered bounds the attempts
-// waiting on it once it has been silent for a while: it cannot hold every
-// caller. MaxUnansweredTotal bounds the same across every endpoint not
-// answering, probes included, so that many dead endpoints cannot hold
-// every caller either. A URL that answers, however slowly and at whatever
+// Before a URL is known not to answer, nothing tells it from one that
+// will: so while it has not answered since its attempts began, one attempt
+// finds out and the next ones wait for its answer, a short while at most
+// (eight times what an answer typically takes, at least 50 ms). An answer
+// lets them all go; silence past that while makes the URL not answering,
+// and that first attempt counts among what waits on endpoints not
+// answering. MaxUnanswered bounds the attempts waiting on one such URL,
+// and MaxUnansweredTotal the same across every endpoint not answering,
+// probes included, so that many dead endpoints cannot hold every caller
+// either: from the first attempt, only the one attempt that finds out per
+// URL comes on top. A URL that answers, however slowly and at whatever
 // concurrency, is never held back.
 //
 // Each Sender keeps its own view, in memory, of what is failing or in
@@ -117,10 +123,10 @@ type HealthOptions struct {
 	// such deliveries end rather than wait for their retry, with an error
 	// matching [ErrEndpointNotAnswering]: however many endpoints stop
 	// answering, they hold at most this many of the caller's goroutines
-	// (beyond the first two attempts to each, which nothing tells from
-	// attempts to an endpoint that answers), and the others go to the
-	// endpoints that answer. A Send Test
-	// is counted, never refused. Zero means DefaultMaxUnansweredTotal:
+	// (beyond the first attempt to each, which nothing tells from an
+	// attempt to an endpoint that answers, and which counts once the URL
+	// is found silent), and the others go to the endpoints that answer. A
+	// Send Test is counted, never refused. Zero means DefaultMaxUnansweredTotal:
 	// twice the default per URL, so that one silent URL is bounded by its
 	// own bound, and a small share of the tens of goroutines a service
 	// delivers from; raise it with the workers if many endpoints are
@@ -309,15 +315,20 @@ func (e *endpoint) name() string {
 type urlEntry struct {
 	stall
 	endpoint
+	uncounted int           // its attempts in flight admitted without a place among what waits
+	late      int           // of those, how many hold one since it was found not answering
+	answer    chan struct{} // closed when an attempt in flight ends, for those that await it
 }
 
-// ticket is what admit hands an attempt it lets through, for record.
+// ticket is what admit hands an attempt it lets through, for record, or
+// the answer it awaits before asking again.
 type ticket struct {
 	origin, url string
-	admitted    time.Time // on health's clock
-	lease       uint64    // the origin's probe lease, or 0
-	urlLease    uint64    // the URL's probe lease, or 0
-	waiting     bool      // it holds a place among what waits on endpoints not answering
+	admitted    time.Time     // on health's clock
+	lease       uint64        // the origin's probe lease, or 0
+	urlLease    uint64        // the URL's probe lease, or 0
+	waiting     bool          // it holds a place among what waits on endpoints not answering
+	await       chan struct{} // not admitted yet: ask again once it is closed, or after the wait
 }
 
 // Entries no attempt was made to for so long are forgotten: a run of
@@ -425,23 +436,33 @@ func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration,
 	}
 	u := h.url(origin, rawURL, now)
 	ad, ok := u.admit(now)
+	unanswered := h.unanswered(u, now)
 	switch {
 	case !ok:
 		h.release(origin, t.lease)
 		return t, spread(ad.wait, u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; nothing was sent",
 			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
+	case !ad.probe && !unanswered && u.awaiting(h.quiet(), now):
+		h.release(origin, t.lease)
+		if u.answer == nil {
+			u.answer = make(chan struct{})
+		}
+		t.await = u.answer
+		return t, h.quiet() - now.Sub(u.progress), nil
 	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quiet(), now):
 		h.release(origin, t.lease)
 		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
 			ErrEndpointNotAnswering, u.name(), u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
 	}
-	if originSilent || h.unanswered(u, now) {
+	if originSilent || unanswered {
 		if h.waiting >= h.maxWaiting {
 			h.release(origin, t.lease)
 			return t, h.spreadFull(), h.full(u.name(), "nothing was sent")
 		}
 		h.waiting++
 		t.waiting = true
+	} else {
+		u.uncounted++
 	}
 	if ad.probe {
 		t.urlLease = h.grant(&u.endpointState, now)
@@ -452,9 +473,17 @@ func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration,
 
 // unanswered reports whether URL u is not answering at now: failing with
 // no answer, isolated, or silent for quiet with attempts in flight (two at
-// least: one slow answer at a busy moment is not silence). Under h.mu.
+// least once it has answered: one slow answer at a busy moment is not
+// silence). Found so, its attempts in flight that took no place among
+// what waits on endpoints not answering take one now, even past
+// MaxUnansweredTotal: the next are refused until they end. Under h.mu.
 func (h *health) unanswered(u *urlEntry, now time.Time) bool {
-	return u.failures > 0 || u.down || u.inFlight > 1 && now.Sub(u.progress) >= h.quiet()
+	silent := u.failures > 0 || u.down || now.Sub(u.progress) >= h.quiet() && (u.inFlight > 1 || u.inFlight == 1 && !u.heard)
+	if silent && u.late < u.uncounted {
+		h.waiting += u.uncounted - u.late
+		u.late = u.uncounted
+	}
+	return silent
 }
 
 // silent reports whether origin e is failing or down with attempts that
@@ -501,9 +530,11 @@ func (h *health) admitTest(origin, rawURL string) ticket {
 	}
 	u := h.url(origin, rawURL, now)
 	t := ticket{origin: origin, url: rawURL, admitted: now}
-	if e != nil && e.silent() || h.unanswered(u, now) {
+	if h.unanswered(u, now) || e != nil && e.silent() {
 		h.waiting++ // counted, never refused
 		t.waiting = true
+	} else {
+		u.uncounted++
 	}
 	u.begin(u.failures > 0 || e != nil && e.failures > 0, now)
 	return t
@@ -677,6 +708,18 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 	}
 	u.touched = now
 	u.end(a.StatusCode != 0, now)
+	if !t.waiting {
+		u.uncounted--
+		if u.late > 0 {
+			u.late--
+			h.waiting--
+		}
+	}
+	woken := u.answer != nil
+	if woken { // those that await an answer ask again, and find it here
+		close(u.answer)
+		u.answer = nil
+	}
 	if o != outcomeNeutral || t.urlLease != 0 {
 		if changed, at := u.record(&h.policy, o, a, t.admitted, t.urlLease, body, now); changed {
 			reports = h.queue(&u.endpoint, at, reports)
@@ -688,7 +731,7 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 			}
 		}
 	}
-	if u.settled() {
+	if u.settled() && !woken {
 		h.forgetURL(t.url, u)
 	}
 	return reports

@@ -395,7 +395,8 @@ func TestHealth_OneHangingPathNeverTakesDownItsOrigin(t *testing.T) {
 // TestHealth_FailuresSentBeforeItCameBackDoNotMarkItDownAgain
 // pins that an endpoint a probe just proved up is not marked down again by
 // attempts that were sent while it was dead and only now time out. With the
-// defaults (down after 5, first probe after 10 s, 30 s attempts), a host
+// defaults (down after 5, first probe after 10 s, 30 s attempts), and room
+// in flight for both bursts (MaxUnanswered, MaxUnansweredTotal), a host
 // that hangs gets 5 deliveries at 0 s and a burst of 5 more at 15 s; it is
 // down at 30 s, comes back at 35 s, and the probe at 40 s is answered: up.
 // At 45 s the burst sent at 15 s times out, and the endpoint is down again
@@ -416,7 +417,7 @@ func TestHealth_FailuresSentBeforeItCameBackDoNotMarkItDownAgain(t *testing.T) {
 		s, err := webhook.NewSender(&webhook.SenderOptions{
 			Client: &http.Client{Transport: rt},
 			Retry:  &webhook.RetryPolicy{},
-			Health: &webhook.HealthOptions{OnChange: ch.add}, // the defaults
+			Health: &webhook.HealthOptions{OnChange: ch.add, MaxUnanswered: 10, MaxUnansweredTotal: 10},
 		})
 		require.NoError(t, err)
 		var wg sync.WaitGroup
@@ -430,10 +431,12 @@ func TestHealth_FailuresSentBeforeItCameBackDoNotMarkItDownAgain(t *testing.T) {
 		burst()
 		time.Sleep(20 * time.Second) // 35 s: down since 30 s; the host comes back
 		back.Store(true)
-		time.Sleep(5 * time.Second) // 40 s: the probe is due
+		// 40.1 s: the probe is due (the first burst's others went once its
+		// first had been silent 50 ms: down at 30.05 s).
+		time.Sleep(5*time.Second + 100*time.Millisecond)
 		_, err = s.Send(context.Background(), fakeConn, samplePayload())
 		require.NoError(t, err, "the probe is answered")
-		time.Sleep(5*time.Second + time.Millisecond) // 45 s: the burst sent at 15 s times out
+		time.Sleep(5 * time.Second) // 45.1 s: the burst sent at 15 s timed out
 		wg.Wait()
 		_, err = s.Send(context.Background(), fakeConn, samplePayload())
 		assert.NoError(t, err, "at %v, the endpoint answering since 35 s", time.Since(t0))

@@ -186,6 +186,7 @@ func (e *endpointState) well(p *healthPolicy, now time.Time) bool {
 type stall struct {
 	inFlight int
 	progress time.Time // the last answer, or when attempts began to be in flight
+	heard    bool      // an answer came, since the URL's entry was made
 }
 
 // admitStall says whether one more attempt may be in flight to a URL at
@@ -208,8 +209,16 @@ func (s *stall) begin(silent bool, now time.Time) {
 func (s *stall) end(answered bool, now time.Time) {
 	s.inFlight--
 	if answered {
-		s.progress = now
+		s.progress, s.heard = now, true
 	}
+}
+
+// awaiting reports whether the next attempt should wait for the answer of
+// the one in flight: a URL not heard from yet, for quiet at most. Nothing tells a URL that will answer from one that
+// never does before either answers, and an answer takes typically an
+// eighth of quiet: so one attempt finds out, and the others wait for it.
+func (s *stall) awaiting(quiet time.Duration, now time.Time) bool {
+	return s.inFlight > 0 && !s.heard && now.Sub(s.progress) < quiet
 }
 
 // follow applies m, a mark that another process wrote, to e at now, by

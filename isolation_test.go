@@ -343,10 +343,12 @@ func (d *deadPaths) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // What waits on URLs that are not answering is bounded in total, not only
-// per URL: past their first two attempts (which nothing could refuse), at most
-// MaxUnansweredTotal attempts are in flight to such URLs or deliveries
-// wait to retry one, however many there are; the rest are refused at once,
-// saying why, and a URL that answers is never held back.
+// per URL: past the first attempt to each (which nothing could refuse: the
+// URL's probe), at most MaxUnansweredTotal attempts are in flight to such
+// URLs or deliveries wait to retry one, the first attempts counted among
+// them once they are found silent, however many URLs there are; the rest
+// are refused at once, saying why, and a URL that answers is never held
+// back.
 func TestHealth_WhatWaitsOnURLsNotAnsweringIsBoundedInTotal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ep := &deadPaths{}
@@ -374,10 +376,11 @@ func TestHealth_WhatWaitsOnURLsNotAnsweringIsBoundedInTotal(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // each silent since
 		for n := range 40 {
 			send("/dead/"+strconv.Itoa(n%10), 100+n)
+			synctest.Wait() // in turn
 		}
-		synctest.Wait()
-		assert.EqualValues(t, 26, ep.inFlight.Load(), "the 10 first attempts, a second to each, and 6 more")
-		assert.EqualValues(t, 24, refused.Load())
+		assert.EqualValues(t, 13, ep.inFlight.Load(),
+			"the 10 first attempts, and a second to each of 3 URLs: each URL found silent counts its first, which the second follows")
+		assert.EqualValues(t, 37, refused.Load())
 		_, err = s.Send(context.Background(), hungConn("/ok"), payloadFor(999))
 		require.NoError(t, err, "a URL that answers")
 
@@ -385,7 +388,7 @@ func TestHealth_WhatWaitsOnURLsNotAnsweringIsBoundedInTotal(t *testing.T) {
 		synctest.Wait()
 		assert.LessOrEqual(t, pending.Load(), int32(6), "deliveries waiting on URLs not answering")
 		wg.Wait()
-		assert.LessOrEqual(t, ep.peak.Load(), int32(26))
+		assert.LessOrEqual(t, ep.peak.Load(), int32(10+6), "the first attempts, and MaxUnansweredTotal")
 	})
 }
 
@@ -417,5 +420,61 @@ func TestHealth_ADeliveryStoppedWhileWaitingToRetryGivesBackItsPlace(t *testing.
 		synctest.Wait()
 		assert.EqualValues(t, 1, ep.inFlight.Load(), "the place was given back")
 		time.Sleep(10 * time.Second)
+	})
+}
+
+// A burst to a URL not heard from yet: one attempt finds out whether it
+// answers, the others wait for that answer, then all go; none is refused.
+func TestHealth_ABurstToANewURLWaitsForItsFirstAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var inFlight atomic.Int32
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			inFlight.Add(1)
+			defer inFlight.Add(-1)
+			time.Sleep(10 * time.Millisecond) // an answer in 10 ms
+			return answer(http.StatusOK), nil
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, Health: &webhook.HealthOptions{}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		for i := range 20 {
+			wg.Go(func() {
+				if _, err := s.Send(context.Background(), fakeConn, payloadFor(i)); err != nil {
+					failed.Add(1)
+					t.Error(err)
+				}
+			})
+		}
+		time.Sleep(5 * time.Millisecond)
+		synctest.Wait()
+		assert.EqualValues(t, 1, inFlight.Load(), "one attempt finds out")
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		assert.EqualValues(t, 19, inFlight.Load(), "its answer lets the others go at once")
+		wg.Wait()
+		assert.Zero(t, failed.Load())
+	})
+}
+
+// A delivery waiting for the first answer of a new URL ends with its
+// context, having sent nothing.
+func TestHealth_AWaitForTheFirstAnswerEndsWithTheContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &deadPaths{}
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, AttemptTimeout: time.Second,
+			Retry: &webhook.RetryPolicy{}, Health: &webhook.HealthOptions{}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Go(func() { s.Send(context.Background(), hungConn("/dead/0"), payloadFor(0)) })
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		res, err := s.Send(ctx, hungConn("/dead/0"), payloadFor(1))
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Empty(t, res.Attempts, "nothing sent")
+		assert.EqualValues(t, 1, ep.peak.Load())
+		wg.Wait()
 	})
 }
