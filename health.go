@@ -75,21 +75,22 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // waiting for a retry that would be refused. [Sender.SendTest] is always
 // sent, so that a customer who fixed the endpoint sees it answer.
 //
-// Before a URL is known not to answer, nothing tells it from one that
-// will: so while it has not answered since its attempts began, one attempt
-// finds out and the next ones wait for its answer, a short while at most
-// (eight times what an answer typically takes, at least 50 ms). An answer
-// lets them all go; silence past that while makes the URL not answering,
-// and that first attempt counts among what waits on endpoints not
-// answering. MaxUnanswered bounds the attempts waiting on one such URL,
-// and MaxUnansweredTotal the same across every endpoint not answering,
-// probes included, so that many dead endpoints cannot hold every caller
-// either: from the first attempt, only the one attempt that finds out per
-// URL comes on top. A URL that answers, however slowly and at whatever
-// concurrency, is never held back.
+// Before a URL is heard from, nothing tells it from one that never
+// answers: so one attempt finds out, and the next ones wait for its
+// answer, a short while at most (eight times what an answer typically
+// takes, at least 50 ms). An answer lets them all go; silence past that
+// while makes the URL not answering, and that first attempt counts among
+// what waits on endpoints not answering. MaxUnanswered bounds the attempts
+// waiting on one such URL, and MaxUnansweredTotal the same across every
+// endpoint not answering, probes included, so that many dead endpoints
+// cannot hold every caller either: from the first attempt, only the one
+// attempt that finds out per URL comes on top. A URL heard from, however
+// slowly it answers and at whatever concurrency, is never held back (one
+// slower than that while is remembered for it); one whose very first
+// answer takes longer gets MaxUnanswered attempts in flight until it comes.
 //
-// Each Sender keeps its own view, in memory, of what is failing or in
-// flight only. With several processes, each learns and probes on its own.
+// Each Sender keeps its own view, in memory, of what is failing, in
+// flight or slow only. With several processes, each learns and probes on its own.
 // An endpoint no attempt is made to is forgotten after an hour, or a day if
 // it is down.
 type HealthOptions struct {
@@ -262,9 +263,9 @@ func (h EndpointHealth) String() string {
 }
 
 // health is a Sender's view of its endpoints: the origins failing or down,
-// and the URLs with attempts in flight or failing. Only those are kept, and
-// only while attempts are made to them, so a Sender reaching thousands of
-// healthy hosts keeps little.
+// and the URLs with attempts in flight, failing, or slow to answer. Only
+// those are kept, and only while attempts are made to them, so a Sender
+// reaching thousands of healthy hosts keeps little.
 type health struct {
 	reports       sync.WaitGroup // the reports under way, for Sender.Flush
 	policy        healthPolicy
@@ -315,6 +316,7 @@ func (e *endpoint) name() string {
 type urlEntry struct {
 	stall
 	endpoint
+	slow      bool          // it answered once slower than quiet: remembered, see settled
 	uncounted int           // its attempts in flight admitted without a place among what waits
 	late      int           // of those, how many hold one since it was found not answering
 	answer    chan struct{} // closed when an attempt in flight ends, for those that await it
@@ -708,6 +710,9 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 	}
 	u.touched = now
 	u.end(a.StatusCode != 0, now)
+	if a.StatusCode != 0 && a.Duration >= h.quiet() {
+		u.slow = true
+	}
 	if !t.waiting {
 		u.uncounted--
 		if u.late > 0 {
@@ -747,12 +752,16 @@ func (h *health) forgetURL(key string, u *urlEntry) {
 }
 
 // settled reports whether u has nothing to remember: nothing in flight, no
-// run of failures, not down, nothing to report. Unlike an origin, whose
-// attempts are not counted, a URL need not keep the time it was last
-// reached once nothing is in flight: no attempt sent before can still end.
-// So a URL that answers is kept only while attempts to it are in flight.
+// run of failures, not down, nothing to report, and not slow (a URL that
+// answered slower than quiet is kept until no attempt was made to it for
+// forgetFailingAfter, so that its next attempts go at once rather than
+// wait for its first answer again). Unlike an origin, whose attempts are
+// not counted, a URL need not keep the time it was last reached once
+// nothing is in flight: no attempt sent before can still end. So a URL
+// that answers within quiet is kept only while attempts to it are in
+// flight.
 func (u *urlEntry) settled() bool {
-	return u.inFlight == 0 && u.failures == 0 && !u.down && !u.reporting && len(u.changes) == 0
+	return u.inFlight == 0 && u.failures == 0 && !u.down && !u.reporting && len(u.changes) == 0 && !u.slow
 }
 
 // recordOrigin applies outcome o of attempt a to its origin, which a

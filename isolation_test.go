@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -476,5 +477,59 @@ func TestHealth_AWaitForTheFirstAnswerEndsWithTheContext(t *testing.T) {
 		assert.Empty(t, res.Attempts, "nothing sent")
 		assert.EqualValues(t, 1, ep.peak.Load())
 		wg.Wait()
+	})
+}
+
+// A URL heard from is never held back, however slowly it answers: a burst
+// after an idle spell all goes at once, as does a second Send while
+// MaxUnansweredTotal attempts hang elsewhere (a review's findings: 6 of 10
+// were refused when the URL was forgotten between bursts).
+func TestHealth_AURLHeardFromIsNeverHeldBackHoweverSlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var inFlight atomic.Int32
+		dead := &deadPaths{}
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			switch {
+			case strings.HasPrefix(r.URL.Path, "/fast/"):
+				httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+				return answer(http.StatusOK), nil
+			case r.URL.Path != "/slow":
+				return dead.RoundTrip(r)
+			}
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			inFlight.Add(1)
+			defer inFlight.Add(-1)
+			time.Sleep(200 * time.Millisecond) // 4 times minQuiet
+			return answer(http.StatusOK), nil
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, AttemptTimeout: 10 * time.Second,
+			Retry: &webhook.RetryPolicy{}, Health: &webhook.HealthOptions{}})
+		require.NoError(t, err)
+		for i := range 20 { // the others answer at once: what waits for a first answer is 50 ms
+			_, err = s.Send(context.Background(), hungConn("/fast/"+strconv.Itoa(i)), payloadFor(1000+i))
+			require.NoError(t, err)
+		}
+		_, err = s.Send(context.Background(), hungConn("/slow"), payloadFor(0))
+		require.NoError(t, err, "heard from")
+		time.Sleep(10 * time.Minute) // idle
+
+		var wg sync.WaitGroup
+		for i := range 8 { // MaxUnansweredTotal's default, on dead URLs
+			wg.Go(func() { s.Send(context.Background(), hungConn("/dead/"+strconv.Itoa(i)), payloadFor(100+i)) })
+		}
+		time.Sleep(time.Second)
+		var refused atomic.Int32
+		for i := range 10 {
+			wg.Go(func() {
+				if _, err := s.Send(context.Background(), hungConn("/slow"), payloadFor(1+i)); err != nil {
+					refused.Add(1)
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait()
+		assert.EqualValues(t, 10, inFlight.Load(), "the burst all goes at once")
+		wg.Wait()
+		assert.Zero(t, refused.Load())
 	})
 }

@@ -44,7 +44,8 @@ func (d *delivery) result(r *Result) (*Result, error) {
 var errPanicked = errors.New("webhook: the attempt's round trip panicked")
 
 // abandon ends the attempt in flight, if a panic in its round trip (or in
-// CheckRedirect) left one, as finish would have: its request's context is
+// CheckRedirect, or as it was signed once admitted: the caller's clock)
+// left one, as finish would have: its request's context is
 // canceled, its connection's allowance given back, and endpoint health
 // records it as canceled, so that it is not counted in flight for ever (an
 // endpoint with MaxUnanswered such attempts was refused as not answering
@@ -61,11 +62,13 @@ func (d *delivery) abandon() {
 		d.s.health.unhold()
 	}
 	cur := d.cur
-	if cur.cancel == nil {
-		return // no attempt in flight
+	if cur.cancel == nil && cur.ticket.url == "" {
+		return // no attempt in flight, none admitted
 	}
 	d.cur = inFlight{}
-	cur.cancel()
+	if cur.cancel != nil { // bound: admitted, and its request made
+		cur.cancel()
+	}
 	if cur.trace != nil {
 		cur.trace.done()
 	}

@@ -1,0 +1,156 @@
+package webhook
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// roundTripFunc is an in-memory transport.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A panic in the caller's clock (SenderOptions.Now) as the attempt is
+// signed, after endpoint health admitted it, leaves nothing in flight: the
+// URL, found silent later, would otherwise hold a place among what waits on
+// endpoints not answering for ever (a review's finding: waiting stayed 1).
+func TestAbandon_APanicSigningLeavesNothingInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
+		})
+		var mu sync.Mutex
+		armed := false
+		s, err := NewSender(&SenderOptions{Client: &http.Client{Transport: rt}, Health: &HealthOptions{},
+			Now: func() time.Time {
+				mu.Lock()
+				defer mu.Unlock()
+				if armed {
+					armed = false
+					panic("clock")
+				}
+				return time.Now()
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := Connection{Name: "c", URL: "https://h.example.com/x", Secret: "whsec_test_secret"}
+		mu.Lock()
+		armed = true
+		mu.Unlock()
+		func() {
+			defer func() { recover() }()
+			s.Attempt(context.Background(), c, EventUserIdentified, []byte(`{}`), 1)
+		}()
+		time.Sleep(time.Second)
+		s.Attempt(context.Background(), c, EventUserIdentified, []byte(`{}`), 1) // would find it silent
+		h := s.health
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if u := h.urls[c.URL]; u != nil && u.inFlight != 0 || h.waiting != 0 {
+			t.Errorf("waiting %d, entry %+v", h.waiting, u.stall)
+		}
+	})
+}
+
+// Under a storm of Sends, Attempts and Send Tests to dead, slow, fast and
+// panicking URLs, with cancellations, endpoint health's count of what
+// waits on endpoints not answering comes back to zero once all have ended.
+func TestHealth_WaitingComesBackToZero(t *testing.T) {
+	for seed := range 20 {
+		t.Run(strconv.Itoa(seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+					p := r.URL.Path
+					switch {
+					case strings.HasPrefix(p, "/dead"):
+						<-r.Context().Done()
+						return nil, r.Context().Err()
+					case strings.HasPrefix(p, "/panic"):
+						time.Sleep(30 * time.Millisecond)
+						panic("bug")
+					case strings.HasPrefix(p, "/slow"):
+						time.Sleep(300 * time.Millisecond)
+					default:
+						time.Sleep(5 * time.Millisecond)
+					}
+					return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
+				})
+				s, err := NewSender(&SenderOptions{Client: &http.Client{Transport: rt}, AttemptTimeout: time.Second,
+					Retry:  &RetryPolicy{MaxRetries: 2, Backoff: func(int, *http.Response) time.Duration { return 200 * time.Millisecond }},
+					Health: &HealthOptions{DownAfter: 3, MaxUnansweredTotal: 4, MaxUnanswered: 2, Marks: &flipMarks{}, FollowEvery: 30 * time.Millisecond}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(uint64(seed), 1))
+				paths := []string{"/dead/1", "/dead/2", "/panic/1", "/slow/1", "/ok/1", "/ok/2"}
+				var wg sync.WaitGroup
+				for i := range 300 {
+					path, op := paths[rng.IntN(len(paths))], rng.IntN(4)
+					cancelAfter := time.Duration(rng.IntN(400)) * time.Millisecond
+					c := Connection{Name: "c", URL: "https://h.example.com" + path, Secret: "whsec_test_secret"}
+					wg.Go(func() {
+						defer func() { recover() }()
+						ctx, cancel := context.WithTimeout(context.Background(), cancelAfter+50*time.Millisecond)
+						defer cancel()
+						switch op {
+						case 0, 1:
+							s.Send(ctx, c, Payload{Event: EventUserIdentified, Timestamp: NewTime(time.Now()), User: User{ID: UserID("u" + strconv.Itoa(i))}, Application: Application{ID: ApplicationID("42c0de"), Name: "A"}})
+						case 2:
+							s.Attempt(ctx, c, EventUserIdentified, []byte(`{"n":`+strconv.Itoa(i)+`}`), 1)
+						case 3:
+							s.SendTest(ctx, c)
+						}
+					})
+					time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+				}
+				wg.Wait()
+				synctest.Wait()
+				h := s.health
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if h.waiting != 0 {
+					t.Errorf("waiting = %d after all ended", h.waiting)
+				}
+				for k, u := range h.urls {
+					if u.inFlight != 0 || u.uncounted != 0 || u.late != 0 || u.answer != nil {
+						t.Errorf("%s: inFlight %d uncounted %d late %d answer %v", k, u.inFlight, u.uncounted, u.late, u.answer != nil)
+					}
+				}
+			})
+		})
+	}
+}
+
+// flipMarks says, at each read, that another process found /dead/1 and
+// /slow/1 down, then up, in turn.
+type flipMarks struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (f *flipMarks) Mark(context.Context, EndpointHealth) error { return nil }
+
+func (f *flipMarks) Since(_ context.Context, after time.Time) ([]EndpointHealth, time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	now := time.Now()
+	var out []EndpointHealth
+	for _, p := range []string{"/dead/1", "/slow/1"} {
+		out = append(out, EndpointHealth{Endpoint: "https://h.example.com:443", PerURL: true, URLKey: urlKey("https://h.example.com" + p),
+			Down: f.n%2 == 1, Since: now, Changed: now, Failures: 3, LastFailure: Attempt{Kind: KindTimeout}, NextProbe: now.Add(100 * time.Millisecond)})
+	}
+	return out, now, nil
+}
