@@ -274,6 +274,7 @@ type health struct {
 	quietMax      time.Duration // the longest silence before a URL's attempts in flight are bounded
 	typical       time.Duration // a moving average of answered attempts' durations, under mu
 	answers       uint64        // how many answers it has seen, under mu
+	answeredFrom  time.Time     // when the latest attempt answered yet was admitted, under mu
 	onChange      func(context.Context, EndpointHealth)
 	confirmUp     time.Duration
 	confirmed     map[string]time.Time // origin -> when last reported up, with ConfirmUpEvery
@@ -474,13 +475,18 @@ func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration,
 }
 
 // unanswered reports whether URL u is not answering at now: failing with
-// no answer, isolated, or silent for quiet with attempts in flight (two at
-// least once it has answered: one slow answer at a busy moment is not
-// silence). Found so, its attempts in flight that took no place among
-// what waits on endpoints not answering take one now, even past
-// MaxUnansweredTotal: the next are refused until they end. Under h.mu.
+// no answer, isolated, or silent for quiet with attempts in flight: two at
+// least (one slow answer at a busy moment is not silence), or its first,
+// not heard from, once an attempt admitted half a quiet after it has been
+// answered (the Sender itself is not stalled: a pause of the process, its
+// collector's or a loaded machine's, makes every attempt late at once).
+// Found so, its attempts in flight that took no place among what waits on
+// endpoints not answering take one now, even past MaxUnansweredTotal: the
+// next are refused until they end. Under h.mu.
 func (h *health) unanswered(u *urlEntry, now time.Time) bool {
-	silent := u.failures > 0 || u.down || now.Sub(u.progress) >= h.quiet() && (u.inFlight > 1 || u.inFlight == 1 && !u.heard)
+	quiet := h.quiet()
+	silent := u.failures > 0 || u.down || now.Sub(u.progress) >= quiet &&
+		(u.inFlight > 1 || u.inFlight == 1 && !u.heard && h.answeredFrom.Sub(u.progress) >= quiet/2)
 	if silent && u.late < u.uncounted {
 		h.waiting += u.uncounted - u.late
 		u.late = u.uncounted
@@ -680,6 +686,9 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 	if a.StatusCode != 0 { // an answer: the typical time it takes
 		h.typical = average(h.typical, a.Duration, h.answers == 0)
 		h.answers++
+		if t.admitted.After(h.answeredFrom) {
+			h.answeredFrom = t.admitted
+		}
 	}
 	reports := h.recordURL(t, uo, a, bodyHash, now, nil)
 	reports = h.recordOrigin(t, originOutcome(a.Kind, connected), a, now, reports)

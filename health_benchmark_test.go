@@ -302,14 +302,14 @@ func BenchmarkSendInMemoryHealth(b *testing.B) {
 //
 // Measured 2026-12-06 (2 cores, shared VM; runs vary ±15%), medians of 3
 // runs of 60,000 healthy deliveries, with the ratio to dead=none in the
-// same run: none 27,224/s; with 10% dead, handshake 30,227 (1.11x), origin
-// 26,692 (0.98x), path 30,393 (1.12x); with 1%, 0.98x, 1.01x and 1.01x.
-// dead-total-peak was 24 at 10% (the 20 first attempts, one to each dead
-// URL, and places of MaxUnansweredTotal freed as they timed out) and 8 at
-// 1%. Before an attempt awaited the first answer of a URL not heard from,
-// its first two attempts went uncounted: 40 to 20 dead URLs took all 32
-// workers for the first 500 ms, and the ratios were 0.53-0.68x (0.6-0.73x
-// in the runs).
+// same run: none 36,287/s; with 10% dead, handshake 29,428 (0.81x), origin
+// 30,247 (0.83x), path 25,148 (0.69x); with 1%, 0.88x, 0.92x and 0.95x.
+// dead-total-peak was 24 at 10% (32 in 2 runs of 3 with path) and 8 at 1%.
+// Before an attempt awaited the first answer of a URL not heard from, its
+// first two attempts went uncounted, and the 10% ratios were 0.53-0.68x.
+// Counting a first attempt as silent after 50 ms on the clock alone gave
+// 0.98-1.12x, but refused healthy URLs in 2 runs of 5 with none dead: a
+// loaded machine made every first attempt late at once.
 func BenchmarkIsolation(b *testing.B) {
 	for _, run := range []struct {
 		mode string

@@ -214,9 +214,10 @@ func (s *stall) end(answered bool, now time.Time) {
 }
 
 // awaiting reports whether the next attempt should wait for the answer of
-// the one in flight: a URL not heard from yet, for quiet at most. Nothing tells a URL that will answer from one that
-// never does before either answers, and an answer takes typically an
-// eighth of quiet: so one attempt finds out, and the others wait for it.
+// the one in flight: a URL not heard from, for quiet at most. Nothing
+// tells a URL that will answer from one that never does before either
+// answers, and an answer takes typically an eighth of quiet: so one
+// attempt finds out, and the others wait for it.
 func (s *stall) awaiting(quiet time.Duration, now time.Time) bool {
 	return s.inFlight > 0 && !s.heard && now.Sub(s.progress) < quiet
 }

@@ -375,6 +375,8 @@ func TestHealth_WhatWaitsOnURLsNotAnsweringIsBoundedInTotal(t *testing.T) {
 			send("/dead/"+strconv.Itoa(i), i)
 		}
 		time.Sleep(100 * time.Millisecond) // each silent since
+		_, err = s.Send(context.Background(), hungConn("/ok"), payloadFor(998))
+		require.NoError(t, err, "an attempt admitted later is answered: the Sender is not stalled")
 		for n := range 40 {
 			send("/dead/"+strconv.Itoa(n%10), 100+n)
 			synctest.Wait() // in turn
@@ -529,6 +531,51 @@ func TestHealth_AURLHeardFromIsNeverHeldBackHoweverSlow(t *testing.T) {
 		}
 		synctest.Wait()
 		assert.EqualValues(t, 10, inFlight.Load(), "the burst all goes at once")
+		wg.Wait()
+		assert.Zero(t, refused.Load())
+	})
+}
+
+// A stall of the Sender itself (a pause of the process, a loaded machine)
+// makes every attempt late at once: no URL is taken for one not answering
+// for it, and none is refused. A URL is silent only once an attempt
+// admitted after it has been answered (in a benchmark with none dead,
+// first attempts slower than 50 ms under load had healthy URLs refused).
+func TestHealth_AStallOfTheSenderRefusesNoURL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			select {
+			case <-release: // the stall ends
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			return answer(http.StatusOK), nil
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, AttemptTimeout: 10 * time.Second,
+			Retry: &webhook.RetryPolicy{}, Health: &webhook.HealthOptions{MaxUnansweredTotal: 2}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var refused atomic.Int32
+		send := func(path string, n int) {
+			wg.Go(func() {
+				if _, err := s.Send(context.Background(), hungConn(path), payloadFor(n)); err != nil {
+					refused.Add(1)
+					t.Error(err)
+				}
+			})
+		}
+		for i := range 10 {
+			send("/u/"+strconv.Itoa(i), i)
+		}
+		time.Sleep(100 * time.Millisecond) // twice the wait for a first answer
+		for i := range 10 {
+			send("/u/"+strconv.Itoa(i), 100+i)
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		close(release)
 		wg.Wait()
 		assert.Zero(t, refused.Load())
 	})
