@@ -79,8 +79,10 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // answers: so one attempt finds out, and the next ones wait for its
 // answer, a short while at most (eight times what an answer typically
 // takes, at least 50 ms). An answer lets them all go; silence past that
-// while makes the URL not answering, and that first attempt counts among
-// what waits on endpoints not answering. MaxUnanswered bounds the attempts
+// while, once an attempt made half of it later has been answered (a
+// stalled Sender, where every attempt is late, finds no URL silent), makes
+// the URL not answering, and that first attempt counts among what waits on
+// endpoints not answering. MaxUnanswered bounds the attempts
 // waiting on one such URL, and MaxUnansweredTotal the same across every
 // endpoint not answering, probes included, so that many dead endpoints
 // cannot hold every caller either: from the first attempt, only the one

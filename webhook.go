@@ -58,8 +58,9 @@
 //   - The timestamps each [Sender] signed lately: the last one per secret and
 //     body, for two seconds at most.
 //   - Endpoint health, when [SenderOptions].Health is set: the endpoints
-//     failing or with attempts waiting on them. An endpoint no attempt goes to
-//     is forgotten after an hour, or a day when down.
+//     failing or with attempts waiting on them, and the URLs that answered
+//     slower than a first answer is waited for. An endpoint no attempt goes
+//     to is forgotten after an hour, or a day when down.
 //
 // A [Sender] and a [Verifier] also keep the keyed hash states of their own
 // secrets. [Sign] and [Verify] reuse those of their last secrets from a pool
