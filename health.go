@@ -77,19 +77,19 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 //
 // Before a URL is heard from, nothing tells it from one that never
 // answers: so one attempt finds out, and the next ones wait for its
-// answer, a short while at most (eight times what an answer typically
-// takes, at least 50 ms). An answer lets them all go; silence past that
-// while, once an attempt made half of it later has been answered (a
-// stalled Sender, where every attempt is late, finds no URL silent), makes
-// the URL not answering, and that first attempt counts among what waits on
-// endpoints not answering. MaxUnanswered bounds the attempts
-// waiting on one such URL, and MaxUnansweredTotal the same across every
-// endpoint not answering, probes included, so that many dead endpoints
-// cannot hold every caller either: from the first attempt, only the one
-// attempt that finds out per URL comes on top. A URL heard from, however
-// slowly it answers and at whatever concurrency, is never held back (one
-// slower than that while is remembered for it); one whose very first
-// answer takes longer gets MaxUnanswered attempts in flight until it comes.
+// answer. An answer lets them all go. The URL is found not answering once
+// it has been silent a short while (eight times what an answer typically
+// takes, at least 50 ms) and an attempt made half of that while later has
+// been answered: a stalled Sender, where every attempt is late, finds no
+// URL silent. Then that first attempt counts among what waits on endpoints
+// not answering, and the next ones go as to any URL not answering. Until
+// then they wait, for the first attempt's time at most. MaxUnanswered
+// bounds the attempts waiting on one such URL, and MaxUnansweredTotal the
+// same across every endpoint not answering, probes included, so that many
+// dead endpoints cannot hold every caller either: from the first attempt,
+// only the one attempt that finds out per URL comes on top. A URL heard
+// from, however slowly it answers and at whatever concurrency, is never
+// held back (one slower than that while is remembered for it).
 //
 // Each Sender keeps its own view, in memory, of what is failing, in
 // flight or slow only. With several processes, each learns and probes on its own.
@@ -447,13 +447,19 @@ func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration,
 		h.release(origin, t.lease)
 		return t, spread(ad.wait, u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; nothing was sent",
 			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
-	case !ad.probe && !unanswered && u.awaiting(h.quiet(), now):
+	case !ad.probe && !unanswered && u.awaiting(h.policy.probeFor, now):
 		h.release(origin, t.lease)
 		if u.answer == nil {
 			u.answer = make(chan struct{})
 		}
 		t.await = u.answer
-		return t, h.quiet() - now.Sub(u.progress), nil
+		// Until quiet has passed, then a quarter of it at a time: whether
+		// the URL was found silent meanwhile is asked again.
+		quiet, waited := h.quiet(), now.Sub(u.progress)
+		if waited < quiet {
+			return t, quiet - waited, nil
+		}
+		return t, min(quiet/4, h.policy.probeFor-waited), nil
 	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quiet(), now):
 		h.release(origin, t.lease)
 		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",

@@ -407,6 +407,9 @@ func TestHealth_FailuresSentBeforeItCameBackDoNotMarkItDownAgain(t *testing.T) {
 		t0 := time.Now()
 		var back atomic.Bool
 		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Host != "crm.example.com" {
+				return answer(http.StatusOK), nil
+			}
 			if !back.Load() { // sent while the host is dead: no answer ever comes
 				<-r.Context().Done()
 				return nil, r.Context().Err()
@@ -427,7 +430,12 @@ func TestHealth_FailuresSentBeforeItCameBackDoNotMarkItDownAgain(t *testing.T) {
 			}
 		}
 		burst()
-		time.Sleep(15 * time.Second)
+		time.Sleep(30 * time.Millisecond)
+		// Another host answers meanwhile: the Sender is not stalled, so the
+		// burst's others go once its first has been silent 50 ms.
+		_, err = s.Send(context.Background(), webhook.Connection{Name: "other", URL: "https://other.example.com/hooks", Secret: testSecret}, samplePayload())
+		require.NoError(t, err)
+		time.Sleep(15*time.Second - 30*time.Millisecond)
 		burst()
 		time.Sleep(20 * time.Second) // 35 s: down since 30 s; the host comes back
 		back.Store(true)

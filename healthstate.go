@@ -214,12 +214,14 @@ func (s *stall) end(answered bool, now time.Time) {
 }
 
 // awaiting reports whether the next attempt should wait for the answer of
-// the one in flight: a URL not heard from, for quiet at most. Nothing
-// tells a URL that will answer from one that never does before either
-// answers, and an answer takes typically an eighth of quiet: so one
-// attempt finds out, and the others wait for it.
-func (s *stall) awaiting(quiet time.Duration, now time.Time) bool {
-	return s.inFlight > 0 && !s.heard && now.Sub(s.progress) < quiet
+// the one in flight: a URL not heard from, until that attempt ends, for
+// bound at most (an attempt's time: a RoundTripper that ignores its context
+// holds no one longer). Nothing tells a URL that will answer from one that
+// never does before either answers: so one attempt finds out, and the
+// others wait for it, unless the URL is found silent first (see
+// health.unanswered).
+func (s *stall) awaiting(bound time.Duration, now time.Time) bool {
+	return s.inFlight > 0 && !s.heard && now.Sub(s.progress) < bound
 }
 
 // follow applies m, a mark that another process wrote, to e at now, by

@@ -536,6 +536,56 @@ func TestHealth_AURLHeardFromIsNeverHeldBackHoweverSlow(t *testing.T) {
 	})
 }
 
+// Those that wait for the first answer of a URL not heard from wait on
+// while nothing tells a silent URL from a slow one: past the first attempts,
+// no more than MaxUnansweredTotal go to URLs that never answer, even when
+// the other answers come slowly. In a benchmark (200 URLs, 20 dead, 32
+// workers, answers slow at the start), waiters let through after 50 ms with
+// no answer elsewhere yet took every worker for an attempt's time.
+func TestHealth_WaitersForAFirstAnswerDoNotOutnumberTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dead := &deadPaths{}
+		start := time.Now()
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.HasPrefix(r.URL.Path, "/dead/") {
+				return dead.RoundTrip(r)
+			}
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			if time.Since(start) < 20*time.Millisecond {
+				time.Sleep(time.Millisecond) // the others answer at once, then slowly (the machine loaded)
+			} else {
+				time.Sleep(40 * time.Millisecond)
+			}
+			return answer(http.StatusOK), nil
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, AttemptTimeout: time.Second,
+			Retry: &webhook.RetryPolicy{}, Health: &webhook.HealthOptions{MaxUnansweredTotal: 2}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var refused atomic.Int32
+		wg.Go(func() { // a worker delivering to URLs that answer
+			for i := range 30 {
+				_, err := s.Send(context.Background(), hungConn("/ok/"+strconv.Itoa(i)), payloadFor(100+i))
+				assert.NoError(t, err)
+			}
+		})
+		for round := range 2 { // a first attempt to each of 10 dead URLs, then a second
+			for i := range 10 {
+				wg.Go(func() {
+					_, err := s.Send(context.Background(), hungConn("/dead/"+strconv.Itoa(i)), payloadFor(round*10+i))
+					if errors.Is(err, webhook.ErrEndpointNotAnswering) {
+						refused.Add(1)
+					}
+				})
+			}
+			time.Sleep(time.Millisecond)
+		}
+		wg.Wait()
+		assert.LessOrEqual(t, dead.peak.Load(), int32(10+2), "the first attempts, and MaxUnansweredTotal")
+		assert.GreaterOrEqual(t, refused.Load(), int32(8), "the second attempts past the bound, refused once the first ones are found silent")
+	})
+}
+
 // A stall of the Sender itself (a pause of the process, a loaded machine)
 // makes every attempt late at once: no URL is taken for one not answering
 // for it, and none is refused. A URL is silent only once an attempt
