@@ -298,18 +298,17 @@ func BenchmarkSendInMemoryHealth(b *testing.B) {
 // dead-attempts-peak is the most attempts in flight at once to one dead
 // connection; dead-total-peak to all of them together.
 //
-//	go test -run '^$' -bench Isolation -benchtime 60000x -count 3 . | benchstat -col /dead -
+//	go test -run '^$' -bench Isolation -benchtime 60000x -count 5 . | benchstat -col /dead -
 //
-// Measured 2026-12-06 (2 cores, shared VM; runs vary ±15%), medians of 3
-// runs of 60,000 healthy deliveries, with the ratio to dead=none in the
-// same run: none 36,287/s; with 10% dead, handshake 29,428 (0.81x), origin
-// 30,247 (0.83x), path 25,148 (0.69x); with 1%, 0.88x, 0.92x and 0.95x.
-// dead-total-peak was 24 at 10% (32 in 2 runs of 3 with path) and 8 at 1%.
-// Before an attempt awaited the first answer of a URL not heard from, its
-// first two attempts went uncounted, and the 10% ratios were 0.53-0.68x.
-// Counting a first attempt as silent after 50 ms on the clock alone gave
-// 0.98-1.12x, but refused healthy URLs in 2 runs of 5 with none dead: a
-// loaded machine made every first attempt late at once.
+// Measured 2026-12-06 (2 cores, shared VM; runs vary ±15%), with the
+// ratio of medians to dead=none in the same invocation. 60,000 healthy
+// deliveries, medians of 5: none 22,000/s; with 10% dead, handshake 0.92x,
+// origin 0.94x, path 0.93x; with 1%, 0.99-1.18x. 300,000, medians of 3:
+// none 22,234/s; 10% dead 0.91x, 0.95x and 0.93x. dead-total-peak was 24
+// at 10% and 8 at 1% in every run. Before, those that waited for a URL's
+// first answer went after 50 ms however slow the other answers were, and at
+// the start took every worker for an attempt's time: 0.69-0.83x over
+// 60,000, and 32 on the dead at once.
 func BenchmarkIsolation(b *testing.B) {
 	for _, run := range []struct {
 		mode string
@@ -377,6 +376,10 @@ func BenchmarkIsolation(b *testing.B) {
 			for i := range payloads {
 				payloads[i] = payloadFor(i)
 			}
+			// Once the healthy deliveries are done, the dead ones waiting to
+			// retry stop: the next run does not wait for their schedule.
+			ctx, stopped := context.WithCancel(context.Background())
+			defer stopped()
 			var next, healthyDone atomic.Int64
 			var took atomic.Int64
 			var wg sync.WaitGroup
@@ -387,12 +390,14 @@ func BenchmarkIsolation(b *testing.B) {
 					for healthyDone.Load() < int64(b.N) {
 						n := int(next.Add(1))
 						i := n % len(conns)
-						_, err := s.Send(context.Background(), conns[i], payloads[n%len(payloads)])
+						_, err := s.Send(ctx, conns[i], payloads[n%len(payloads)])
 						switch {
 						case !dead[i] && err == nil:
 							if healthyDone.Add(1) == int64(b.N) {
 								took.Store(int64(time.Since(start)))
+								stopped()
 							}
+						case ctx.Err() != nil: // stopped
 						case !dead[i]:
 							b.Error(err)
 						case err == nil:
