@@ -178,16 +178,18 @@ func (d *delivery) request(ctx context.Context) *http.Request {
 // admit asks endpoint health whether the next attempt may be sent, and
 // whether it is the endpoint's probe. When the endpoint is down it ends the
 // delivery: nothing is sent, and the error matches ErrEndpointDown. An
-// attempt to a URL whose attempt in flight has not answered yet waits for
-// that answer, or a while, and asks again. A Send Test is always sent: a
+// attempt to a URL not heard from, whose first attempt is in flight, waits
+// for that answer and asks again, also a while later (the URL may have been
+// found silent meanwhile), as long as health says. A Send Test is always sent: a
 // customer who fixed the endpoint sees it answer.
 func (d *delivery) admit(ctx context.Context) bool {
 	if d.bypass {
 		d.cur.ticket = d.s.health.admitTest(d.endpoint, d.conn.URL)
 		return true
 	}
+	deadline, _ := ctx.Deadline() // waiting for a URL's first answer leaves the attempt its time
 	for {
-		t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL, d.held)
+		t, wait, err := d.s.health.admit(d.endpoint, d.conn.URL, d.held, deadline)
 		d.held = false
 		if err != nil {
 			d.err, d.errKind, d.downWait = err, KindDown, wait

@@ -83,7 +83,8 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // been answered: a stalled Sender, where every attempt is late, finds no
 // URL silent. Then that first attempt counts among what waits on endpoints
 // not answering, and the next ones go as to any URL not answering. Until
-// then they wait, for the first attempt's time at most. MaxUnanswered
+// then they wait, for the first attempt's time at most, and never so long
+// that the caller's deadline would cut their own attempt. MaxUnanswered
 // bounds the attempts waiting on one such URL, and MaxUnansweredTotal the
 // same across every endpoint not answering, probes included, so that many
 // dead endpoints cannot hold every caller either: from the first attempt,
@@ -415,8 +416,10 @@ func endpointKey(u *url.URL) string {
 // (holdRetry): the attempt takes it, or it is given back. A refusal comes
 // with the error of the attempt and a wait after which a retry may be
 // admitted, spread so that the deliveries a queue holds back do not all
-// come back at one instant.
-func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration, error) {
+// come back at one instant. An attempt that waits for a URL's first answer
+// (a ticket with await) leaves itself its time before deadline, the
+// caller's, if not zero (see awaitUntil).
+func (h *health) admit(origin, rawURL string, held bool, deadline time.Time) (ticket, time.Duration, error) {
 	now := h.now()
 	t := ticket{origin: origin, url: rawURL, admitted: now}
 	h.mu.Lock()
@@ -447,7 +450,7 @@ func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration,
 		h.release(origin, t.lease)
 		return t, spread(ad.wait, u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; nothing was sent",
 			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
-	case !ad.probe && !unanswered && u.awaiting(h.policy.probeFor, now):
+	case !ad.probe && !unanswered && u.awaiting(h.awaitUntil(u, deadline), now):
 		h.release(origin, t.lease)
 		if u.answer == nil {
 			u.answer = make(chan struct{})
@@ -459,7 +462,7 @@ func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration,
 		if waited < quiet {
 			return t, quiet - waited, nil
 		}
-		return t, min(quiet/4, h.policy.probeFor-waited), nil
+		return t, min(quiet/4, h.awaitUntil(u, deadline).Sub(now)), nil
 	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quiet(), now):
 		h.release(origin, t.lease)
 		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
@@ -480,6 +483,23 @@ func (h *health) admit(origin, rawURL string, held bool) (ticket, time.Duration,
 	}
 	u.begin(u.failures > 0 || originFailing, now)
 	return t, 0, nil
+}
+
+// awaitUntil returns until when the next attempt to URL u, not heard from,
+// waits for the answer of its attempt in flight: quiet at least, then until
+// the first attempt's time is up (probeFor: a RoundTripper that ignores its
+// context holds no one longer), and never so late that deadline, the
+// caller's if not zero (a queue's job), would cut its own attempt: probeFor
+// before it. Under h.mu.
+func (h *health) awaitUntil(u *urlEntry, deadline time.Time) time.Time {
+	limit := u.progress.Add(h.policy.probeFor)
+	if latest := deadline.Add(-h.policy.probeFor); !deadline.IsZero() && latest.Before(limit) {
+		limit = latest
+	}
+	if least := u.progress.Add(h.quiet()); limit.Before(least) {
+		limit = least
+	}
+	return limit
 }
 
 // unanswered reports whether URL u is not answering at now: failing with

@@ -214,14 +214,13 @@ func (s *stall) end(answered bool, now time.Time) {
 }
 
 // awaiting reports whether the next attempt should wait for the answer of
-// the one in flight: a URL not heard from, until that attempt ends, for
-// bound at most (an attempt's time: a RoundTripper that ignores its context
-// holds no one longer). Nothing tells a URL that will answer from one that
-// never does before either answers: so one attempt finds out, and the
-// others wait for it, unless the URL is found silent first (see
+// the one in flight: a URL not heard from, until that attempt ends, or
+// until (see health.awaitUntil). Nothing tells a URL that will answer from
+// one that never does before either answers: so one attempt finds out, and
+// the others wait for it, unless the URL is found silent first (see
 // health.unanswered).
-func (s *stall) awaiting(bound time.Duration, now time.Time) bool {
-	return s.inFlight > 0 && !s.heard && now.Sub(s.progress) < bound
+func (s *stall) awaiting(until, now time.Time) bool {
+	return s.inFlight > 0 && !s.heard && now.Before(until)
 }
 
 // follow applies m, a mark that another process wrote, to e at now, by

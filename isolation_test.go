@@ -586,6 +586,30 @@ func TestHealth_WaitersForAFirstAnswerDoNotOutnumberTheBound(t *testing.T) {
 	})
 }
 
+// Waiting for a URL's first answer never eats into an attempt's own time:
+// under a caller's deadline (a queue's job: AttemptTimeout and 10 s in
+// riverhook), the wait ends while the attempt still has its AttemptTimeout
+// and a second, or after quiet when it has less already.
+func TestHealth_AWaitForAFirstAnswerLeavesTheAttemptItsTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ep := &deadPaths{}
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, AttemptTimeout: time.Second,
+			Health: &webhook.HealthOptions{}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			s.Attempt(context.Background(), hungConn("/dead/0"), webhook.EventUserIdentified, []byte(`{}`), 1)
+		})
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 1900*time.Millisecond)
+		defer cancel()
+		a := s.Attempt(ctx, hungConn("/dead/0"), webhook.EventUserIdentified, []byte(`{}`), 1)
+		assert.Equal(t, webhook.KindTimeout, a.Kind, "sent, and timed out after its own time: %v", a.Err)
+		assert.Equal(t, time.Second, a.Duration)
+		wg.Wait()
+	})
+}
+
 // A stall of the Sender itself (a pause of the process, a loaded machine)
 // makes every attempt late at once: no URL is taken for one not answering
 // for it, and none is refused. A URL is silent only once an attempt
