@@ -204,11 +204,13 @@ func (d *delivery) admit(ctx context.Context) bool {
 		case <-t.await:
 		case <-timer.C:
 		case <-ctx.Done():
-			timer.Stop()
+		}
+		timer.Stop()
+		d.s.health.unwait(d.conn.URL)
+		if ctx.Err() != nil {
 			d.err, d.errKind = fmt.Errorf("webhook: stopped before the attempt: %w", context.Cause(ctx)), KindCanceled
 			return false
 		}
-		timer.Stop()
 	}
 }
 

@@ -84,7 +84,9 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // URL silent. Then that first attempt counts among what waits on endpoints
 // not answering, and the next ones go as to any URL not answering. Until
 // then they wait, for the first attempt's time at most, and never so long
-// that the caller's deadline would cut their own attempt. MaxUnanswered
+// that the caller's deadline would cut their own attempt; past that short
+// while, no more than MaxUnanswered attempts are in flight to the URL or
+// wait for its answer, and the others are refused. MaxUnanswered
 // bounds the attempts waiting on one such URL, and MaxUnansweredTotal the
 // same across every endpoint not answering, probes included, so that many
 // dead endpoints cannot hold every caller either: from the first attempt,
@@ -110,8 +112,9 @@ type HealthOptions struct {
 	// DefaultMaxProbeInterval.
 	MaxProbeInterval time.Duration
 
-	// MaxUnanswered bounds the attempts in flight to one URL that has been
-	// silent for eight times what an answer typically takes at this Sender
+	// MaxUnanswered bounds the attempts in flight to one URL, or waiting
+	// for the answer of its first, that has been silent for eight times
+	// what an answer typically takes at this Sender
 	// (at least 50 ms, at most half the attempt timeout and 5 s, the time
 	// the spec gives a receiver): past it, the next attempts to that URL
 	// are refused at once ([ErrEndpointNotAnswering]) until one answers.
@@ -129,7 +132,9 @@ type HealthOptions struct {
 	// answering, they hold at most this many of the caller's goroutines
 	// (beyond the first attempt to each, which nothing tells from an
 	// attempt to an endpoint that answers, and which counts once the URL
-	// is found silent), and the others go to the endpoints that answer. A
+	// is found silent; and those waiting for its answer, MaxUnanswered
+	// less one at most past a short while, until the URL is found silent
+	// or that attempt ends), and the others go to the endpoints that answer. A
 	// Send Test is counted, never refused. Zero means DefaultMaxUnansweredTotal:
 	// twice the default per URL, so that one silent URL is bounded by its
 	// own bound, and a small share of the tens of goroutines a service
@@ -450,11 +455,16 @@ func (h *health) admit(origin, rawURL string, held bool, deadline time.Time) (ti
 		h.release(origin, t.lease)
 		return t, spread(ad.wait, u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; nothing was sent",
 			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
+	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quiet(), now):
+		h.release(origin, t.lease)
+		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight or waiting for one's answer, no answer for %s; nothing was sent",
+			ErrEndpointNotAnswering, u.name(), u.inFlight+u.waiters, now.Sub(u.progress).Round(time.Millisecond))
 	case !ad.probe && !unanswered && u.awaiting(h.awaitUntil(u, deadline), now):
 		h.release(origin, t.lease)
 		if u.answer == nil {
 			u.answer = make(chan struct{})
 		}
+		u.waiters++ // until unwait
 		t.await = u.answer
 		// Until quiet has passed, then a quarter of it at a time: whether
 		// the URL was found silent meanwhile is asked again.
@@ -463,10 +473,6 @@ func (h *health) admit(origin, rawURL string, held bool, deadline time.Time) (ti
 			return t, quiet - waited, nil
 		}
 		return t, min(quiet/4, h.awaitUntil(u, deadline).Sub(now)), nil
-	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quiet(), now):
-		h.release(origin, t.lease)
-		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight, no answer for %s; nothing was sent",
-			ErrEndpointNotAnswering, u.name(), u.inFlight, now.Sub(u.progress).Round(time.Millisecond))
 	}
 	if originSilent || unanswered {
 		if h.waiting >= h.maxWaiting {
@@ -757,8 +763,7 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 			h.waiting--
 		}
 	}
-	woken := u.answer != nil
-	if woken { // those that await an answer ask again, and find it here
+	if u.answer != nil { // those that await an answer ask again, and find it here
 		close(u.answer)
 		u.answer = nil
 	}
@@ -773,7 +778,7 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 			}
 		}
 	}
-	if u.settled() && !woken {
+	if u.settled() {
 		h.forgetURL(t.url, u)
 	}
 	return reports
@@ -798,7 +803,22 @@ func (h *health) forgetURL(key string, u *urlEntry) {
 // that answers within quiet is kept only while attempts to it are in
 // flight.
 func (u *urlEntry) settled() bool {
-	return u.inFlight == 0 && u.failures == 0 && !u.down && !u.reporting && len(u.changes) == 0 && !u.slow
+	return u.inFlight == 0 && u.waiters == 0 && u.failures == 0 && !u.down && !u.reporting && len(u.changes) == 0 && !u.slow
+}
+
+// unwait ends the wait of an attempt to URL key for the answer of one in
+// flight (a ticket's await), which then asks again or gives up.
+func (h *health) unwait(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	u := h.urls[key]
+	if u == nil {
+		return
+	}
+	u.waiters--
+	if u.settled() {
+		h.forgetURL(key, u)
+	}
 }
 
 // recordOrigin applies outcome o of attempt a to its origin, which a
@@ -852,7 +872,7 @@ func (h *health) sweep(now time.Time) {
 		h.forgetIfWell(key, e, now)
 	}
 	for key, u := range h.urls {
-		if u.inFlight == 0 && idle(&u.endpoint) || u.settled() {
+		if u.inFlight == 0 && u.waiters == 0 && idle(&u.endpoint) || u.settled() {
 			h.forgetURL(key, u)
 		}
 	}

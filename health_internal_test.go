@@ -124,8 +124,8 @@ func TestHealth_WaitingComesBackToZero(t *testing.T) {
 					t.Errorf("waiting = %d after all ended", h.waiting)
 				}
 				for k, u := range h.urls {
-					if u.inFlight != 0 || u.uncounted != 0 || u.late != 0 || u.answer != nil {
-						t.Errorf("%s: inFlight %d uncounted %d late %d answer %v", k, u.inFlight, u.uncounted, u.late, u.answer != nil)
+					if u.inFlight != 0 || u.waiters != 0 || u.uncounted != 0 || u.late != 0 || u.answer != nil {
+						t.Errorf("%s: inFlight %d waiters %d uncounted %d late %d answer %v", k, u.inFlight, u.waiters, u.uncounted, u.late, u.answer != nil)
 					}
 				}
 			})

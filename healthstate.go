@@ -185,15 +185,17 @@ func (e *endpointState) well(p *healthPolicy, now time.Time) bool {
 // is not answering.
 type stall struct {
 	inFlight int
+	waiters  int       // attempts waiting for the answer of one in flight (a ticket's await)
 	progress time.Time // the last answer, or when attempts began to be in flight
 	heard    bool      // an answer came, since the URL's entry was made
 }
 
-// admitStall says whether one more attempt may be in flight to a URL at
-// now: yes unless maxUnanswered are in flight and it has given no answer
-// for quiet. A refusal waits quiet.
+// admitStall says whether one more attempt may be in flight to a URL, or
+// wait for the answer of one, at now: yes unless maxUnanswered are in
+// flight or waiting and it has given no answer for quiet. A refusal waits
+// quiet.
 func (s *stall) admitStall(maxUnanswered int, quiet time.Duration, now time.Time) bool {
-	return s.inFlight < maxUnanswered || now.Sub(s.progress) < quiet
+	return s.inFlight+s.waiters < maxUnanswered || now.Sub(s.progress) < quiet
 }
 
 // begin and end count an attempt in flight; end notes an answer. A URL

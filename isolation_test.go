@@ -610,6 +610,62 @@ func TestHealth_AWaitForAFirstAnswerLeavesTheAttemptItsTime(t *testing.T) {
 	})
 }
 
+// A burst of jobs to one dead URL, taken by a pool of workers (a queue's),
+// does not take every worker for the first attempt's whole time: past
+// quiet, at most MaxUnanswered attempts are in flight to it or wait for its
+// first answer, and the others are refused, so the jobs to URLs that answer,
+// behind the burst, go (a review's finding: with every worker waiting, no
+// attempt elsewhere was answered, the URL was never found silent, and they
+// went after the first attempt's 10 s).
+func TestHealth_ABurstToADeadURLTakesNotEveryWorker(t *testing.T) {
+	for _, deadline := range []bool{false, true} {
+		t.Run("deadline="+strconv.FormatBool(deadline), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ep := &deadPaths{}
+				const timeout = 10 * time.Second
+				s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: ep}, AttemptTimeout: timeout,
+					Retry: &webhook.RetryPolicy{}, Health: &webhook.HealthOptions{}})
+				require.NoError(t, err)
+				_, err = s.Send(context.Background(), hungConn("/ok/warm"), payloadFor(0)) // the Sender has seen answers
+				require.NoError(t, err)
+				jobs := make(chan int, 40)
+				for i := range 20 {
+					jobs <- i // to the dead URL
+				}
+				for i := 20; i < 40; i++ {
+					jobs <- i // to URLs that answer
+				}
+				close(jobs)
+				start := time.Now()
+				var firstOK atomic.Int64
+				var wg sync.WaitGroup
+				for range 8 { // the workers
+					wg.Go(func() {
+						for i := range jobs {
+							ctx, cancel := context.Background(), context.CancelFunc(func() {})
+							if deadline { // riverhook's job: AttemptTimeout and 10 s
+								ctx, cancel = context.WithTimeout(ctx, timeout+10*time.Second)
+							}
+							path := "/dead/0"
+							if i >= 20 {
+								path = "/ok/" + strconv.Itoa(i)
+							}
+							_, err := s.Send(ctx, hungConn(path), payloadFor(i))
+							cancel()
+							if strings.HasPrefix(path, "/ok/") && err == nil {
+								firstOK.CompareAndSwap(0, int64(time.Since(start)))
+							}
+						}
+					})
+				}
+				wg.Wait()
+				assert.Less(t, time.Duration(firstOK.Load()), time.Second,
+					"the first delivery to a URL that answers (dead attempts in flight at most: %d)", ep.peak.Load())
+			})
+		})
+	}
+}
+
 // A stall of the Sender itself (a pause of the process, a loaded machine)
 // makes every attempt late at once: no URL is taken for one not answering
 // for it, and none is refused. A URL is silent only once an attempt
