@@ -298,17 +298,18 @@ func BenchmarkSendInMemoryHealth(b *testing.B) {
 // dead-attempts-peak is the most attempts in flight at once to one dead
 // connection; dead-total-peak to all of them together.
 //
-//	go test -run '^$' -bench Isolation -benchtime 60000x -count 5 . | benchstat -col /dead -
+//	go test -run '^$' -bench 'Isolation/dead=none' -benchtime 60000x . # then dead=path/pct=10, ..., in turns
 //
-// Measured 2026-12-06 (2 cores, shared VM; runs vary ±15%), with the
-// ratio of medians to dead=none in the same invocation. 60,000 healthy
-// deliveries, medians of 5: none 22,000/s; with 10% dead, handshake 0.92x,
-// origin 0.94x, path 0.93x; with 1%, 0.99-1.18x. 300,000, medians of 3:
-// none 22,234/s; 10% dead 0.91x, 0.95x and 0.93x. dead-total-peak was 24
-// at 10% and 8 at 1% in every run. Before, those that waited for a URL's
-// first answer went after 50 ms however slow the other answers were, and at
-// the start took every worker for an attempt's time: 0.69-0.83x over
-// 60,000, and 32 on the dead at once.
+// Measured 2026-12-06 (2 cores, shared VM; runs vary ±15%), each run a
+// process of its own in turns with dead=none, ratios of medians. 60,000
+// healthy deliveries, medians of 5: none 19,852/s; with 10% dead,
+// handshake 0.93x, origin 1.04x, path 1.03x. 300,000, medians of 6: none
+// 22,346/s; 0.90x, 0.87x and 0.87x, the rest being the dead endpoints' own
+// work in this process (their refused Sends, servers and handshakes).
+// dead-total-peak was 24 at 10% and 8 at 1% in every run. Before, those
+// that waited for a URL's first answer went after 50 ms however slow the
+// other answers were, and at the start took every worker for an attempt's
+// time: 0.69-0.83x over 60,000, and 32 on the dead at once.
 func BenchmarkIsolation(b *testing.B) {
 	for _, run := range []struct {
 		mode string
