@@ -807,17 +807,14 @@ func (u *urlEntry) settled() bool {
 }
 
 // unwait ends the wait of an attempt to URL key for the answer of one in
-// flight (a ticket's await), which then asks again or gives up.
+// flight (a ticket's await), which then asks again or gives up. The entry
+// stays, settled or not: the others woken with it find it heard when they
+// ask again, and a settled one goes at its next attempt's end or sweep.
 func (h *health) unwait(key string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	u := h.urls[key]
-	if u == nil {
-		return
-	}
-	u.waiters--
-	if u.settled() {
-		h.forgetURL(key, u)
+	if u := h.urls[key]; u != nil {
+		u.waiters--
 	}
 }
 

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptrace"
@@ -153,4 +154,42 @@ func (f *flipMarks) Since(_ context.Context, after time.Time) ([]EndpointHealth,
 			Down: f.n%2 == 1, Since: now, Changed: now, Failures: 3, LastFailure: Attempt{Kind: KindTimeout}, NextProbe: now.Add(100 * time.Millisecond)})
 	}
 	return out, now, nil
+}
+
+// Two attempts wait for a new URL's first answer; it answers, and both
+// wake. delivery.admit calls unwait, then admit again, under two separate
+// locks: when both unwaits come before either admit (two goroutines woken
+// at once by the same close), the last unwait finds the entry settled and
+// forgets it, heard and all. The second to ask again then finds a URL not
+// heard from, with the first's new attempt in flight, and waits for a
+// second first answer (a review's finding: unwait forgot the entry).
+func TestHealth_WaitersWokenByTheFirstAnswerAllGo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, err := newHealth(&HealthOptions{}, 10*time.Second, time.Now, slog.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		const origin, url = "https://h.example.com:443", "https://h.example.com/x"
+		first, _, err := h.admit(origin, url, false, time.Time{})
+		if err != nil || first.await != nil {
+			t.Fatalf("first: await %v err %v", first.await != nil, err)
+		}
+		w1, _, _ := h.admit(origin, url, false, time.Time{})
+		w2, _, _ := h.admit(origin, url, false, time.Time{})
+		if w1.await == nil || w2.await == nil {
+			t.Fatal("the next two should await the first answer")
+		}
+		time.Sleep(10 * time.Millisecond)
+		h.record(first, &Attempt{StatusCode: 200, Duration: 10 * time.Millisecond}, true, []byte(`{}`))
+		<-w1.await
+		<-w2.await
+		h.unwait(url) // w1 woke
+		h.unwait(url) // w2 woke
+		t1, _, err1 := h.admit(origin, url, false, time.Time{})
+		t2, _, err2 := h.admit(origin, url, false, time.Time{})
+		if err1 != nil || err2 != nil || t1.await != nil || t2.await != nil {
+			t.Errorf("the URL answered: both should go; w1 await %v err %v, w2 await %v err %v",
+				t1.await != nil, err1, t2.await != nil, err2)
+		}
+	})
 }
