@@ -46,7 +46,13 @@ import (
 //   - impl=sender: the Sender on that same client;
 //   - impl=sender-default: the Sender on its own default transport;
 //   - impl=retryablehttp-default: go-retryablehttp as shipped (NewClient),
-//     whose pool keeps GOMAXPROCS+1 idle connections per host.
+//     whose pool keeps GOMAXPROCS+1 idle connections per host;
+//   - impl=sender-in-turns-with-raw-bounded: the Sender and raw-bounded in
+//     turns of 64 in one loop (deliverInTurns), so that the drift of a
+//     shared machine falls on both alike: x-floor and x-floor-cpu are the
+//     Sender's ratios to raw-bounded measured side by side;
+//   - impl=raw-bounded-in-turns-with-raw-bounded: raw-bounded beside
+//     itself, whose ratios show what the method cannot tell apart.
 //
 // Compare with: benchstat -col /impl bench.txt
 func BenchmarkDeliver(b *testing.B) {
@@ -149,6 +155,15 @@ func BenchmarkDeliver(b *testing.B) {
 		{"sender-default", senderDefault},
 		{"retryablehttp-default", retryable},
 	}
+	// The Sender and its floor in turns, in one loop: the drift of a shared
+	// machine falls on both alike. The floor beside itself shows what the
+	// method cannot tell apart.
+	b.Run("conc=1/impl=raw-bounded-in-turns-with-raw-bounded", func(b *testing.B) {
+		deliverInTurns(b, rawBounded, rawBounded)
+	})
+	b.Run("conc=1/impl=sender-in-turns-with-raw-bounded", func(b *testing.B) {
+		deliverInTurns(b, sender, rawBounded)
+	})
 	for _, conc := range []int{1, 32} {
 		for _, impl := range impls {
 			b.Run("conc="+strconv.Itoa(conc)+"/impl="+impl.name, func(b *testing.B) {
@@ -356,6 +371,49 @@ func newCertificate(b *testing.B, ips []net.IP) (tls.Certificate, *x509.CertPool
 	pool := x509.NewCertPool()
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// deliverInTurns calls deliver and floor one after another, once per
+// b.Loop iteration, 64 times one and then 64 times the other, and reports
+// deliver's wall time and CPU time per delivery (cpu-µs/op, this process's)
+// and their ratios to floor's: x-floor and x-floor-cpu.
+func deliverInTurns(b *testing.B, deliver, floor func() error) {
+	const turn = 64
+	b.ReportAllocs()
+	var (
+		wall, cpu [2]int64 // per side: nanoseconds in its turns
+		calls     [2]int   // per side: deliveries in its turns
+		began     time.Time
+		cpuBegan  int64
+	)
+	end := func(side, n int) { // ends the turn of side, n deliveries long
+		wall[side] += int64(time.Since(began))
+		cpu[side] += processCPU() - cpuBegan
+		calls[side] += n
+	}
+	sides := [2]func() error{deliver, floor}
+	n := 0
+	for b.Loop() {
+		side := n / turn % 2
+		if n%turn == 0 {
+			if n > 0 {
+				end(1-side, turn)
+			}
+			began, cpuBegan = time.Now(), processCPU()
+		}
+		if err := sides[side](); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	end((n-1)/turn%2, (n-1)%turn+1)
+	if calls[0] == 0 || calls[1] == 0 {
+		return // too few iterations for both sides: nothing to compare
+	}
+	per := func(v [2]int64, side int) float64 { return float64(v[side]) / float64(calls[side]) }
+	b.ReportMetric(per(cpu, 0)/1e3, "cpu-µs/op")
+	b.ReportMetric(per(wall, 0)/per(wall, 1), "x-floor")
+	b.ReportMetric(per(cpu, 0)/per(cpu, 1), "x-floor-cpu")
 }
 
 // processCPU returns the CPU time this process has used, user and system,

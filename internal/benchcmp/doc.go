@@ -24,9 +24,10 @@
 // Signing, beside the same floor and hmac.New: this library's Sign, and the
 // peers' signing functions where they have one.
 //
-// The middleware end to end (BenchmarkMiddlewareTLS): new signed deliveries
-// posted over loopback TLS to a handler verifying with the floor, to the
-// middleware without replay memory, and to the middleware with it.
+// The receiver end to end (BenchmarkMiddlewareTLS): new signed deliveries
+// posted over loopback TLS, in turns, to a handler verifying with the floor
+// and to one of: the same handler calling Verify, the middleware without
+// replay memory, and the middleware with it.
 //
 // Deliveries per second through the Sender beside a raw net/http client,
 // the Sender's own cost in memory, and the middleware beside a hand-written

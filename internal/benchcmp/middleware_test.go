@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -17,47 +18,42 @@ import (
 )
 
 // BenchmarkMiddlewareTLS posts signed 1 KiB deliveries, each new, one after
-// another to a loopback TLS server (HTTP/2), and times each request from
-// the client's side:
+// another over loopback TLS (HTTP/2), to two servers in turns, 64 to one
+// and then 64 to the other: one runs the handler measured, the other the
+// floor, a handler that reads the body into a pooled buffer and checks it
+// with the floor's pooled keyed HMAC, as a hand-written receiver would.
+// Both share the process, so the drift of a shared machine falls on both
+// alike, and their ratio is measured within one run. The handlers measured:
 //
-//   - impl=floor: a handler that reads the body into a pooled buffer and
-//     checks it with the floor's pooled keyed HMAC, as a hand-written
-//     receiver would;
+//   - impl=floor: the floor beside itself, whose ratio shows what the
+//     method cannot tell apart;
+//   - impl=verify: the floor's handler, checking with the package-level
+//     Verify instead: what Verify costs a request;
 //   - impl=middleware: Verifier.Middleware with AllowReplays (no replay
 //     memory);
 //   - impl=once: Verifier.Middleware as it is by default, its replay memory
 //     holding 1,000 deliveries a second over the 5 minutes before.
 //
 // Every handler answers 200. Deliveries are signed in batches with the timer
-// stopped. cpu-µs/op is the process's CPU time a request, the client's and
-// the server's.
+// stopped. It reports, per request of each server: x-floor, the wall-time
+// ratio to the floor; x-floor-cpu, the ratio of the process's CPU time (the
+// client's and the server's); µs/req and floor-µs/req, wall time.
 //
 //	go test -run '^$' -bench MiddlewareTLS -count 6 > tls.txt
 //	go tool benchstat -col /impl tls.txt
 func BenchmarkMiddlewareTLS(b *testing.B) {
 	fl := newFloor(secret)
-	buffers := sync.Pool{New: func() any { return new(bytes.Buffer) }}
-	floorHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		buf := buffers.Get().(*bytes.Buffer)
-		defer buffers.Put(buf)
-		buf.Reset()
-		buf.ReadFrom(r.Body)
-		sig := r.Header.Get(signedhook.HeaderSignature)
+	floor := pooledHandler(func(h http.Header, body []byte) bool {
+		sig := h.Get(signedhook.HeaderSignature)
 		var got, want [32]byte
 		if len(sig) != len(signedhook.SignaturePrefix)+64 {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
+			return false
 		}
 		if _, err := hex.Decode(got[:], []byte(sig[len(signedhook.SignaturePrefix):])); err != nil {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
+			return false
 		}
-		fl.sum(r.Header.Get(signedhook.HeaderTimestamp), buf.Bytes(), &want)
-		if !hmac.Equal(got[:], want[:]) {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
+		fl.sum(h.Get(signedhook.HeaderTimestamp), body, &want)
+		return hmac.Equal(got[:], want[:])
 	})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	middleware := func(b *testing.B, allowReplays bool) http.Handler {
@@ -67,6 +63,7 @@ func BenchmarkMiddlewareTLS(b *testing.B) {
 		}
 		if !allowReplays {
 			fillReplayMemory(b, v)
+			runtime.GC() // the filling's garbage is not the middleware's
 		}
 		return v.Middleware(ok)
 	}
@@ -74,24 +71,53 @@ func BenchmarkMiddlewareTLS(b *testing.B) {
 		name    string
 		handler func(b *testing.B) http.Handler
 	}{
-		{"floor", func(*testing.B) http.Handler { return floorHandler }},
+		{"floor", func(*testing.B) http.Handler { return floor }},
+		{"verify", func(*testing.B) http.Handler {
+			return pooledHandler(func(h http.Header, body []byte) bool { return signedhook.Verify(secret, h, body) == nil })
+		}},
 		{"middleware", func(b *testing.B) http.Handler { return middleware(b, true) }},
 		{"once", func(b *testing.B) http.Handler { return middleware(b, false) }},
 	} {
 		b.Run("impl="+impl.name, func(b *testing.B) {
-			srv := httptest.NewUnstartedServer(impl.handler(b))
-			srv.EnableHTTP2 = true
-			srv.StartTLS()
-			defer srv.Close()
-			postDeliveries(b, srv.Client(), srv.URL)
+			postInTurns(b, impl.handler(b), floor)
 		})
 	}
 }
 
-// postDeliveries posts new deliveries to url, one per b.Loop iteration,
-// and fails b unless each is answered 200.
-func postDeliveries(b *testing.B, client *http.Client, url string) {
-	const batch = 4096
+// pooledHandler reads each request's body into a pooled buffer, as a
+// hand-written receiver would, and answers 200 when check accepts it, 401
+// otherwise.
+func pooledHandler(check func(h http.Header, body []byte) bool) http.Handler {
+	buffers := sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := buffers.Get().(*bytes.Buffer)
+		defer buffers.Put(buf)
+		buf.Reset()
+		buf.ReadFrom(r.Body)
+		if !check(r.Header, buf.Bytes()) {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
+// postInTurns posts new deliveries, one per b.Loop iteration, to a server
+// running handler and to one running floor, turn by turn, and fails b
+// unless each is answered 200. It reports each side's time per request and
+// their ratios.
+func postInTurns(b *testing.B, handler, floor http.Handler) {
+	const (
+		turn  = 64   // requests to one server before the other's turn
+		batch = 4096 // deliveries signed at once: whole turns of both
+	)
+	var servers [2]*httptest.Server
+	for i, h := range []http.Handler{handler, floor} {
+		servers[i] = httptest.NewUnstartedServer(h)
+		servers[i].EnableHTTP2 = true
+		servers[i].StartTLS()
+		defer servers[i].Close()
+	}
 	payload := body(1 << 10)
 	bodies := make([][]byte, batch)
 	headers := make([]http.Header, batch)
@@ -113,27 +139,13 @@ func postDeliveries(b *testing.B, client *http.Client, url string) {
 			headers[i][signedhook.HeaderSignature][0] = signedhook.Sign(secret, ts, p)
 		}
 	}
-	b.ReportAllocs()
-	b.SetBytes(int64(len(payload)))
-	var cpu int64 // the process's CPU time in the loop, signing left out
-	n := 0
-	for b.Loop() {
-		i := n % batch
-		if i == 0 {
-			b.StopTimer()
-			if n > 0 {
-				cpu += processCPU()
-			}
-			sign(n)
-			cpu -= processCPU()
-			b.StartTimer()
-		}
-		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(bodies[i]))
+	post := func(srv *httptest.Server, i, n int) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(bodies[i]))
 		if err != nil {
 			b.Fatal(err)
 		}
 		req.Header = headers[i]
-		resp, err := client.Do(req)
+		resp, err := srv.Client().Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -142,10 +154,55 @@ func postDeliveries(b *testing.B, client *http.Client, url string) {
 		if resp.StatusCode != http.StatusOK {
 			b.Fatalf("delivery %d: status %d", n, resp.StatusCode)
 		}
+	}
+	// Each server's connection is set up before the timer starts; those
+	// deliveries are signed again before they are sent in the loop.
+	sign(-batch)
+	post(servers[0], 0, -batch)
+	post(servers[1], 1, -batch+1)
+
+	b.ReportAllocs()
+	b.SetBytes(int64(len(payload)))
+	var (
+		wall, cpu [2]int64 // per side: nanoseconds in its turns
+		reqs      [2]int   // per side: requests in its turns
+		began     time.Time
+		cpuBegan  int64
+	)
+	end := func(side, n int) { // ends the turn of side, n requests long
+		wall[side] += int64(time.Since(began))
+		cpu[side] += processCPU() - cpuBegan
+		reqs[side] += n
+	}
+	// The side whose turn comes first after a signing, whose caches the
+	// signing left cold, changes from batch to batch.
+	sideOf := func(n int) int { return (n/turn + n/batch) % 2 }
+	n := 0
+	for b.Loop() {
+		i, side := n%batch, sideOf(n)
+		if n%turn == 0 {
+			if n > 0 {
+				end(sideOf(n-1), turn)
+			}
+			if i == 0 {
+				b.StopTimer()
+				sign(n)
+				b.StartTimer()
+			}
+			began, cpuBegan = time.Now(), processCPU()
+		}
+		post(servers[side], i, n)
 		n++
 	}
-	cpu += processCPU()
-	b.ReportMetric(float64(cpu)/float64(n)/1e3, "cpu-µs/op")
+	end(sideOf(n-1), (n-1)%turn+1)
+	if reqs[0] == 0 || reqs[1] == 0 {
+		return // too few iterations for both sides: nothing to compare
+	}
+	per := func(v int64, side int) float64 { return float64(v) / float64(reqs[side]) }
+	b.ReportMetric(per(wall[0], 0)/1e3, "µs/req")
+	b.ReportMetric(per(wall[1], 1)/1e3, "floor-µs/req")
+	b.ReportMetric(per(wall[0], 0)/per(wall[1], 1), "x-floor")
+	b.ReportMetric(per(cpu[0], 0)/per(cpu[1], 1), "x-floor-cpu")
 }
 
 // processCPU returns the CPU time this process has used, user and system,
