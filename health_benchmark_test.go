@@ -300,13 +300,14 @@ func BenchmarkSendInMemoryHealth(b *testing.B) {
 //
 //	go test -run '^$' -bench 'Isolation/dead=none' -benchtime 60000x . # then dead=path/pct=10, ..., in turns
 //
-// Measured 2026-12-06 (2 cores, shared VM; runs vary ±15%), each run a
-// process of its own in turns with dead=none, ratios of medians. 60,000
-// healthy deliveries, medians of 5: none 19,852/s; with 10% dead,
-// handshake 0.93x, origin 1.04x, path 1.03x. 300,000, medians of 6: none
-// 22,346/s; 0.90x, 0.87x and 0.87x, the rest being the dead endpoints' own
-// work in this process (their refused Sends, servers and handshakes).
-// dead-total-peak was 24 at 10% and 8 at 1% in every run. Before, those
+// Measured 2026-12-07 (2 cores, shared VM; runs vary ±15%), each run a
+// process of its own in turns with dead=none, ratios of medians of 6. With
+// 10% dead, 60,000 healthy deliveries: none 20,788/s; handshake 0.88x,
+// origin 0.94x, path 0.93x. 300,000: none 20,797/s; 0.97x, 0.95x, 0.96x.
+// dead-total-peak was 24 at 10% in every run: the 20 first attempts and 4.
+// For the first attempts' 500 ms, 8 workers deliver; then 8 deliveries wait
+// for their retries, holding MaxUnansweredTotal's places, and the other
+// deliveries to the dead are refused at once. Before 2026-12-06, those
 // that waited for a URL's first answer went after 50 ms however slow the
 // other answers were, and at the start took every worker for an attempt's
 // time: 0.69-0.83x over 60,000, and 32 on the dead at once.
