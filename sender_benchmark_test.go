@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -374,24 +375,38 @@ func newCertificate(b *testing.B, ips []net.IP) (tls.Certificate, *x509.CertPool
 }
 
 // deliverInTurns calls deliver and floor one after another, once per
-// b.Loop iteration, 64 times one and then 64 times the other, and reports
-// deliver's wall time and CPU time per delivery (cpu-µs/op, this process's)
-// and their ratios to floor's: x-floor and x-floor-cpu.
+// b.Loop iteration, 64 times one and then 64 times the other, each called
+// once before the timer starts (a connection of its own to set up). It
+// reports, per delivery of each side: µs/delivery, cpu-µs/delivery (this
+// process's CPU time) and B/delivery (bytes allocated) for deliver, the
+// same for floor (floor-…), and deliver's ratios to floor, x-floor and
+// x-floor-cpu. ns/op, B/op and allocs/op are of both sides together. The
+// collector's work is charged to the turn it runs in, whichever side
+// allocated what it collects: B/delivery says which allocates more.
 func deliverInTurns(b *testing.B, deliver, floor func() error) {
 	const turn = 64
+	sides := [2]func() error{deliver, floor}
+	for _, f := range sides {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.ReportAllocs()
+	allocs := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	allocated := func() int64 { metrics.Read(allocs); return int64(allocs[0].Value.Uint64()) }
 	var (
-		wall, cpu [2]int64 // per side: nanoseconds in its turns
-		calls     [2]int   // per side: deliveries in its turns
-		began     time.Time
-		cpuBegan  int64
+		wall, cpu, heap [2]int64 // per side, in its turns: nanoseconds, nanoseconds, bytes
+		calls           [2]int   // per side: deliveries in its turns
+		began           time.Time
+		cpuBegan        int64
+		heapBegan       int64
 	)
 	end := func(side, n int) { // ends the turn of side, n deliveries long
 		wall[side] += int64(time.Since(began))
 		cpu[side] += processCPU() - cpuBegan
+		heap[side] += allocated() - heapBegan
 		calls[side] += n
 	}
-	sides := [2]func() error{deliver, floor}
 	n := 0
 	for b.Loop() {
 		side := n / turn % 2
@@ -399,7 +414,7 @@ func deliverInTurns(b *testing.B, deliver, floor func() error) {
 			if n > 0 {
 				end(1-side, turn)
 			}
-			began, cpuBegan = time.Now(), processCPU()
+			began, cpuBegan, heapBegan = time.Now(), processCPU(), allocated()
 		}
 		if err := sides[side](); err != nil {
 			b.Fatal(err)
@@ -411,7 +426,12 @@ func deliverInTurns(b *testing.B, deliver, floor func() error) {
 		return // too few iterations for both sides: nothing to compare
 	}
 	per := func(v [2]int64, side int) float64 { return float64(v[side]) / float64(calls[side]) }
-	b.ReportMetric(per(cpu, 0)/1e3, "cpu-µs/op")
+	b.ReportMetric(per(wall, 0)/1e3, "µs/delivery")
+	b.ReportMetric(per(wall, 1)/1e3, "floor-µs/delivery")
+	b.ReportMetric(per(cpu, 0)/1e3, "cpu-µs/delivery")
+	b.ReportMetric(per(cpu, 1)/1e3, "floor-cpu-µs/delivery")
+	b.ReportMetric(per(heap, 0), "B/delivery")
+	b.ReportMetric(per(heap, 1), "floor-B/delivery")
 	b.ReportMetric(per(wall, 0)/per(wall, 1), "x-floor")
 	b.ReportMetric(per(cpu, 0)/per(cpu, 1), "x-floor-cpu")
 }

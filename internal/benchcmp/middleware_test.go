@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"syscall"
@@ -37,7 +38,11 @@ import (
 // Every handler answers 200. Deliveries are signed in batches with the timer
 // stopped. It reports, per request of each server: x-floor, the wall-time
 // ratio to the floor; x-floor-cpu, the ratio of the process's CPU time (the
-// client's and the server's); µs/req and floor-µs/req, wall time.
+// client's and the server's); µs/req and floor-µs/req, wall time; B/req
+// and floor-B/req, bytes allocated. ns/op, B/op and allocs/op are of both
+// servers together. The collector's work is charged to the turn it runs
+// in, whichever side allocated what it collects: B/req says which
+// allocates more.
 //
 //	go test -run '^$' -bench MiddlewareTLS -count 6 > tls.txt
 //	go tool benchstat -col /impl tls.txt
@@ -163,15 +168,19 @@ func postInTurns(b *testing.B, handler, floor http.Handler) {
 
 	b.ReportAllocs()
 	b.SetBytes(int64(len(payload)))
+	allocs := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	allocated := func() int64 { metrics.Read(allocs); return int64(allocs[0].Value.Uint64()) }
 	var (
-		wall, cpu [2]int64 // per side: nanoseconds in its turns
-		reqs      [2]int   // per side: requests in its turns
-		began     time.Time
-		cpuBegan  int64
+		wall, cpu, heap [2]int64 // per side, in its turns: nanoseconds, nanoseconds, bytes
+		reqs            [2]int   // per side: requests in its turns
+		began           time.Time
+		cpuBegan        int64
+		heapBegan       int64
 	)
 	end := func(side, n int) { // ends the turn of side, n requests long
 		wall[side] += int64(time.Since(began))
 		cpu[side] += processCPU() - cpuBegan
+		heap[side] += allocated() - heapBegan
 		reqs[side] += n
 	}
 	// The side whose turn comes first after a signing, whose caches the
@@ -189,7 +198,7 @@ func postInTurns(b *testing.B, handler, floor http.Handler) {
 				sign(n)
 				b.StartTimer()
 			}
-			began, cpuBegan = time.Now(), processCPU()
+			began, cpuBegan, heapBegan = time.Now(), processCPU(), allocated()
 		}
 		post(servers[side], i, n)
 		n++
@@ -198,11 +207,13 @@ func postInTurns(b *testing.B, handler, floor http.Handler) {
 	if reqs[0] == 0 || reqs[1] == 0 {
 		return // too few iterations for both sides: nothing to compare
 	}
-	per := func(v int64, side int) float64 { return float64(v) / float64(reqs[side]) }
-	b.ReportMetric(per(wall[0], 0)/1e3, "µs/req")
-	b.ReportMetric(per(wall[1], 1)/1e3, "floor-µs/req")
-	b.ReportMetric(per(wall[0], 0)/per(wall[1], 1), "x-floor")
-	b.ReportMetric(per(cpu[0], 0)/per(cpu[1], 1), "x-floor-cpu")
+	per := func(v [2]int64, side int) float64 { return float64(v[side]) / float64(reqs[side]) }
+	b.ReportMetric(per(wall, 0)/1e3, "µs/req")
+	b.ReportMetric(per(wall, 1)/1e3, "floor-µs/req")
+	b.ReportMetric(per(heap, 0), "B/req")
+	b.ReportMetric(per(heap, 1), "floor-B/req")
+	b.ReportMetric(per(wall, 0)/per(wall, 1), "x-floor")
+	b.ReportMetric(per(cpu, 0)/per(cpu, 1), "x-floor-cpu")
 }
 
 // processCPU returns the CPU time this process has used, user and system,

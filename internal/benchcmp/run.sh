@@ -17,7 +17,7 @@ mkdir -p "$out"
 echo "machine: $(go env GOOS)/$(go env GOARCH), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(go version | cut -d' ' -f3)"
 echo "count: $count; benchtime: $benchtime; raw results in $out"
 go test -run '^$' -bench . -benchtime "$benchtime" -count "$count" . > "$out/peers.txt"
-(cd ../.. && go test -run '^$' -bench 'SendInMemory|Middleware|Deliver/conc=.*/impl=(raw|retryablehttp|retryablehttp-bounded|sender)$|NewConnections' -benchtime "$benchtime" -count "$count" .) > "$out/library.txt"
+(cd ../.. && go test -run '^$' -bench 'SendInMemory|Middleware|Deliver/conc=.*/impl=(raw|raw-bounded|retryablehttp|retryablehttp-bounded|sender|.*-in-turns-with-raw-bounded)$|NewConnections' -benchtime "$benchtime" -count "$count" .) > "$out/library.txt"
 
 echo
 echo "== verification and signing beside the floor (impl=floor) and the peers"
