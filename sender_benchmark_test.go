@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -49,11 +50,15 @@ import (
 //   - impl=retryablehttp-default: go-retryablehttp as shipped (NewClient),
 //     whose pool keeps GOMAXPROCS+1 idle connections per host;
 //   - impl=sender-in-turns-with-raw-bounded: the Sender and raw-bounded in
-//     turns of 64 in one loop (deliverInTurns), so that the drift of a
-//     shared machine falls on both alike: x-floor and x-floor-cpu are the
-//     Sender's ratios to raw-bounded measured side by side;
+//     turns (deliverInTurns), so that the drift of a shared machine falls
+//     on both alike: x-floor and x-floor-cpu are the Sender's ratios to
+//     raw-bounded measured side by side;
 //   - impl=raw-bounded-in-turns-with-raw-bounded: raw-bounded beside
-//     itself, whose ratios show what the method cannot tell apart.
+//     itself, whose ratios show what the method cannot tell apart;
+//   - impl=raw-bounded-after-3µs-in-turns-with-raw-bounded: raw-bounded
+//     after 3 µs of work on the calling goroutine, beside raw-bounded: what
+//     the method makes of a known cost, which on a 2-core machine is more
+//     than the work itself (internal/benchcmp's README).
 //
 // Compare with: benchstat -col /impl bench.txt
 func BenchmarkDeliver(b *testing.B) {
@@ -158,13 +163,22 @@ func BenchmarkDeliver(b *testing.B) {
 	}
 	// The Sender and its floor in turns, in one loop: the drift of a shared
 	// machine falls on both alike. The floor beside itself shows what the
-	// method cannot tell apart.
-	b.Run("conc=1/impl=raw-bounded-in-turns-with-raw-bounded", func(b *testing.B) {
-		deliverInTurns(b, rawBounded, rawBounded)
-	})
-	b.Run("conc=1/impl=sender-in-turns-with-raw-bounded", func(b *testing.B) {
-		deliverInTurns(b, sender, rawBounded)
-	})
+	// method cannot tell apart, and the floor after 3 µs of work what it
+	// makes of a known cost.
+	for _, conc := range []int{1, 32} {
+		for _, side := range []struct {
+			name    string
+			deliver func() error
+		}{
+			{"raw-bounded", rawBounded},
+			{"raw-bounded-after-3µs", busy(3*time.Microsecond, rawBounded)},
+			{"sender", sender},
+		} {
+			b.Run("conc="+strconv.Itoa(conc)+"/impl="+side.name+"-in-turns-with-raw-bounded", func(b *testing.B) {
+				deliverInTurns(b, conc, side.deliver, rawBounded)
+			})
+		}
+	}
 	for _, conc := range []int{1, 32} {
 		for _, impl := range impls {
 			b.Run("conc="+strconv.Itoa(conc)+"/impl="+impl.name, func(b *testing.B) {
@@ -374,54 +388,73 @@ func newCertificate(b *testing.B, ips []net.IP) (tls.Certificate, *x509.CertPool
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
 
-// deliverInTurns calls deliver and floor one after another, once per
-// b.Loop iteration, 64 times one and then 64 times the other, each called
-// once before the timer starts (a connection of its own to set up). It
+// deliverInTurns calls deliver and floor in turns, one side's turn after
+// the other's, b.N calls in all: a turn is 64 calls by each of conc
+// goroutines (the calling goroutine alone when conc is 1). Each side has a
+// turn before the timer starts (connections of its own to set up). It
 // reports, per delivery of each side: µs/delivery, cpu-µs/delivery (this
 // process's CPU time) and B/delivery (bytes allocated) for deliver, the
 // same for floor (floor-…), and deliver's ratios to floor, x-floor and
 // x-floor-cpu. ns/op, B/op and allocs/op are of both sides together. The
 // collector's work is charged to the turn it runs in, whichever side
 // allocated what it collects: B/delivery says which allocates more.
-func deliverInTurns(b *testing.B, deliver, floor func() error) {
-	const turn = 64
+func deliverInTurns(b *testing.B, conc int, deliver, floor func() error) {
+	const perGoroutine = 64 // calls in a turn
 	sides := [2]func() error{deliver, floor}
-	for _, f := range sides {
-		if err := f(); err != nil {
+	// turn makes n calls of side, by conc goroutines sharing them out.
+	turn := func(side, n int) error {
+		if conc == 1 {
+			for range n {
+				if err := sides[side](); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		var left atomic.Int64
+		left.Store(int64(n))
+		errs := make(chan error, conc)
+		var wg sync.WaitGroup
+		for range conc {
+			wg.Go(func() {
+				for left.Add(-1) >= 0 {
+					if err := sides[side](); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs // nil when none failed
+	}
+	for side := range sides {
+		if err := turn(side, conc); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportAllocs()
 	allocs := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	allocated := func() int64 { metrics.Read(allocs); return int64(allocs[0].Value.Uint64()) }
 	var (
 		wall, cpu, heap [2]int64 // per side, in its turns: nanoseconds, nanoseconds, bytes
 		calls           [2]int   // per side: deliveries in its turns
-		began           time.Time
-		cpuBegan        int64
-		heapBegan       int64
 	)
-	end := func(side, n int) { // ends the turn of side, n deliveries long
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done, side := 0, 0; done < b.N; side = 1 - side {
+		n := min(perGoroutine*conc, b.N-done)
+		began, cpuBegan, heapBegan := time.Now(), processCPU(), allocated()
+		if err := turn(side, n); err != nil {
+			b.Fatal(err)
+		}
 		wall[side] += int64(time.Since(began))
 		cpu[side] += processCPU() - cpuBegan
 		heap[side] += allocated() - heapBegan
 		calls[side] += n
+		done += n
 	}
-	n := 0
-	for b.Loop() {
-		side := n / turn % 2
-		if n%turn == 0 {
-			if n > 0 {
-				end(1-side, turn)
-			}
-			began, cpuBegan, heapBegan = time.Now(), processCPU(), allocated()
-		}
-		if err := sides[side](); err != nil {
-			b.Fatal(err)
-		}
-		n++
-	}
-	end((n-1)/turn%2, (n-1)%turn+1)
+	b.StopTimer()
 	if calls[0] == 0 || calls[1] == 0 {
 		return // too few iterations for both sides: nothing to compare
 	}
@@ -434,6 +467,17 @@ func deliverInTurns(b *testing.B, deliver, floor func() error) {
 	b.ReportMetric(per(heap, 1), "floor-B/delivery")
 	b.ReportMetric(per(wall, 0)/per(wall, 1), "x-floor")
 	b.ReportMetric(per(cpu, 0)/per(cpu, 1), "x-floor-cpu")
+}
+
+// busy returns f preceded by d of work on the calling goroutine: a floor
+// with a known extra cost, whose ratio to the floor shows what the
+// in-turns method reports for it.
+func busy(d time.Duration, f func() error) func() error {
+	return func() error {
+		for start := time.Now(); time.Since(start) < d; {
+		}
+		return f()
+	}
 }
 
 // processCPU returns the CPU time this process has used, user and system,

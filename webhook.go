@@ -308,22 +308,23 @@ func validateURL(raw string) (*url.URL, error) {
 		}
 		return nil, connError("url", "is not a URL")
 	}
+	host := u.Hostname()
 	switch {
 	case u.Scheme == "":
 		return nil, connError("url", "has no scheme; want an absolute https:// URL")
 	case u.Scheme != "https":
 		return nil, connError("url", fmt.Sprintf("must use https://, got %q", u.Scheme+"://"))
-	case u.Host == "" || u.Hostname() == "":
+	case host == "":
 		return nil, connError("url", "has no host")
-	case strings.Contains(u.Hostname(), ":") && !strings.HasPrefix(u.Host, "["):
+	case strings.Contains(host, ":") && !strings.HasPrefix(u.Host, "["):
 		// Without brackets, the colons of an address and of a port are
 		// one and the same: net/http would dial another host.
 		return nil, connError("url", "an IPv6 address must be in brackets, as in https://[2001:db8::1]/")
-	case strings.Contains(u.Hostname(), "%"):
+	case strings.Contains(host, "%"):
 		// A zone names an interface of this machine, never a public
 		// address; its text is anything the customer typed.
 		return nil, connError("url", "an IPv6 address must not have a zone (%)")
-	case !validHost(u.Hostname()):
+	case !validHost(host):
 		// net/http would rewrite anything else (IDNA), or dial the raw bytes
 		// when that fails: the host dialled must be the host validated.
 		return nil, connError("url", "host must be an IP address or an ASCII host name (write an internationalised name in its xn-- form)")
