@@ -83,7 +83,7 @@ func BenchmarkDeliver(b *testing.B) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode/100 != 2 {
-			b.Fatalf("status %d", resp.StatusCode)
+			return fmt.Errorf("status %d", resp.StatusCode)
 		}
 		return nil
 	}
@@ -388,18 +388,19 @@ func newCertificate(b *testing.B, ips []net.IP) (tls.Certificate, *x509.CertPool
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
 
-// deliverInTurns calls deliver and floor in turns, one side's turn after
-// the other's, b.N calls in all: a turn is 64 calls by each of conc
-// goroutines (the calling goroutine alone when conc is 1). Each side has a
-// turn before the timer starts (connections of its own to set up). It
-// reports, per delivery of each side: µs/delivery, cpu-µs/delivery (this
-// process's CPU time) and B/delivery (bytes allocated) for deliver, the
-// same for floor (floor-…), and deliver's ratios to floor, x-floor and
-// x-floor-cpu. ns/op, B/op and allocs/op are of both sides together. The
-// collector's work is charged to the turn it runs in, whichever side
-// allocated what it collects: B/delivery says which allocates more.
+// deliverInTurns calls deliver and floor in turns, b.N calls in all, in an
+// even number of turns of nearly equal length: about 64 calls a goroutine,
+// which conc goroutines share out (the calling goroutine alone when conc
+// is 1). Before the timer starts, each side is called conc times, to set
+// up what it pools. It reports, per delivery of each side: µs/delivery,
+// cpu-µs/delivery (this process's CPU time) and B/delivery (bytes
+// allocated) for deliver, the same for floor (floor-…), and deliver's
+// ratios to floor, x-floor and x-floor-cpu. ns/op, B/op and allocs/op are
+// of both sides together. The collector's work is charged to the turn it
+// runs in, whichever side allocated what it collects: B/delivery says
+// which allocates more.
 func deliverInTurns(b *testing.B, conc int, deliver, floor func() error) {
-	const perGoroutine = 64 // calls in a turn
+	const perGoroutine = 64 // calls in a turn, about
 	sides := [2]func() error{deliver, floor}
 	// turn makes n calls of side, by conc goroutines sharing them out.
 	turn := func(side, n int) error {
@@ -440,10 +441,17 @@ func deliverInTurns(b *testing.B, conc int, deliver, floor func() error) {
 		wall, cpu, heap [2]int64 // per side, in its turns: nanoseconds, nanoseconds, bytes
 		calls           [2]int   // per side: deliveries in its turns
 	)
+	turns := 2 * max(1, b.N/(2*perGoroutine*conc)) // each side as many
 	b.ReportAllocs()
 	b.ResetTimer()
-	for done, side := 0, 0; done < b.N; side = 1 - side {
-		n := min(perGoroutine*conc, b.N-done)
+	for i := range turns {
+		side, n := i%2, b.N/turns
+		if i < b.N%turns {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
 		began, cpuBegan, heapBegan := time.Now(), processCPU(), allocated()
 		if err := turn(side, n); err != nil {
 			b.Fatal(err)
@@ -452,7 +460,6 @@ func deliverInTurns(b *testing.B, conc int, deliver, floor func() error) {
 		cpu[side] += processCPU() - cpuBegan
 		heap[side] += allocated() - heapBegan
 		calls[side] += n
-		done += n
 	}
 	b.StopTimer()
 	if calls[0] == 0 || calls[1] == 0 {

@@ -53,10 +53,10 @@ func readmeCommands(t *testing.T, path string) []string {
 // TestREADME_RunSh runs run.sh as each README writes it, through bash, at
 // the smallest size its knobs give (COUNT=1 BENCHTIME=1x: one iteration of
 // each benchmark), and checks that it measured every implementation and
-// printed benchstat's tables. The README here shows one more command, the
+// printed benchstat's tables. The README here shows two more commands: the
 // fleetbench pipeline, which riverhook's internal/fleetbench runs
-// (TestREADME_PipelineRuns); any other command line fails this test until
-// a test runs it.
+// (TestREADME_PipelineRuns), and cachegrind.sh (TestCachegrindSh); any
+// other command line fails this test until a test runs it.
 func TestREADME_RunSh(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go test on two modules' benchmarks; not with -short")
@@ -73,6 +73,8 @@ func TestREADME_RunSh(t *testing.T) {
 				// the root README's other commands: cmd/webhook's and examples' tests
 			case strings.Contains(line, "go run ./internal/fleetbench"):
 				// riverhook's TestREADME_PipelineRuns
+			case strings.Contains(line, "cachegrind.sh"):
+				// TestCachegrindSh
 			case strings.HasPrefix(line, "./internal/benchcmp/"):
 				dirs[line] = root
 			case strings.HasPrefix(line, "./"):
@@ -125,5 +127,30 @@ func TestREADME_RunSh(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCachegrindSh runs cachegrind.sh, which the README shows, from the
+// root on raw-bounded's deliveries, at a few iterations, and checks that
+// it prints its counts. It needs valgrind, which only this diagnosis uses:
+// without it, it skips.
+func TestCachegrindSh(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a benchmark under valgrind; not with -short")
+	}
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		t.Skip("valgrind is not installed (Debian's package valgrind); cachegrind.sh needs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "./internal/benchcmp/cachegrind.sh", "Deliver/conc=1/impl=raw-bounded$", "20", "40")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cachegrind.sh: %v\n%s", err, out)
+	}
+	want := regexp.MustCompile(`per iteration outside the runtime: [1-9]\d* instructions, [1-9]\d* I1 misses, [1-9]\d* D1 read misses`)
+	if !want.Match(out) {
+		t.Errorf("cachegrind.sh printed no counts:\n%s", out)
 	}
 }
