@@ -55,6 +55,7 @@ type mode struct {
 type deliveryState struct {
 	mode
 	conn     Connection
+	key      *connKey // what the Sender keeps of conn's secret
 	event    string
 	body     []byte
 	attempts []Attempt
@@ -218,7 +219,7 @@ func (d *delivery) admit(ctx context.Context) bool {
 // its kind: an invalid connection, event or body, or a context that is done
 // already.
 func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
-	u, err := d.conn.validate()
+	u, err := d.checkConn()
 	if err != nil {
 		return nil, KindInvalid, err
 	}
@@ -237,6 +238,24 @@ func (d *delivery) check(ctx context.Context) (*url.URL, FailureKind, error) {
 	return u, KindNone, nil
 }
 
+// checkConn validates the connection as Connection.Validate does, and keeps
+// what the Sender keeps of its secret for signing: its URL is checked once
+// per secret and URL (connKey.checkURL), not on every delivery.
+func (d *delivery) checkConn() (*url.URL, error) {
+	if d.conn.Secret == "" { // refused, after the URL's checks
+		return d.conn.validate()
+	}
+	d.key = d.s.keys.get(d.conn.Secret)
+	u, err := d.key.checkURL(d.conn.URL)
+	if err == nil {
+		err = d.conn.validateFields()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
 // bound returns a copy of r whose context ends when the delivery's does or
 // when the attempt has taken the Sender's AttemptTimeout, from dialling to
 // the end of the response body: finish reads the body, then ends the
@@ -246,10 +265,10 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	deadline := time.Now().Add(d.s.timeout)
 	// Lets NewTransport's dialer bound the dial and TLS handshake by the
 	// attempt, and tell a proxy's connection from a direct one.
-	ctx := withDialScope(d.ctx, deadline)
-	caller := httptrace.ContextClientTrace(ctx)
-	d.cur.trace = newConnTrace()
-	ctx = httptrace.WithClientTrace(ctx, &d.cur.trace.trace)
+	scope := withDialScope(d.ctx, deadline)
+	caller := httptrace.ContextClientTrace(scope)
+	d.cur.trace = &scope.trace
+	ctx := httptrace.WithClientTrace(scope, &d.cur.trace.trace)
 	if caller != nil && caller.Got1xxResponse != nil {
 		ctx = bound1xx(ctx, httptrace.ContextClientTrace(ctx), &d.cur.trace.got1xx)
 	}
@@ -284,7 +303,7 @@ func (d *delivery) sign(h http.Header, vals []string) {
 	var buf [20 + signatureLen]byte
 	b := strconv.AppendInt(buf[:0], d.cur.ts, 10)
 	n := len(b)
-	both := string(d.s.keys.get(d.conn.Secret).appendSignature(b, d.cur.ts, d.body))
+	both := string(d.key.mac.appendSignature(b, d.cur.ts, d.body))
 	vals[0], vals[1] = both[:n], both[n:]
 	h[HeaderTimestamp], h[HeaderSignature] = vals[0:1:1], vals[1:2:2]
 }
@@ -486,8 +505,8 @@ func (d *delivery) scrubText(s string) string {
 // connTrace notes the connection an attempt got (httptrace's GotConn):
 // endpoint health counts only the attempts that got none against their
 // endpoint, and a connection of NewTransport's reads what its attempts
-// lend it (readbudget.go). One is made per attempt, since net/http may
-// call it from another goroutine.
+// lend it (readbudget.go). One is made per attempt (withDialScope), since
+// net/http may call it from another goroutine.
 type connTrace struct {
 	connected atomic.Bool
 	conn      atomic.Pointer[boundedConn] // lent the attempt's allowance
@@ -495,11 +514,10 @@ type connTrace struct {
 	trace     httptrace.ClientTrace
 }
 
-func newConnTrace() *connTrace {
-	t := &connTrace{}
+// init sets t's hooks.
+func (t *connTrace) init() {
 	t.trace.GotConn = t.gotConn
 	t.trace.Got1xxResponse = func(_ int, h textproto.MIMEHeader) error { return t.got1xx.count(h) }
-	return t
 }
 
 func (t *connTrace) gotConn(info httptrace.GotConnInfo) {

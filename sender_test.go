@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -531,4 +532,64 @@ func TestSender_NeverRepeatsASignature(t *testing.T) {
 		}
 		assert.Equal(t, now+1000, latest)
 	})
+}
+
+// A Sender checks a connection's URL once per secret and URL: every
+// delivery still goes to its own connection's URL, as it is now, over a
+// request of its own, and is refused when any field is invalid.
+func TestSend_TheURLCheckedOnceIsEachDeliverysOwn(t *testing.T) {
+	rv := newReceiver(t)
+	var mutate atomic.Bool
+	base := rv.Client().Transport
+	s := newTestSender(t, rv, &webhook.SenderOptions{Client: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if mutate.Swap(false) { // a RoundTripper that changes the request's URL in place
+			r.URL.RawQuery, r.URL.Path = "changed=1", "/changed"
+		}
+		return base.RoundTrip(r)
+	})}})
+	ctx := context.Background()
+	a, b := rv.conn("/a"), rv.conn("/b?x=1") // one secret for two URLs
+	mutate.Store(true)
+	for _, c := range []webhook.Connection{a, a, b, a, b} {
+		_, err := s.Send(ctx, c, samplePayload())
+		require.NoError(t, err)
+	}
+	var paths []string
+	for _, d := range rv.deliveries() {
+		paths = append(paths, d.Path)
+	}
+	assert.Equal(t, []string{"/changed", "/a", "/b", "/a", "/b"}, paths, "the first request's change stays its own")
+
+	for _, tc := range []struct {
+		field string
+		c     webhook.Connection
+	}{
+		{"method", webhook.Connection{Name: a.Name, URL: a.URL, Secret: a.Secret, Method: http.MethodGet}},
+		{"url", webhook.Connection{Name: a.Name, URL: strings.Replace(a.URL, "https://", "http://", 1), Secret: a.Secret}},
+		{`headers["Host"]`, webhook.Connection{Name: a.Name, URL: a.URL, Secret: a.Secret, Headers: map[string]string{"Host": "x"}}},
+	} {
+		res, err := s.Send(ctx, tc.c, samplePayload())
+		var fe *webhook.FieldError
+		require.ErrorAs(t, err, &fe, tc.field)
+		assert.Equal(t, tc.field, fe.Field)
+		assert.ErrorIs(t, err, webhook.ErrInvalidConnection)
+		assert.Empty(t, res.Attempts, "nothing sent")
+	}
+	assert.Len(t, rv.deliveries(), 5)
+
+	// At once, the two URLs taking each other's place: each goes to its own.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			c := []webhook.Connection{a, b}[i%2]
+			_, err := s.Send(ctx, c, samplePayload())
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	count := map[string]int{}
+	for _, d := range rv.deliveries()[5:] {
+		count[d.Path]++
+	}
+	assert.Equal(t, map[string]int{"/a": 4, "/b": 4}, count)
 }

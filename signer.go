@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"hash"
 	"hash/maphash"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -86,10 +87,15 @@ type macState struct {
 var period = []byte{'.'}
 
 func newKeyedMAC(secret string) *keyedMAC {
-	key := []byte(secret)
 	k := new(keyedMAC)
-	k.pool.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
+	k.init(secret)
 	return k
+}
+
+// init keys k's states with secret.
+func (k *keyedMAC) init(secret string) {
+	key := []byte(secret)
+	k.pool.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
 }
 
 // sum writes the HMAC of "<ts>.<body>" to out.
@@ -145,8 +151,23 @@ const (
 )
 
 type keyShard struct {
-	keys atomic.Pointer[map[string]*keyedMAC]
+	keys atomic.Pointer[map[string]*connKey]
 	mu   sync.Mutex // held to replace keys
+}
+
+// connKey is what a Sender keeps of a connection's secret: its keyed
+// states, and the URL last sent to with it, checked: a connection's URL is
+// parsed and checked once, not on every delivery (most secrets sign for
+// one URL; another one is checked and takes its place).
+type connKey struct {
+	mac keyedMAC
+	url atomic.Pointer[checkedURL]
+}
+
+// checkedURL is a URL's text and what validateURL made of it.
+type checkedURL struct {
+	raw    string
+	parsed url.URL
 }
 
 type keyCache struct {
@@ -156,8 +177,8 @@ type keyCache struct {
 
 func newKeyCache() *keyCache { return &keyCache{seed: maphash.MakeSeed()} }
 
-// get returns the keyed states of secret.
-func (c *keyCache) get(secret string) *keyedMAC {
+// get returns what is kept of secret.
+func (c *keyCache) get(secret string) *connKey {
 	s := &c.shards[maphash.String(c.seed, secret)%keyShards]
 	if m := s.keys.Load(); m != nil {
 		if k, ok := (*m)[secret]; ok {
@@ -172,7 +193,7 @@ func (c *keyCache) get(secret string) *keyedMAC {
 			return k
 		}
 	}
-	next := make(map[string]*keyedMAC, keysPerShard)
+	next := make(map[string]*connKey, keysPerShard)
 	if old != nil {
 		for sec, k := range *old {
 			next[sec] = k
@@ -184,10 +205,27 @@ func (c *keyCache) get(secret string) *keyedMAC {
 			break
 		}
 	}
-	k := newKeyedMAC(secret)
+	k := new(connKey)
+	k.mac.init(secret)
 	next[secret] = k
 	s.keys.Store(&next)
 	return k
+}
+
+// checkURL returns validateURL(raw) for a connection signed with k's
+// secret: a copy of what it returned before when raw is the URL checked
+// last, the caller's to change.
+func (k *connKey) checkURL(raw string) (*url.URL, error) {
+	if last := k.url.Load(); last != nil && last.raw == raw {
+		u := last.parsed
+		return &u, nil
+	}
+	u, err := validateURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	k.url.Store(&checkedURL{raw: raw, parsed: *u})
+	return u, nil
 }
 
 // appendSignature appends the signature of a delivery with k's secret.

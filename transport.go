@@ -329,11 +329,12 @@ type dialScope struct {
 	deadline time.Time
 }
 
-// scopeContext is a context carrying a dialScope: one allocation for both
-// the value and its context.
+// scopeContext is a context carrying an attempt's dialScope, and its
+// connTrace: one allocation for the values and their context.
 type scopeContext struct {
 	context.Context
-	s dialScope
+	s     dialScope
+	trace connTrace
 }
 
 type dialScopeKey struct{}
@@ -345,10 +346,12 @@ func (c *scopeContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// withDialScope returns ctx carrying a new dialScope that ends by deadline.
-func withDialScope(ctx context.Context, deadline time.Time) context.Context {
+// withDialScope returns ctx carrying a new dialScope that ends by deadline,
+// and a connTrace not yet in its ClientTrace (see delivery.bound).
+func withDialScope(ctx context.Context, deadline time.Time) *scopeContext {
 	c := &scopeContext{Context: ctx}
 	c.s.deadline = deadline
+	c.trace.init()
 	return c
 }
 

@@ -62,9 +62,11 @@
 //     slower than a first answer is waited for. An endpoint no attempt goes
 //     to is forgotten after an hour, or a day when down.
 //
-// A [Sender] and a [Verifier] also keep the keyed hash states of their own
-// secrets. [Sign] and [Verify] reuse those of their last secrets from a pool
-// that the garbage collector empties.
+// A [Verifier] also keeps the keyed hash states of its secrets. A [Sender]
+// keeps, for 4,096 secrets at most, their keyed hash states and the URL each
+// last signed for, parsed and checked once. [Sign] and [Verify] reuse the
+// states of their last secrets from a pool that the garbage collector
+// empties.
 //
 // # Retries
 //
@@ -238,38 +240,46 @@ func (c Connection) validate() (*url.URL, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.validateFields(); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// validateFields is Validate for the fields other than the URL.
+func (c Connection) validateFields() error {
 	switch c.Method {
 	case "", http.MethodPost, http.MethodPut, http.MethodPatch:
 	default:
-		return nil, connError("method", fmt.Sprintf("want POST, PUT or PATCH, got %q", c.Method))
+		return connError("method", fmt.Sprintf("want POST, PUT or PATCH, got %q", c.Method))
 	}
 	if c.Secret == "" {
-		return nil, connError("secret", "must not be empty")
+		return connError("secret", "must not be empty")
 	}
 	if c.MaxInFlight < 0 {
-		return nil, connError("maxInFlight", fmt.Sprintf("must not be negative, got %d (zero means the default)", c.MaxInFlight))
+		return connError("maxInFlight", fmt.Sprintf("must not be negative, got %d (zero means the default)", c.MaxInFlight))
 	}
 	if c.RateLimit < 0 || math.IsNaN(c.RateLimit) || math.IsInf(c.RateLimit, 0) {
-		return nil, connError("rateLimit", fmt.Sprintf("want a finite number of deliveries a second, zero for the default, got %v", c.RateLimit))
+		return connError("rateLimit", fmt.Sprintf("want a finite number of deliveries a second, zero for the default, got %v", c.RateLimit))
 	}
 	for i, event := range c.Events {
 		if !validEvent(event) {
-			return nil, connError(fmt.Sprintf("events[%d]", i), fmt.Sprintf("want a non-empty event name without control characters, got %q", redact.Printable(event)))
+			return connError(fmt.Sprintf("events[%d]", i), fmt.Sprintf("want a non-empty event name without control characters, got %q", redact.Printable(event)))
 		}
 	}
 	names := c.headerNames() // sorted: report the same header first every time
 	for i, name := range names {
 		if err := validateHeader(name, c.Headers[name]); err != nil {
-			return nil, err
+			return err
 		}
 		for _, other := range names[i+1:] {
 			if strings.EqualFold(name, other) {
 				// Both would be sent under one canonical name, in map order.
-				return nil, connError(headerField(name), fmt.Sprintf("is the same header as %q; keep one", other))
+				return connError(headerField(name), fmt.Sprintf("is the same header as %q; keep one", other))
 			}
 		}
 	}
-	return u, nil
+	return nil
 }
 
 // unbracketedColons reports whether raw's authority (less any user
