@@ -446,7 +446,14 @@ func (sh *replayShard) put(k replayKey, index int64, st stamp) {
 		sh.evict() // which may drop a bucket: where index goes is to be found again
 	}
 	if i, ok = sh.search(index); !ok {
-		sh.buckets = slices.Insert(sh.buckets, i, &replayBucket{index: index, seen: map[replayKey]stamp{}})
+		// A new span's bucket is made with room for as many entries as
+		// the span before it got: no growing, entry by entry, at a steady
+		// rate.
+		size := 0
+		if i == len(sh.buckets) && i > 0 {
+			size = len(sh.buckets[i-1].seen)
+		}
+		sh.buckets = slices.Insert(sh.buckets, i, &replayBucket{index: index, seen: make(map[replayKey]stamp, size)})
 	}
 	b := sh.buckets[i]
 	b.seen[k] = st
