@@ -138,6 +138,14 @@ type TransportOptions struct {
 // the way: an HTTP/2 receiver that goes on sending on a reset stream,
 // which net/http would read and discard for the connection's life, has it
 // closed instead. Through an http:// proxy too.
+//
+// An HTTP/2 receiver that stops reading its socket while it makes the
+// client write (PINGs to acknowledge) blocks the connection's writer, and
+// net/http ends an attempt's stream with a write: the attempt would last as
+// long as the receiver kept the connection. When a Sender's attempt on a
+// connection of this transport runs out of time while a write on the
+// connection is under way, the connection is closed, with the attempts on
+// it.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}

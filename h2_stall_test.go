@@ -1,0 +1,174 @@
+package webhook_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/signedhook/webhook"
+)
+
+// h2Frame returns an HTTP/2 frame of type typ with flags on stream.
+func h2Frame(typ, flags byte, stream uint32, payload []byte) []byte {
+	var h [9]byte
+	h[0], h[1], h[2] = byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload))
+	h[3], h[4] = typ, flags
+	binary.BigEndian.PutUint32(h[5:], stream)
+	return append(h[:], payload...)
+}
+
+// TestSend_HTTP2ReceiverThatStopsReadingIsCutWhenTheAttemptEnds: a receiver
+// answers a delivery's headers, then stops reading its socket while it
+// makes the client write (PINGs to acknowledge, whose answers fill both
+// socket buffers). The HTTP/2 connection's writer blocks holding its lock;
+// net/http ends the stream of an attempt whose time is up with a write
+// under that lock, and only then lets the read of the answer's body
+// return. The attempt still ends at its AttemptTimeout: its connection,
+// whose write is blocked then, is closed (a review's finding: the attempt
+// lasted as long as the receiver kept the connection open).
+func TestSend_HTTP2ReceiverThatStopsReadingIsCutWhenTheAttemptEnds(t *testing.T) {
+	srv := newRawH2(t)
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.pool}, AllowPrivateNetworks: true})
+	const timeout = 2 * time.Second // about 1 s of PINGs fills the buffers
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr},
+		AttemptTimeout: timeout, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+
+	conns := make(chan *tls.Conn, 1)
+	serverDone := make(chan struct{})
+	go func() {
+		defer close(serverDone)
+		raw, err := srv.ln.Accept()
+		if err != nil {
+			return
+		}
+		conn := tls.Server(raw, srv.cfg)
+		conns <- conn
+		if conn.Handshake() != nil {
+			return
+		}
+		if _, err := io.ReadFull(conn, make([]byte, 24)); err != nil { // the preface
+			return
+		}
+		conn.Write(h2Frame(0x4, 0, 0, nil)) // SETTINGS
+		var stream uint32
+		for stream == 0 { // until the request has ended
+			var h [9]byte
+			if _, err := io.ReadFull(conn, h[:]); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(conn, make([]byte, int(h[0])<<16|int(h[1])<<8|int(h[2]))); err != nil {
+				return
+			}
+			switch {
+			case h[3] == 0x4 && h[4]&0x1 == 0: // SETTINGS: acknowledged
+				conn.Write(h2Frame(0x4, 0x1, 0, nil))
+			case (h[3] == 0x0 || h[3] == 0x1) && h[4]&0x1 != 0: // END_STREAM
+				stream = binary.BigEndian.Uint32(h[5:]) & 0x7fffffff
+			}
+		}
+		// 200 (HPACK static index 8) without END_STREAM and no body yet;
+		// then PINGs, and never a read again.
+		conn.Write(h2Frame(0x1, 0x4, stream, []byte{0x88}))
+		var pings []byte
+		for range 400_000 {
+			pings = append(pings, h2Frame(0x6, 0, 0, make([]byte, 8))...)
+		}
+		conn.SetWriteDeadline(time.Now().Add(time.Minute))
+		conn.Write(pings)
+	}()
+	t.Cleanup(func() {
+		select {
+		case c := <-conns:
+			c.Close()
+		default:
+		}
+		<-serverDone
+	})
+
+	done := make(chan *webhook.Result, 1)
+	start := time.Now()
+	go func() {
+		res, _ := s.Send(context.Background(), webhook.Connection{URL: "https://" + srv.addr() + "/hook", Secret: testSecret}, samplePayload())
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		require.Len(t, res.Attempts, 1)
+		// The status came: delivered, with the answer's body cut.
+		assert.Equal(t, http.StatusOK, res.Attempts[0].StatusCode)
+		assert.Less(t, res.Attempts[0].Duration, timeout+timeout/2)
+	case <-time.After(5 * timeout):
+		(<-conns).Close() // the receiver lets the attempt go
+		t.Fatalf("Send was still blocked %v after it began (AttemptTimeout %v), until the receiver closed the connection: %v",
+			time.Since(start).Round(time.Second), timeout, (<-done).Attempts)
+	}
+}
+
+// TestSend_HTTP2AttemptThatTimesOutLeavesItsConnectionsOtherDeliveries: on
+// one HTTP/2 connection, an attempt whose answer's body does not end in
+// time has its stream reset alone; a delivery in flight on the same
+// connection is answered.
+func TestSend_HTTP2AttemptThatTimesOutLeavesItsConnectionsOtherDeliveries(t *testing.T) {
+	slowEnded := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/slow" {
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte("partial"))
+			http.NewResponseController(w).Flush()
+			<-r.Context().Done() // reset by the client
+			close(slowEnded)
+			return
+		}
+		if r.URL.Path == "/ok" {
+			<-slowEnded // answered once the slow one's attempt has ended
+		}
+	}))
+	var conns atomic.Int32
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	pool := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	newSender := func(timeout time.Duration) *webhook.Sender { // on one transport: one connection
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr},
+			AttemptTimeout: timeout, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
+		require.NoError(t, err)
+		return s
+	}
+	s := newSender(300 * time.Millisecond)
+	t.Cleanup(s.CloseIdleConnections)
+
+	_, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL + "/warm", Secret: testSecret}, samplePayload())
+	require.NoError(t, err) // the connection the next two share
+
+	ok := make(chan *webhook.Result, 1)
+	go func() {
+		res, _ := newSender(time.Minute).Send(context.Background(), webhook.Connection{URL: srv.URL + "/ok", Secret: testSecret}, samplePayload())
+		ok <- res
+	}()
+	res, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL + "/slow", Secret: testSecret}, samplePayload())
+	require.NoError(t, err, "the status came")
+	assert.Equal(t, "partial", string(res.Attempts[0].ResponseBody))
+	other := <-ok
+	require.NoError(t, other.Err)
+	assert.Equal(t, http.StatusOK, other.Attempts[0].StatusCode)
+	assert.Equal(t, int32(1), conns.Load(), "one connection for the three")
+}
