@@ -298,7 +298,7 @@ func newRequestBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReade
 func (d *delivery) sign(h http.Header, vals []string) {
 	d.cur.start = d.s.now() // the attempt starts as it is signed
 	nowMs := d.cur.start.UnixMilli()
-	d.cur.ts = d.s.issued.next(d.conn.Secret, d.body, max(nowMs, d.lastTS+1), nowMs)
+	d.cur.ts = d.s.issued.next(d.s.issued.key(d.key, d.body), max(nowMs, d.lastTS+1), nowMs)
 	d.lastTS = d.cur.ts
 	var buf [20 + signatureLen]byte
 	b := strconv.AppendInt(buf[:0], d.cur.ts, 10)

@@ -38,20 +38,19 @@ type issuedShard struct {
 
 func newIssued() *issued { return &issued{seed: maphash.MakeSeed()} }
 
-// next returns the timestamp to sign body with for secret: want, or the
-// first millisecond after the last one signed for them if that is later,
-// and records it. nowMs is the clock's millisecond. A body signed for one
-// secret more than a thousand times a second, steadily, would run its
-// timestamps ahead without end, out of receivers' windows: past
-// issuedMaxLead ahead of the clock, it is signed at want again, a copy of
-// one signed before rather than a delivery refused as too new.
-func (is *issued) next(secret string, body []byte, want, nowMs int64) int64 {
-	var h maphash.Hash
-	h.SetSeed(is.seed)
-	h.WriteString(secret)
-	h.WriteByte(0)
-	h.Write(body)
-	key := h.Sum64()
+// key returns the key of body signed with k's secret: a hash of the body
+// and the secret's (connKey.hash).
+func (is *issued) key(k *connKey, body []byte) uint64 { return maphash.Bytes(is.seed, body) ^ k.hash }
+
+// next returns the timestamp to sign a body with for a secret, whose key
+// is key: want, or the first millisecond after the last one signed for
+// them if that is later, and records it. nowMs is the clock's millisecond.
+// A body signed for one secret more than a thousand times a second,
+// steadily, would run its timestamps ahead without end, out of receivers'
+// windows: past issuedMaxLead ahead of the clock, it is signed at want
+// again, a copy of one signed before rather than a delivery refused as too
+// new.
+func (is *issued) next(key uint64, want, nowMs int64) int64 {
 	sh := &is.shards[key%issuedShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -160,8 +160,9 @@ type keyShard struct {
 // parsed and checked once, not on every delivery (most secrets sign for
 // one URL; another one is checked and takes its place).
 type connKey struct {
-	mac keyedMAC
-	url atomic.Pointer[checkedURL]
+	mac  keyedMAC
+	url  atomic.Pointer[checkedURL]
+	hash uint64 // the secret's, with the cache's seed: the same for the Sender's life
 }
 
 // checkedURL is a URL's text and what validateURL made of it.
@@ -179,7 +180,8 @@ func newKeyCache() *keyCache { return &keyCache{seed: maphash.MakeSeed()} }
 
 // get returns what is kept of secret.
 func (c *keyCache) get(secret string) *connKey {
-	s := &c.shards[maphash.String(c.seed, secret)%keyShards]
+	hash := maphash.String(c.seed, secret)
+	s := &c.shards[hash%keyShards]
 	if m := s.keys.Load(); m != nil {
 		if k, ok := (*m)[secret]; ok {
 			return k
@@ -205,7 +207,7 @@ func (c *keyCache) get(secret string) *connKey {
 			break
 		}
 	}
-	k := new(connKey)
+	k := &connKey{hash: hash}
 	k.mac.init(secret)
 	next[secret] = k
 	s.keys.Store(&next)

@@ -501,6 +501,9 @@ func (c Connection) LogValue() slog.Value {
 
 // headerNames returns the names of c's custom headers, sorted.
 func (c Connection) headerNames() []string {
+	if len(c.Headers) == 0 {
+		return nil
+	}
 	names := make([]string, 0, len(c.Headers))
 	for name := range c.Headers {
 		names = append(names, name)
