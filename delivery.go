@@ -342,7 +342,7 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 	}
 	if resp != nil {
 		a.StatusCode = resp.StatusCode
-		a.ResponseBody = d.scrubBody(readResponseBody(cur.ctx, resp, cur.trace))
+		a.ResponseBody = d.scrubBody(readResponseBody(resp))
 	}
 	cur.cancel() // the attempt ends once its answer is read
 	cur.trace.done()
@@ -408,16 +408,9 @@ func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) 
 // readResponseBody returns the start of resp's body, drains a bounded rest
 // so the connection can be reused, and closes it. A read error (the attempt
 // timing out, say) shows as a shorter body: the status has already come.
-// ctx is the attempt's: once it is done, the reads and the close return.
-// Over HTTP/2 they need a write on the connection first, which a receiver
-// that stops reading holds: if ctx ends while a write on the connection is
-// under way, the connection trace t knows, the connection is closed.
-func readResponseBody(ctx context.Context, resp *http.Response, t *connTrace) (excerpt []byte, cut bool) {
+func readResponseBody(resp *http.Response) (excerpt []byte, cut bool) {
 	body := resp.Body
 	resp.Body = http.NoBody
-	if resp.ProtoMajor == 2 && body != http.NoBody {
-		defer context.AfterFunc(ctx, t.cutWriting)()
-	}
 	defer body.Close()
 	if resp.ContentLength == 0 {
 		return nil, false // the common answer: nothing to read
@@ -534,14 +527,6 @@ func (t *connTrace) gotConn(info httptrace.GotConnInfo) {
 		if old := t.conn.Swap(c); old != nil {
 			old.end() // net/http retried the request on another connection
 		}
-	}
-}
-
-// cutWriting closes the attempt's connection if a write on it is under
-// way (boundedConn.cutWriting).
-func (t *connTrace) cutWriting() {
-	if c := t.conn.Load(); c != nil {
-		c.cutWriting()
 	}
 }
 

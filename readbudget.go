@@ -46,7 +46,6 @@ type boundedConn struct {
 	allowance int64        // readAllowance, with the stream window its transport opens
 	inflight  atomic.Int64 // attempts on it
 	budget    atomic.Int64 // bytes it may still read
-	writing   atomic.Int32 // writes under way (see cutWriting)
 }
 
 // newBoundedConn bounds c, whose transport opens HTTP/2 streams a window
@@ -66,29 +65,6 @@ func (c *boundedConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
-}
-
-func (c *boundedConn) Write(p []byte) (int, error) {
-	c.writing.Add(1)
-	defer c.writing.Add(-1)
-	return c.Conn.Write(p)
-}
-
-// cutWriting closes the connection if a write is under way: called when an
-// attempt's time is up before its answer was read (connTrace.cutWriting),
-// it ends a write that a receiver which stopped reading holds, and with it
-// the attempt. Over HTTP/2, every write on the connection holds its
-// writer's lock, which net/http needs to end the attempt's stream before
-// the attempt's read of the answer returns: a receiver that makes the
-// client write (PINGs to acknowledge) and never reads would hold the
-// attempt for as long as it keeps the connection. A write under way when
-// an attempt's time is up is one that a receiver reading its socket would
-// have let finish by then: the connection is closed with the attempts on
-// it, as a connection that does not answer.
-func (c *boundedConn) cutWriting() {
-	if c.writing.Load() > 0 {
-		c.Conn.Close()
-	}
 }
 
 // begin lends the connection an attempt's allowance.

@@ -30,8 +30,8 @@ type SenderOptions struct {
 	// NewTransport's transport, guarded unless AllowPrivateNetworks is set.
 	// A Client of your own keeps the private-network guard when its
 	// Transport is, or wraps, one from NewTransport; any other transport
-	// has no guard, no bound on response headers, and over HTTP/2 no cut
-	// of a receiver that stops reading (see NewTransport).
+	// has no guard, no bound on response headers, and over HTTP/2 no bound
+	// on a receiver that stops reading (see NewTransport).
 	Client *http.Client
 
 	// Retry is the retry policy. Nil means DefaultRetryPolicy(): to turn

@@ -3,9 +3,11 @@ package webhook_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -539,26 +541,30 @@ func TestSender_NeverRepeatsASignature(t *testing.T) {
 // request of its own, and is refused when any field is invalid.
 func TestSend_TheURLCheckedOnceIsEachDeliverysOwn(t *testing.T) {
 	rv := newReceiver(t)
-	var mutate atomic.Bool
+	var requests atomic.Int32
 	base := rv.Client().Transport
 	s := newTestSender(t, rv, &webhook.SenderOptions{Client: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if mutate.Swap(false) { // a RoundTripper that changes the request's URL in place
+		if requests.Add(1) == 2 { // a RoundTripper that changes the second request's URL in place
 			r.URL.RawQuery, r.URL.Path = "changed=1", "/changed"
+			*r.URL.User = *url.UserPassword("changed", "changed")
 		}
 		return base.RoundTrip(r)
 	})}})
 	ctx := context.Background()
 	a, b := rv.conn("/a"), rv.conn("/b?x=1") // one secret for two URLs
-	mutate.Store(true)
-	for _, c := range []webhook.Connection{a, a, b, a, b} {
+	a.URL = strings.Replace(a.URL, "https://", "https://alice:s3cret@", 1)
+	for _, c := range []webhook.Connection{a, a, a, b, a, b} {
 		_, err := s.Send(ctx, c, samplePayload())
 		require.NoError(t, err)
 	}
-	var paths []string
+	var paths, users []string
 	for _, d := range rv.deliveries() {
 		paths = append(paths, d.Path)
+		users = append(users, d.Header.Get("Authorization"))
 	}
-	assert.Equal(t, []string{"/changed", "/a", "/b", "/a", "/b"}, paths, "the first request's change stays its own")
+	assert.Equal(t, []string{"/a", "/changed", "/a", "/b", "/a", "/b"}, paths, "the second request's change stays its own")
+	alice := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:s3cret"))
+	assert.Equal(t, []string{alice, alice, alice, "", alice, ""}, users, "its change of the user too (made after the header was set)")
 
 	for _, tc := range []struct {
 		field string
@@ -575,7 +581,7 @@ func TestSend_TheURLCheckedOnceIsEachDeliverysOwn(t *testing.T) {
 		assert.ErrorIs(t, err, webhook.ErrInvalidConnection)
 		assert.Empty(t, res.Attempts, "nothing sent")
 	}
-	assert.Len(t, rv.deliveries(), 5)
+	assert.Len(t, rv.deliveries(), 6)
 
 	// At once, the two URLs taking each other's place: each goes to its own.
 	var wg sync.WaitGroup
@@ -588,7 +594,7 @@ func TestSend_TheURLCheckedOnceIsEachDeliverysOwn(t *testing.T) {
 	}
 	wg.Wait()
 	count := map[string]int{}
-	for _, d := range rv.deliveries()[5:] {
+	for _, d := range rv.deliveries()[6:] {
 		count[d.Path]++
 	}
 	assert.Equal(t, map[string]int{"/a": 4, "/b": 4}, count)

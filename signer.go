@@ -216,17 +216,26 @@ func (c *keyCache) get(secret string) *connKey {
 
 // checkURL returns validateURL(raw) for a connection signed with k's
 // secret: a copy of what it returned before when raw is the URL checked
-// last, the caller's to change.
+// last, the caller's to change, its user information too.
 func (k *connKey) checkURL(raw string) (*url.URL, error) {
 	if last := k.url.Load(); last != nil && last.raw == raw {
 		u := last.parsed
+		if u.User != nil {
+			user := *u.User
+			u.User = &user
+		}
 		return &u, nil
 	}
 	u, err := validateURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	k.url.Store(&checkedURL{raw: raw, parsed: *u})
+	kept := checkedURL{raw: raw, parsed: *u}
+	if u.User != nil {
+		user := *u.User
+		kept.parsed.User = &user
+	}
+	k.url.Store(&kept)
 	return u, nil
 }
 
