@@ -305,7 +305,8 @@ func BenchmarkSendInMemoryHealth(b *testing.B) {
 // 10% dead, 60,000 healthy deliveries: none 20,788/s; handshake 0.88x,
 // origin 0.94x, path 0.93x. 300,000: none 20,797/s; 0.97x, 0.95x, 0.96x.
 // A second batch that day (medians of 8 and of 4): 0.96x, 0.98x, 0.91x
-// over 60,000; 0.99x, 0.95x, 0.95x over 300,000.
+// over 60,000; 0.99x, 0.95x, 0.95x over 300,000. A third, at bc71ff3:
+// 0.92x in every mode over 60,000; 0.89x, 1.01x, 1.00x over 300,000.
 // dead-total-peak was 24 at 10% in every run: the 20 first attempts and 4.
 // For the first attempts' 500 ms, 8 workers deliver; then 8 deliveries wait
 // for their retries, holding MaxUnansweredTotal's places, and the other
