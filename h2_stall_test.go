@@ -184,14 +184,33 @@ func TestSend_HTTP2AttemptThatTimesOutLeavesItsConnectionsOtherDeliveries(t *tes
 // everything that reaches it.
 type stallingLink struct {
 	ln    net.Listener
-	stall sync.Mutex // held: nothing crosses from the client to the server
+	mu    sync.Mutex
+	open  chan struct{} // closed while bytes cross from the client to the server
 	conns atomic.Int32
+}
+
+// pass waits while the link stalls.
+func (l *stallingLink) pass() {
+	l.mu.Lock()
+	open := l.open
+	l.mu.Unlock()
+	<-open
+}
+
+// stallFor stalls the link for d.
+func (l *stallingLink) stallFor(d time.Duration) {
+	open := make(chan struct{})
+	l.mu.Lock()
+	l.open = open
+	l.mu.Unlock()
+	time.AfterFunc(d, func() { close(open) })
 }
 
 func newStallingLink(t *testing.T, target string) *stallingLink {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	l := &stallingLink{ln: ln}
+	l := &stallingLink{ln: ln, open: make(chan struct{})}
+	close(l.open)
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -210,8 +229,7 @@ func newStallingLink(t *testing.T, target string) *stallingLink {
 				buf := make([]byte, 32<<10)
 				for {
 					n, err := c.Read(buf)
-					l.stall.Lock() // waits while the link stalls
-					l.stall.Unlock()
+					l.pass()
 					if n > 0 {
 						if _, werr := s.Write(buf[:n]); werr != nil {
 							break
@@ -286,8 +304,7 @@ func TestSend_HTTP2SlowLinkKeepsItsConnectionWhenAnAttemptTimesOut(t *testing.T)
 	<-slowAnswered
 
 	body := make([]byte, 32<<20)
-	link.stall.Lock() // the link stalls for as long as the slow attempt has, then carries on
-	time.AfterFunc(timeout, link.stall.Unlock)
+	link.stallFor(timeout) // as long as the slow attempt has, then it carries on
 	bigDone := make(chan *webhook.Result, 1)
 	go func() {
 		res, _ := uploader.SendBytes(context.Background(), webhook.Connection{URL: base + "/big", Secret: testSecret}, "user.identified", body)
