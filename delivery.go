@@ -342,7 +342,7 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 	}
 	if resp != nil {
 		a.StatusCode = resp.StatusCode
-		a.ResponseBody = d.scrubBody(readResponseBody(resp))
+		a.ResponseBody = d.scrubBody(readResponseBody(cur.ctx, resp, cur.trace))
 	}
 	cur.cancel() // the attempt ends once its answer is read
 	cur.trace.done()
@@ -408,13 +408,20 @@ func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) 
 // readResponseBody returns the start of resp's body, drains a bounded rest
 // so the connection can be reused, and closes it. A read error (the attempt
 // timing out, say) shows as a shorter body: the status has already come.
-func readResponseBody(resp *http.Response) (excerpt []byte, cut bool) {
+// ctx is the attempt's, and t its connection trace: over HTTP/2, the reads
+// and the close wait for the connection's writes once ctx is done, for a
+// bounded time (watchWrites).
+func readResponseBody(ctx context.Context, resp *http.Response, t *connTrace) (excerpt []byte, cut bool) {
 	body := resp.Body
 	resp.Body = http.NoBody
-	defer body.Close()
-	if resp.ContentLength == 0 {
-		return nil, false // the common answer: nothing to read
+	if resp.ContentLength == 0 { // the common answer: nothing to read, nor to give back
+		body.Close()
+		return nil, false
 	}
+	if resp.ProtoMajor == 2 {
+		defer watchWrites(ctx, t)() // after the close
+	}
+	defer body.Close()
 	buf := bodyBuffers.Get().(*[maxLoggedBody]byte)
 	defer bodyBuffers.Put(buf)
 	n, _ := io.ReadFull(body, buf[:])

@@ -1,10 +1,12 @@
 package webhook
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
 	"sync/atomic"
+	"time"
 )
 
 // This file holds the bound on what a connection of NewTransport's reads
@@ -22,6 +24,9 @@ import (
 // attempt's answer on the connection is never cut for it. Past its budget
 // the connection is closed: the answers of the attempts on it are cut, as
 // they would be on a receiver that stops answering.
+//
+// It also holds the bound on how long an attempt whose time is up waits
+// for the connection's writes (watchWrites).
 
 // h2StreamWindow is the flow-control window net/http's HTTP/2 client opens
 // to a stream (its transportDefaultStreamFlow): what a receiver may have
@@ -43,9 +48,11 @@ var errReadBudget = errors.New("webhook: the receiver sent more than the attempt
 // its TLS: its reads count against the budget of the attempts it carries.
 type boundedConn struct {
 	net.Conn
-	allowance int64        // readAllowance, with the stream window its transport opens
-	inflight  atomic.Int64 // attempts on it
-	budget    atomic.Int64 // bytes it may still read
+	allowance int64         // readAllowance, with the stream window its transport opens
+	inflight  atomic.Int64  // attempts on it
+	budget    atomic.Int64  // bytes it may still read
+	begun     atomic.Uint64 // writes begun
+	ended     atomic.Uint64 // writes ended
 }
 
 // newBoundedConn bounds c, whose transport opens HTTP/2 streams a window
@@ -65,6 +72,61 @@ func (c *boundedConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+func (c *boundedConn) Write(p []byte) (int, error) {
+	c.begun.Add(1)
+	n, err := c.Conn.Write(p)
+	c.ended.Add(1)
+	return n, err
+}
+
+// stallTimeout is how long an attempt whose time is up waits for a write on
+// its connection to end: the time the spec gives a receiver to answer.
+const stallTimeout = 5 * time.Second
+
+// watchWrites bounds how long an attempt whose ctx is done waits for the
+// writes of its connection, which t knows, until the returned stop is
+// called: a write under way that has not ended stallTimeout later closes
+// the connection, with the attempts on it. Over HTTP/2, every write on the
+// connection holds its writer's lock, and net/http ends an attempt's
+// stream with a write under it before the attempt's read of the answer's
+// body returns: a receiver that stops reading its socket while it makes the
+// client write (PINGs to acknowledge) would hold the attempt for as long as
+// it kept the connection. A slow link whose writes end, however slowly,
+// keeps its connection. The watch runs only once ctx is done, and looks at
+// the connection every stallTimeout: the attempt returns at most two of
+// them after its time.
+func watchWrites(ctx context.Context, t *connTrace) (stop func()) {
+	returned := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		c := t.conn.Load()
+		if c == nil {
+			return // a connection another dialer made: not bounded
+		}
+		timer := time.NewTimer(stallTimeout)
+		defer timer.Stop()
+		ended := c.ended.Load()
+		underWay := c.begun.Load() > ended
+		for {
+			select {
+			case <-returned:
+				return
+			case <-timer.C:
+			}
+			if now := c.ended.Load(); underWay && now == ended {
+				c.Conn.Close() // the write under way a stallTimeout ago has not ended
+				return
+			}
+			ended = c.ended.Load()
+			underWay = c.begun.Load() > ended
+			timer.Reset(stallTimeout)
+		}
+	})
+	return func() {
+		close(returned)
+		stopWatch()
+	}
 }
 
 // begin lends the connection an attempt's allowance.

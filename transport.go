@@ -139,15 +139,15 @@ type TransportOptions struct {
 // which net/http would read and discard for the connection's life, has it
 // closed instead. Through an http:// proxy too.
 //
-// An HTTP/2 connection that takes no byte of a write for 5 seconds, the
-// time the spec gives a receiver to answer, is closed, with the attempts on
-// it (HTTP2.WriteByteTimeout). A receiver that stops reading its socket
-// while it makes the client write (PINGs to acknowledge) blocks the
-// connection's writer, and net/http ends an attempt's stream with a write:
-// without the bound, the attempt would last as long as the receiver kept
-// the connection. So an attempt over HTTP/2 lasts at most its
-// AttemptTimeout and those 5 seconds. A slow link that takes the bytes,
-// however slowly, keeps its connection.
+// An HTTP/2 receiver that stops reading its socket while it makes the
+// client write (PINGs to acknowledge) blocks the connection's writer, and
+// net/http ends an attempt's stream with a write: the attempt would last as
+// long as the receiver kept the connection. When a Sender's attempt over a
+// connection of this transport runs out of time, a write on the connection
+// that has not ended 5 seconds later (the time the spec gives a receiver to
+// answer) closes the connection, with the attempts on it. So such an
+// attempt lasts at most 10 seconds past its AttemptTimeout. A slow link
+// whose writes end, however slowly, keeps its connection.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
@@ -189,10 +189,7 @@ func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 		IdleConnTimeout:        90 * time.Second,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
-		HTTP2: &http.HTTP2Config{
-			MaxEncoderHeaderTableSize: 1,                  // index no header value
-			WriteByteTimeout:          h2WriteByteTimeout, // a receiver that stops reading
-		},
+		HTTP2:                  &http.HTTP2Config{MaxEncoderHeaderTableSize: 1}, // index no header value
 	}
 	d.t = t
 	t.OnProxyConnectResponse = proxyConnectResponse
@@ -202,10 +199,6 @@ func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	}
 	return t, nil
 }
-
-// h2WriteByteTimeout closes an HTTP/2 connection that takes no byte of a
-// write for that long: the time the spec gives a receiver to answer.
-const h2WriteByteTimeout = 5 * time.Second
 
 // dialer makes the transport's connections: every one under the guard
 // (unless it is off), except the connection a request makes to reach the
