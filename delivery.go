@@ -337,7 +337,9 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 		// which holds resp too, finds its body read and closed.
 		body := resp.Body
 		resp.Body = http.NoBody
+		stop := watchWrites(cur.ctx, cur.trace) // over HTTP/2, a close with unread data writes
 		body.Close()
+		stop()
 		resp, err = nil, context.Cause(cur.ctx)
 	}
 	if resp != nil {
@@ -409,8 +411,8 @@ func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) 
 // so the connection can be reused, and closes it. A read error (the attempt
 // timing out, say) shows as a shorter body: the status has already come.
 // ctx is the attempt's, and t its connection trace: over HTTP/2, the reads
-// and the close wait for the connection's writes once ctx is done, for a
-// bounded time (watchWrites).
+// and the close can wait on the connection once ctx is done, for a bounded
+// time (watchWrites).
 func readResponseBody(ctx context.Context, resp *http.Response, t *connTrace) (excerpt []byte, cut bool) {
 	body := resp.Body
 	resp.Body = http.NoBody

@@ -25,8 +25,8 @@ import (
 // the connection is closed: the answers of the attempts on it are cut, as
 // they would be on a receiver that stops answering.
 //
-// It also holds the bound on how long an attempt whose time is up waits
-// for the connection's writes (watchWrites).
+// It also holds the bound on how long an attempt whose time is up still
+// waits on its connection (watchWrites).
 
 // h2StreamWindow is the flow-control window net/http's HTTP/2 client opens
 // to a stream (its transportDefaultStreamFlow): what a receiver may have
@@ -48,11 +48,9 @@ var errReadBudget = errors.New("webhook: the receiver sent more than the attempt
 // its TLS: its reads count against the budget of the attempts it carries.
 type boundedConn struct {
 	net.Conn
-	allowance int64         // readAllowance, with the stream window its transport opens
-	inflight  atomic.Int64  // attempts on it
-	budget    atomic.Int64  // bytes it may still read
-	begun     atomic.Uint64 // writes begun
-	ended     atomic.Uint64 // writes ended
+	allowance int64        // readAllowance, with the stream window its transport opens
+	inflight  atomic.Int64 // attempts on it
+	budget    atomic.Int64 // bytes it may still read
 }
 
 // newBoundedConn bounds c, whose transport opens HTTP/2 streams a window
@@ -74,29 +72,19 @@ func (c *boundedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *boundedConn) Write(p []byte) (int, error) {
-	c.begun.Add(1)
-	n, err := c.Conn.Write(p)
-	c.ended.Add(1)
-	return n, err
-}
-
-// stallTimeout is how long an attempt whose time is up waits for a write on
-// its connection to end: the time the spec gives a receiver to answer.
+// stallTimeout is how long an attempt whose time is up may still wait on
+// its connection: the time the spec gives a receiver to answer.
 const stallTimeout = 5 * time.Second
 
-// watchWrites bounds how long an attempt whose ctx is done waits for the
-// writes of its connection, which t knows, until the returned stop is
-// called: a write under way that has not ended stallTimeout later closes
-// the connection, with the attempts on it. Over HTTP/2, every write on the
-// connection holds its writer's lock, and net/http ends an attempt's
-// stream with a write under it before the attempt's read of the answer's
-// body returns: a receiver that stops reading its socket while it makes the
-// client write (PINGs to acknowledge) would hold the attempt for as long as
-// it kept the connection. A slow link whose writes end, however slowly,
-// keeps its connection. The watch runs only once ctx is done, and looks at
-// the connection every stallTimeout: the attempt returns at most two of
-// them after its time.
+// watchWrites bounds how long an attempt whose ctx is done still waits on
+// its connection, which t knows, until the returned stop is called: past
+// stallTimeout, the connection is closed, with the attempts on it. Over
+// HTTP/2, net/http ends an attempt's stream with a write under the
+// connection's writer lock before the attempt's read of the answer's body
+// returns, and a receiver that stops reading its socket while it makes the
+// client write (PINGs to acknowledge), or reads it slowly behind other
+// streams' large frames, would hold the attempt for as long as it liked.
+// A healthy connection ends the stream at once.
 func watchWrites(ctx context.Context, t *connTrace) (stop func()) {
 	returned := make(chan struct{})
 	stopWatch := context.AfterFunc(ctx, func() {
@@ -106,21 +94,10 @@ func watchWrites(ctx context.Context, t *connTrace) (stop func()) {
 		}
 		timer := time.NewTimer(stallTimeout)
 		defer timer.Stop()
-		ended := c.ended.Load()
-		underWay := c.begun.Load() > ended
-		for {
-			select {
-			case <-returned:
-				return
-			case <-timer.C:
-			}
-			if now := c.ended.Load(); underWay && now == ended {
-				c.Conn.Close() // the write under way a stallTimeout ago has not ended
-				return
-			}
-			ended = c.ended.Load()
-			underWay = c.begun.Load() > ended
-			timer.Reset(stallTimeout)
+		select {
+		case <-returned:
+		case <-timer.C:
+			c.Conn.Close()
 		}
 	})
 	return func() {

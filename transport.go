@@ -143,11 +143,11 @@ type TransportOptions struct {
 // client write (PINGs to acknowledge) blocks the connection's writer, and
 // net/http ends an attempt's stream with a write: the attempt would last as
 // long as the receiver kept the connection. When a Sender's attempt over a
-// connection of this transport runs out of time, a write on the connection
-// that has not ended 5 seconds later (the time the spec gives a receiver to
-// answer) closes the connection, with the attempts on it. So such an
-// attempt lasts at most 10 seconds past its AttemptTimeout. A slow link
-// whose writes end, however slowly, keeps its connection.
+// connection of this transport has run out of time while reading its
+// answer, and the connection still holds it 5 seconds later (the time the
+// spec gives a receiver to answer), the connection is closed, with the
+// attempts on it. So such an attempt lasts at most 5 seconds past its
+// AttemptTimeout. A healthy connection ends the attempt's stream at once.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}

@@ -96,7 +96,7 @@
 // The transport uses no proxy unless told. It bounds response headers to 64
 // KiB. No answer (1xx, 101, trickled headers, an endless body) holds an
 // attempt past its timeout. Over HTTP/2, a receiver that stops reading holds
-// it 10 seconds more at most: then its connection is closed. Custom headers
+// it 5 seconds more at most: then its connection is closed. Custom headers
 // cannot replace Content-Type, the X-Service-* headers or the transport's
 // own headers.
 //
