@@ -337,7 +337,7 @@ func (d *delivery) finish(resp *http.Response, err error) (bool, time.Duration) 
 		// which holds resp too, finds its body read and closed.
 		body := resp.Body
 		resp.Body = http.NoBody
-		stop := watchWrites(cur.ctx, cur.trace) // over HTTP/2, a close with unread data writes
+		stop := boundOverrun(cur.ctx, cur.trace) // over HTTP/2, a close with unread data writes
 		body.Close()
 		stop()
 		resp, err = nil, context.Cause(cur.ctx)
@@ -412,7 +412,7 @@ func (d *delivery) decide(ctx context.Context, resp *http.Response, a *Attempt) 
 // timing out, say) shows as a shorter body: the status has already come.
 // ctx is the attempt's, and t its connection trace: over HTTP/2, the reads
 // and the close can wait on the connection once ctx is done, for a bounded
-// time (watchWrites).
+// time (boundOverrun).
 func readResponseBody(ctx context.Context, resp *http.Response, t *connTrace) (excerpt []byte, cut bool) {
 	body := resp.Body
 	resp.Body = http.NoBody
@@ -421,7 +421,7 @@ func readResponseBody(ctx context.Context, resp *http.Response, t *connTrace) (e
 		return nil, false
 	}
 	if resp.ProtoMajor == 2 {
-		defer watchWrites(ctx, t)() // after the close
+		defer boundOverrun(ctx, t)() // after the close
 	}
 	defer body.Close()
 	buf := bodyBuffers.Get().(*[maxLoggedBody]byte)

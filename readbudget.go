@@ -26,7 +26,7 @@ import (
 // they would be on a receiver that stops answering.
 //
 // It also holds the bound on how long an attempt whose time is up still
-// waits on its connection (watchWrites).
+// waits on its connection (boundOverrun).
 
 // h2StreamWindow is the flow-control window net/http's HTTP/2 client opens
 // to a stream (its transportDefaultStreamFlow): what a receiver may have
@@ -76,7 +76,7 @@ func (c *boundedConn) Read(p []byte) (int, error) {
 // its connection: the time the spec gives a receiver to answer.
 const stallTimeout = 5 * time.Second
 
-// watchWrites bounds how long an attempt whose ctx is done still waits on
+// boundOverrun bounds how long an attempt whose ctx is done still waits on
 // its connection, which t knows, until the returned stop is called: past
 // stallTimeout, the connection is closed, with the attempts on it. Over
 // HTTP/2, net/http ends an attempt's stream with a write under the
@@ -85,7 +85,7 @@ const stallTimeout = 5 * time.Second
 // client write (PINGs to acknowledge), or reads it slowly behind other
 // streams' large frames, would hold the attempt for as long as it liked.
 // A healthy connection ends the stream at once.
-func watchWrites(ctx context.Context, t *connTrace) (stop func()) {
+func boundOverrun(ctx context.Context, t *connTrace) (stop func()) {
 	returned := make(chan struct{})
 	stopWatch := context.AfterFunc(ctx, func() {
 		c := t.conn.Load()
