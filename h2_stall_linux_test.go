@@ -96,21 +96,10 @@ func TestSend_HTTP2SlowReaderBehindLargeFramesHoldsAnAttemptBoundedTime(t *testi
 		increment := make([]byte, 4)
 		binary.BigEndian.PutUint32(increment, 1<<30)
 		conn.Write(append(h2Frame(0x4, 0, 0, settings), h2Frame(0x8, 0, 0, increment)...)) // SETTINGS, WINDOW_UPDATE
-		var stream uint32
-		for stream == 0 {
-			var h [9]byte
-			if _, err := io.ReadFull(conn, h[:]); err != nil {
-				return
-			}
-			if _, err := io.ReadFull(conn, make([]byte, int(h[0])<<16|int(h[1])<<8|int(h[2]))); err != nil {
-				return
-			}
-			switch {
-			case h[3] == 0x4 && h[4]&0x1 == 0: // SETTINGS: acknowledged
-				conn.Write(h2Frame(0x4, 0x1, 0, nil))
-			case h[3] == 0x1: // the first request's HEADERS
-				stream = binary.BigEndian.Uint32(h[5:]) & 0x7fffffff
-			}
+		// Until the first request's HEADERS.
+		stream := h2Request(conn, func(typ, _ byte) bool { return typ == 0x1 })
+		if stream == 0 {
+			return
 		}
 		// 200 and the start of a body that never ends; then a slow reader.
 		conn.Write(append(h2Frame(0x1, 0x4, stream, []byte{0x88}), h2Frame(0x0, 0, stream, []byte("partial"))...))

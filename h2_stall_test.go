@@ -28,6 +28,27 @@ func h2Frame(typ, flags byte, stream uint32, payload []byte) []byte {
 	return append(h[:], payload...)
 }
 
+// h2Request reads the client's frames on conn, acknowledging its SETTINGS,
+// until one for which ends(type, flags) holds, and returns its stream: 0
+// when the connection ends first.
+func h2Request(conn net.Conn, ends func(typ, flags byte) bool) uint32 {
+	for {
+		var h [9]byte
+		if _, err := io.ReadFull(conn, h[:]); err != nil {
+			return 0
+		}
+		if _, err := io.ReadFull(conn, make([]byte, int(h[0])<<16|int(h[1])<<8|int(h[2]))); err != nil {
+			return 0
+		}
+		switch {
+		case h[3] == 0x4 && h[4]&0x1 == 0: // SETTINGS: acknowledged
+			conn.Write(h2Frame(0x4, 0x1, 0, nil))
+		case ends(h[3], h[4]):
+			return binary.BigEndian.Uint32(h[5:]) & 0x7fffffff
+		}
+	}
+}
+
 // stallTimeout is how long an attempt whose time is up may still wait on
 // its connection.
 const stallTimeout = 5 * time.Second
@@ -68,21 +89,10 @@ func TestSend_HTTP2ReceiverThatStopsReadingHoldsAnAttemptBoundedTime(t *testing.
 			return
 		}
 		conn.Write(h2Frame(0x4, 0, 0, nil)) // SETTINGS
-		var stream uint32
-		for stream == 0 { // until the request has ended
-			var h [9]byte
-			if _, err := io.ReadFull(conn, h[:]); err != nil {
-				return
-			}
-			if _, err := io.ReadFull(conn, make([]byte, int(h[0])<<16|int(h[1])<<8|int(h[2]))); err != nil {
-				return
-			}
-			switch {
-			case h[3] == 0x4 && h[4]&0x1 == 0: // SETTINGS: acknowledged
-				conn.Write(h2Frame(0x4, 0x1, 0, nil))
-			case (h[3] == 0x0 || h[3] == 0x1) && h[4]&0x1 != 0: // END_STREAM
-				stream = binary.BigEndian.Uint32(h[5:]) & 0x7fffffff
-			}
+		// Until the request has ended: END_STREAM on its HEADERS or DATA.
+		stream := h2Request(conn, func(typ, flags byte) bool { return (typ == 0x0 || typ == 0x1) && flags&0x1 != 0 })
+		if stream == 0 {
+			return
 		}
 		// 200 (HPACK static index 8) without END_STREAM and no body yet;
 		// then PINGs, and never a read again.
