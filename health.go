@@ -88,9 +88,12 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // while, no more than MaxUnanswered attempts are in flight to the URL or
 // wait for its answer, and the others are refused. MaxUnanswered
 // bounds the attempts waiting on one such URL, and MaxUnansweredTotal the
-// same across every endpoint not answering, probes included, so that many
-// dead endpoints cannot hold every caller either: from the first attempt,
-// only the one attempt that finds out per URL comes on top. A URL heard
+// same across every endpoint not answering, probes included, and the waits
+// for first answers past that short while, so that many dead endpoints
+// cannot hold every caller either: from the first attempt, only the one
+// attempt that finds out per URL comes on top. Callers that each wait on
+// another dead URL would otherwise all wait, and with nothing sent, no
+// answer would show that the Sender is not stalled. A URL heard
 // from, however slowly it answers and at whatever concurrency, is never
 // held back (one slower than that while is remembered for it).
 //
@@ -132,9 +135,9 @@ type HealthOptions struct {
 	// answering, they hold at most this many of the caller's goroutines
 	// (beyond the first attempt to each, which nothing tells from an
 	// attempt to an endpoint that answers, and which counts once the URL
-	// is found silent; and those waiting for its answer, MaxUnanswered
-	// less one at most past a short while, until the URL is found silent
-	// or that attempt ends), and the others go to the endpoints that answer. A
+	// is found silent; the attempts waiting for its answer count once it
+	// has been silent a short while, and past the bound such a wait is
+	// refused too), and the others go to the endpoints that answer. A
 	// Send Test is counted, never refused. Zero means DefaultMaxUnansweredTotal:
 	// twice the default per URL, so that one silent URL is bounded by its
 	// own bound, and a small share of the tens of goroutines a service
@@ -296,6 +299,7 @@ type health struct {
 	urls      map[string]*urlEntry // by whole URL, never shown
 	leases    uint64               // the last probe lease handed out
 	waiting   int                  // what waits on endpoints not answering (MaxUnansweredTotal)
+	awaiting  int                  // attempts waiting for the answer of a URL's first (tickets' await)
 	swept     time.Time            // when idle entries were last forgotten
 	spare     sync.Pool            // of *urlEntry: forgotten ones, unreachable, to make the next
 }
@@ -461,10 +465,17 @@ func (h *health) admit(origin, rawURL string, held bool, deadline time.Time) (ti
 			ErrEndpointNotAnswering, u.name(), u.inFlight+u.waiters, now.Sub(u.progress).Round(time.Millisecond))
 	case !ad.probe && !unanswered && u.awaiting(h.awaitUntil(u, deadline), now):
 		h.release(origin, t.lease)
+		if now.Sub(u.progress) >= h.quiet() && h.waiting+h.awaiting >= h.maxWaiting {
+			// Past quiet, the waits count with what waits on endpoints not
+			// answering: callers that each wait on another URL cannot all
+			// wait, sending nothing that could show the Sender is not stalled.
+			return t, h.spreadFull(), h.full(u.name(), "nothing was sent")
+		}
 		if u.answer == nil {
 			u.answer = make(chan struct{})
 		}
 		u.waiters++ // until unwait
+		h.awaiting++
 		t.await = u.answer
 		// Until quiet has passed, then a quarter of it at a time: whether
 		// the URL was found silent meanwhile is asked again.
@@ -538,8 +549,8 @@ func (e *endpoint) silent() bool {
 // full returns the error of an attempt or a retry refused because
 // MaxUnansweredTotal are waiting on endpoints not answering. Under h.mu.
 func (h *health) full(shown, what string) error {
-	return fmt.Errorf("%w: %s does not answer, and %d attempt(s) or retries already wait on endpoints that do not (HealthOptions.MaxUnansweredTotal); %s",
-		ErrEndpointNotAnswering, shown, h.waiting, what)
+	return fmt.Errorf("%w: %s does not answer, and %d attempt(s), retries or waits for a first answer already wait on endpoints that do not (HealthOptions.MaxUnansweredTotal); %s",
+		ErrEndpointNotAnswering, shown, h.waiting+h.awaiting, what)
 }
 
 // spreadFull returns the wait after a refusal by MaxUnansweredTotal: places
@@ -813,6 +824,7 @@ func (u *urlEntry) settled() bool {
 func (h *health) unwait(key string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.awaiting--
 	if u := h.urls[key]; u != nil {
 		u.waiters--
 	}

@@ -121,8 +121,8 @@ func TestHealth_WaitingComesBackToZero(t *testing.T) {
 				h := s.health
 				h.mu.Lock()
 				defer h.mu.Unlock()
-				if h.waiting != 0 {
-					t.Errorf("waiting = %d after all ended", h.waiting)
+				if h.waiting != 0 || h.awaiting != 0 {
+					t.Errorf("waiting = %d, awaiting = %d after all ended", h.waiting, h.awaiting)
 				}
 				for k, u := range h.urls {
 					if u.inFlight != 0 || u.waiters != 0 || u.uncounted != 0 || u.late != 0 || u.answer != nil {
