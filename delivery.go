@@ -207,7 +207,7 @@ func (d *delivery) admit(ctx context.Context) bool {
 		case <-ctx.Done():
 		}
 		timer.Stop()
-		d.s.health.unwait(d.conn.URL)
+		d.s.health.unwait(t)
 		if ctx.Err() != nil {
 			d.err, d.errKind = fmt.Errorf("webhook: stopped before the attempt: %w", context.Cause(ctx)), KindCanceled
 			return false

@@ -88,12 +88,14 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // while, no more than MaxUnanswered attempts are in flight to the URL or
 // wait for its answer, and the others are refused. MaxUnanswered
 // bounds the attempts waiting on one such URL, and MaxUnansweredTotal the
-// same across every endpoint not answering, probes included, and the waits
-// for first answers past that short while, so that many dead endpoints
-// cannot hold every caller either: from the first attempt, only the one
-// attempt that finds out per URL comes on top. Callers that each wait on
-// another dead URL would otherwise all wait, and with nothing sent, no
-// answer would show that the Sender is not stalled. A URL heard
+// same across every endpoint not answering, probes included, so that many
+// dead endpoints cannot hold every caller either: from the first attempt,
+// only the one attempt that finds out per URL comes on top. A wait for the
+// first answer of a URL silent that short while counts among them too,
+// once an attempt sent after that first one has been answered: callers
+// that each wait on another dead URL cannot all wait, sending nothing whose
+// answer would show that the Sender is not stalled. In a stall, no such
+// answer comes, and the waits are not counted. A URL heard
 // from, however slowly it answers and at whatever concurrency, is never
 // held back (one slower than that while is remembered for it).
 //
@@ -136,8 +138,9 @@ type HealthOptions struct {
 	// (beyond the first attempt to each, which nothing tells from an
 	// attempt to an endpoint that answers, and which counts once the URL
 	// is found silent; the attempts waiting for its answer count once it
-	// has been silent a short while, and past the bound such a wait is
-	// refused too), and the others go to the endpoints that answer. A
+	// has been silent a short while and an attempt sent after it has been
+	// answered, and past the bound such a wait is refused too), and the
+	// others go to the endpoints that answer. A
 	// Send Test is counted, never refused. Zero means DefaultMaxUnansweredTotal:
 	// twice the default per URL, so that one silent URL is bounded by its
 	// own bound, and a small share of the tens of goroutines a service
@@ -299,7 +302,6 @@ type health struct {
 	urls      map[string]*urlEntry // by whole URL, never shown
 	leases    uint64               // the last probe lease handed out
 	waiting   int                  // what waits on endpoints not answering (MaxUnansweredTotal)
-	awaiting  int                  // attempts waiting for the answer of a URL's first (tickets' await)
 	swept     time.Time            // when idle entries were last forgotten
 	spare     sync.Pool            // of *urlEntry: forgotten ones, unreachable, to make the next
 }
@@ -465,17 +467,23 @@ func (h *health) admit(origin, rawURL string, held bool, deadline time.Time) (ti
 			ErrEndpointNotAnswering, u.name(), u.inFlight+u.waiters, now.Sub(u.progress).Round(time.Millisecond))
 	case !ad.probe && !unanswered && u.awaiting(h.awaitUntil(u, deadline), now):
 		h.release(origin, t.lease)
-		if now.Sub(u.progress) >= h.quiet() && h.waiting+h.awaiting >= h.maxWaiting {
-			// Past quiet, the waits count with what waits on endpoints not
-			// answering: callers that each wait on another URL cannot all
-			// wait, sending nothing that could show the Sender is not stalled.
-			return t, h.spreadFull(), h.full(u.name(), "nothing was sent")
+		if now.Sub(u.progress) >= h.quiet() && !h.answeredFrom.Before(u.progress) {
+			// Silent for quiet while an attempt sent after its first was
+			// answered: the wait takes a place among what waits on endpoints
+			// not answering, until unwait. Callers that each wait on another
+			// dead URL cannot all wait, sending nothing whose answer would
+			// show that the Sender is not stalled.
+			if h.waiting >= h.maxWaiting {
+				return t, h.spreadFull(), fmt.Errorf("%w: %s has not answered its first attempt in %s, and %d attempt(s), retries or waits already wait on endpoints not answering (HealthOptions.MaxUnansweredTotal); nothing was sent",
+					ErrEndpointNotAnswering, u.name(), now.Sub(u.progress).Round(time.Millisecond), h.waiting)
+			}
+			h.waiting++
+			t.waiting = true
 		}
 		if u.answer == nil {
 			u.answer = make(chan struct{})
 		}
 		u.waiters++ // until unwait
-		h.awaiting++
 		t.await = u.answer
 		// Until quiet has passed, then a quarter of it at a time: whether
 		// the URL was found silent meanwhile is asked again.
@@ -550,7 +558,7 @@ func (e *endpoint) silent() bool {
 // MaxUnansweredTotal are waiting on endpoints not answering. Under h.mu.
 func (h *health) full(shown, what string) error {
 	return fmt.Errorf("%w: %s does not answer, and %d attempt(s), retries or waits for a first answer already wait on endpoints that do not (HealthOptions.MaxUnansweredTotal); %s",
-		ErrEndpointNotAnswering, shown, h.waiting+h.awaiting, what)
+		ErrEndpointNotAnswering, shown, h.waiting, what)
 }
 
 // spreadFull returns the wait after a refusal by MaxUnansweredTotal: places
@@ -817,15 +825,18 @@ func (u *urlEntry) settled() bool {
 	return u.inFlight == 0 && u.waiters == 0 && u.failures == 0 && !u.down && !u.reporting && len(u.changes) == 0 && !u.slow
 }
 
-// unwait ends the wait of an attempt to URL key for the answer of one in
-// flight (a ticket's await), which then asks again or gives up. The entry
-// stays, settled or not: the others woken with it find it heard when they
-// ask again, and a settled one goes at its next attempt's end or sweep.
-func (h *health) unwait(key string) {
+// unwait ends the wait of t, an attempt's ticket that awaited the answer of
+// the one in flight to its URL, which then asks again or gives up; the
+// place the wait took, if it took one, is given back. The entry stays,
+// settled or not: the others woken with it find it heard when they ask
+// again, and a settled one goes at its next attempt's end or sweep.
+func (h *health) unwait(t ticket) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.awaiting--
-	if u := h.urls[key]; u != nil {
+	if t.waiting {
+		h.waiting--
+	}
+	if u := h.urls[t.url]; u != nil {
 		u.waiters--
 	}
 }

@@ -121,8 +121,8 @@ func TestHealth_WaitingComesBackToZero(t *testing.T) {
 				h := s.health
 				h.mu.Lock()
 				defer h.mu.Unlock()
-				if h.waiting != 0 || h.awaiting != 0 {
-					t.Errorf("waiting = %d, awaiting = %d after all ended", h.waiting, h.awaiting)
+				if h.waiting != 0 {
+					t.Errorf("waiting = %d after all ended", h.waiting)
 				}
 				for k, u := range h.urls {
 					if u.inFlight != 0 || u.waiters != 0 || u.uncounted != 0 || u.late != 0 || u.answer != nil {
@@ -183,8 +183,8 @@ func TestHealth_WaitersWokenByTheFirstAnswerAllGo(t *testing.T) {
 		h.record(first, &Attempt{StatusCode: 200, Duration: 10 * time.Millisecond}, true, []byte(`{}`))
 		<-w1.await
 		<-w2.await
-		h.unwait(url) // w1 woke
-		h.unwait(url) // w2 woke
+		h.unwait(w1) // w1 woke
+		h.unwait(w2) // w2 woke
 		t1, _, err1 := h.admit(origin, url, false, time.Time{})
 		t2, _, err2 := h.admit(origin, url, false, time.Time{})
 		if err1 != nil || err2 != nil || t1.await != nil || t2.await != nil {

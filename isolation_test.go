@@ -670,10 +670,12 @@ func TestHealth_ABurstToADeadURLTakesNotEveryWorker(t *testing.T) {
 // in flight, wait for its answer one to a URL, under MaxUnanswered; if
 // nothing bounded them in total, every worker would wait, nothing else would
 // be sent, no answer would show the Sender is not stalled, and the jobs to
-// URLs that answer would go after the first attempts' whole time. Past a
-// short while, the waits for first answers count with MaxUnansweredTotal:
-// the workers past it are refused and go on (BenchmarkIsolation's dead=path
-// runs at 0.78x, 287 healthy deliveries in their first 500 ms).
+// URLs that answer would go after the first attempts' whole time. A wait
+// for a first answer silent a short while, once an attempt sent after it
+// was answered, takes a place among what waits on endpoints not answering
+// (MaxUnansweredTotal): the workers past it are refused and go on
+// (BenchmarkIsolation's dead=path run at 0.78x made 287 healthy deliveries
+// in its first 500 ms).
 func TestHealth_WaitsForFirstAnswersAreBoundedInTotal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ep := &deadPaths{}
@@ -683,12 +685,18 @@ func TestHealth_WaitsForFirstAnswersAreBoundedInTotal(t *testing.T) {
 		require.NoError(t, err)
 		_, err = s.Send(context.Background(), hungConn("/ok/warm"), payloadFor(0)) // the Sender has seen answers
 		require.NoError(t, err)
+		time.Sleep(time.Millisecond)
 		const dead = 6
 		var wg sync.WaitGroup
 		for i := range dead { // the first attempt to each dead URL
 			wg.Go(func() { s.Send(context.Background(), hungConn("/dead/"+strconv.Itoa(i)), payloadFor(1+i)) })
 		}
 		synctest.Wait()
+		time.Sleep(time.Millisecond)
+		// A delivery sent after them is answered, as the workers' were before
+		// they came to the dead URLs: too soon after to tell them silent.
+		_, err = s.Send(context.Background(), hungConn("/ok/after"), payloadFor(50))
+		require.NoError(t, err)
 		start := time.Now()
 		var firstOK atomic.Int64
 		var refused atomic.Int32
@@ -718,44 +726,61 @@ func TestHealth_WaitsForFirstAnswersAreBoundedInTotal(t *testing.T) {
 // for it, and none is refused. A URL is silent only once an attempt
 // admitted after it has been answered (in a benchmark with none dead,
 // first attempts slower than 50 ms under load had healthy URLs refused).
-// MaxUnansweredTotal leaves room for the ten waits for first answers, which
-// count with it past a short while; ten URLs found silent would fill it.
+// Nor do the waits for the first answers take places among what waits on
+// endpoints not answering: no attempt sent after the first ones was
+// answered.
 func TestHealth_AStallOfTheSenderRefusesNoURL(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
-			select {
-			case <-release: // the stall ends
-			case <-r.Context().Done():
-				return nil, r.Context().Err()
-			}
-			return answer(http.StatusOK), nil
-		})
-		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, AttemptTimeout: 10 * time.Second,
-			Retry: &webhook.RetryPolicy{}, Health: &webhook.HealthOptions{MaxUnansweredTotal: 10}})
-		require.NoError(t, err)
-		var wg sync.WaitGroup
-		var refused atomic.Int32
-		send := func(path string, n int) {
-			wg.Go(func() {
-				if _, err := s.Send(context.Background(), hungConn(path), payloadFor(n)); err != nil {
-					refused.Add(1)
-					t.Error(err)
+	for _, warm := range []bool{false, true} { // with answers before the stall, or none
+		t.Run("warm="+strconv.FormatBool(warm), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				stalled := make(chan struct{})
+				release := make(chan struct{})
+				rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+					select {
+					case <-stalled:
+					default:
+						return answer(http.StatusOK), nil // before the stall
+					}
+					select {
+					case <-release: // the stall ends
+					case <-r.Context().Done():
+						return nil, r.Context().Err()
+					}
+					return answer(http.StatusOK), nil
+				})
+				s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, AttemptTimeout: 10 * time.Second,
+					Retry: &webhook.RetryPolicy{}, Health: &webhook.HealthOptions{MaxUnansweredTotal: 2}})
+				require.NoError(t, err)
+				if warm {
+					_, err := s.Send(context.Background(), hungConn("/warm"), payloadFor(1000))
+					require.NoError(t, err)
+					time.Sleep(time.Millisecond)
 				}
+				close(stalled)
+				var wg sync.WaitGroup
+				var refused atomic.Int32
+				send := func(path string, n int) {
+					wg.Go(func() {
+						if _, err := s.Send(context.Background(), hungConn(path), payloadFor(n)); err != nil {
+							refused.Add(1)
+							t.Error(err)
+						}
+					})
+				}
+				for i := range 10 {
+					send("/u/"+strconv.Itoa(i), i)
+				}
+				time.Sleep(100 * time.Millisecond) // twice the wait for a first answer
+				for i := range 10 {
+					send("/u/"+strconv.Itoa(i), 100+i)
+				}
+				time.Sleep(100 * time.Millisecond)
+				synctest.Wait()
+				close(release)
+				wg.Wait()
+				assert.Zero(t, refused.Load())
 			})
-		}
-		for i := range 10 {
-			send("/u/"+strconv.Itoa(i), i)
-		}
-		time.Sleep(100 * time.Millisecond) // twice the wait for a first answer
-		for i := range 10 {
-			send("/u/"+strconv.Itoa(i), 100+i)
-		}
-		time.Sleep(100 * time.Millisecond)
-		synctest.Wait()
-		close(release)
-		wg.Wait()
-		assert.Zero(t, refused.Load())
-	})
+		})
+	}
 }
