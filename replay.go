@@ -146,33 +146,29 @@ type MemoryReplayStoreOptions struct {
 //
 // It holds at most MaxEntries keys, whatever the arrival rate. Each key is
 // kept as 128 bits (see Add) with its expiry, in Go maps: one per 5 seconds
-// of delivery timestamps, in each of 64 shards with a lock of its own. A map
-// is dropped whole once its last entry has expired. An entry takes about 42
-// bytes, with the room its map keeps to grow. Deliveries on time, over the
-// 5-minute window (measured by TestMemoryReplayStore_MemoryPer1000PerSecond):
+// of delivery timestamps, all under one lock. A map is dropped whole once
+// its last entry has expired. An entry takes 43 to 54 bytes, with the room
+// its map keeps to grow. Deliveries on time, over the 5-minute window
+// (measured by TestMemoryReplayStore_MemoryPer1000PerSecond):
 //
-//   - 100 a second: 30,000 entries, about 1 MiB;
-//   - 1,000 a second: 300,000 entries, about 12 MiB;
+//   - 100 a second: 30,000 entries, about 1.6 MiB;
+//   - 1,000 a second: 300,000 entries, about 12.5 MiB;
 //   - at the default bound, DefaultMaxReplayEntries: about 50 MiB.
 //
-// A full shard forgets an entry of its oldest timestamps to make room. That
+// A full store forgets an entry of its oldest timestamps to make room. That
 // one delivery may then be handled again until it leaves the window: size
 // MaxEntries above twice the tolerance times your peak rate.
 //
 // A MemoryReplayStore is safe for concurrent use. No method blocks on
-// anything but a shard's lock, and none fails.
+// anything but the store's lock, and none fails.
 type MemoryReplayStore struct {
 	ready   atomic.Bool // set up: by NewMemoryReplayStore, or on first use of a zero store
 	setupMu sync.Mutex  // held to set a zero store up
 	now     func() time.Time
-	used    int // shards in use: replayShards, or MaxEntries when fewer
-	shards  [replayShards]replayShard
+	entries replayEntries
 }
 
-const (
-	replayShards = 64
-	replaySpan   = 5 * time.Second // of timestamps in one bucket
-)
+const replaySpan = 5 * time.Second // of timestamps in one bucket
 
 // replayKey is an entry's key: the first 128 bits of a signature digest.
 type replayKey [16]byte
@@ -236,15 +232,7 @@ func (s *MemoryReplayStore) setup(maxEntries int, now func() time.Time) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	// MaxEntries split over the shards in use, each holding one at least:
-	// the bound is MaxEntries exactly.
-	s.used = min(replayShards, maxEntries)
-	for i := range s.used {
-		s.shards[i].max = maxEntries / s.used
-		if i < maxEntries%s.used {
-			s.shards[i].max++
-		}
-	}
+	s.entries.max = maxEntries
 }
 
 // init sets a zero MemoryReplayStore (a literal, not made by
@@ -267,55 +255,53 @@ func (s *MemoryReplayStore) init() {
 // bytes it encodes, any other key as the first 16 bytes of its SHA-256: two
 // keys collide with a probability of 2^-128.
 func (s *MemoryReplayStore) Add(_ context.Context, key string, ttl time.Duration) (bool, error) {
-	k, sh, now := s.locate(key)
-	return sh.claim(k, noIndex, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen, nil
+	k, now := s.locate(key)
+	return s.entries.claim(k, noIndex, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen, nil
 }
 
 // Claim records key as being handled for lease unless it is recorded
 // already and has not expired, and returns what it held. It never fails.
 func (s *MemoryReplayStore) Claim(_ context.Context, key string, lease time.Duration) (ReplayState, error) {
-	k, sh, now := s.locate(key)
-	return sh.claim(k, noIndex, now, newStamp(expiryAt(now, lease), true)), nil
+	k, now := s.locate(key)
+	return s.entries.claim(k, noIndex, now, newStamp(expiryAt(now, lease), true)), nil
 }
 
 // Complete records key as handled for ttl. It never fails.
 func (s *MemoryReplayStore) Complete(_ context.Context, key string, ttl time.Duration) error {
-	k, sh, now := s.locate(key)
-	sh.complete(k, noIndex, now, newStamp(expiryAt(now, ttl), false))
+	k, now := s.locate(key)
+	s.entries.complete(k, noIndex, now, newStamp(expiryAt(now, ttl), false))
 	return nil
 }
 
 // Release forgets key if it is being handled. It never fails.
 func (s *MemoryReplayStore) Release(_ context.Context, key string) error {
-	k, sh, now := s.locate(key)
-	sh.release(k, noIndex, now)
+	k, now := s.locate(key)
+	s.entries.release(k, noIndex, now)
 	return nil
 }
 
 // Len returns how many keys the store holds that have not expired. It
-// looks at every entry, taking every shard's lock in turn.
+// looks at every entry, under the store's lock.
 func (s *MemoryReplayStore) Len() int {
 	s.init()
 	now := s.now().UnixNano()
+	m := &s.entries
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.drop(now)
 	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.drop(now)
-		for _, b := range sh.buckets {
-			for _, st := range b.seen {
-				if st.expiry() > now {
-					n++
-				}
+	for _, b := range m.buckets {
+		for _, st := range b.seen {
+			if st.expiry() > now {
+				n++
 			}
 		}
-		sh.mu.Unlock()
 	}
 	return n
 }
 
-// locate returns key's entry key, its shard and the current time.
-func (s *MemoryReplayStore) locate(key string) (replayKey, *replayShard, int64) {
+// locate returns key's entry key and the current time.
+func (s *MemoryReplayStore) locate(key string) (replayKey, int64) {
 	s.init()
 	var digest [sha256.Size]byte
 	if len(key) == 2*sha256.Size && hexDigits(key) {
@@ -325,7 +311,7 @@ func (s *MemoryReplayStore) locate(key string) (replayKey, *replayShard, int64) 
 	}
 	var k replayKey
 	copy(k[:], digest[:])
-	return k, s.shard(k), s.now().UnixNano()
+	return k, s.now().UnixNano()
 }
 
 func hexDigits(s string) bool {
@@ -337,23 +323,23 @@ func hexDigits(s string) bool {
 	return true
 }
 
-// delivery returns the entry key of a delivery's signature digest, its
-// shard, and the index of the bucket of its timestamp (Unix ms): the
-// Verifier's way in, without a key to encode and decode.
-func (s *MemoryReplayStore) delivery(sig *[sha256.Size]byte, tsMillis int64) (replayKey, *replayShard, int64) {
+// delivery returns the entry key of a delivery's signature digest and the
+// index of the bucket of its timestamp (Unix ms): the Verifier's way in,
+// without a key to encode and decode.
+func (s *MemoryReplayStore) delivery(sig *[sha256.Size]byte, tsMillis int64) (replayKey, int64) {
 	s.init()
 	var k replayKey
 	copy(k[:], sig[:])
-	return k, s.shard(k), tsMillis / replaySpan.Milliseconds()
+	return k, tsMillis / replaySpan.Milliseconds()
 }
 
-func (s *MemoryReplayStore) shard(k replayKey) *replayShard {
-	return &s.shards[int(k[0])%s.used] // the key is an HMAC: uniform already
-}
-
-// replayShard is a 64th of a MemoryReplayStore: its entries in buckets by
-// timestamp, under a lock of its own.
-type replayShard struct {
+// replayEntries is what a MemoryReplayStore holds: its entries in buckets
+// by timestamp, under one lock. One lock, not a lock per share of the keys:
+// every delivery then finds the lock, the buckets and the newest bucket's
+// map where the one before left them, in the processor's cache, where
+// shards by key had it reach for a cold one each time (BenchmarkMiddlewareTLS
+// and internal/benchcmp's README).
+type replayEntries struct {
 	mu       sync.Mutex
 	buckets  []*replayBucket // in order of index, none empty
 	n        int             // entries in all buckets, some maybe expired
@@ -375,52 +361,52 @@ const noIndex = math.MinInt64
 
 // claim records k as st in the bucket of index, unless it is there (or, for
 // noIndex, in any bucket) and has not expired, and returns what it held.
-func (sh *replayShard) claim(k replayKey, index, now int64, st stamp) ReplayState {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	sh.drop(now)
-	if _, old, ok := sh.find(k, index, now); ok {
+func (m *replayEntries) claim(k replayKey, index, now int64, st stamp) ReplayState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.drop(now)
+	if _, old, ok := m.find(k, index, now); ok {
 		return old.state()
 	}
-	sh.put(k, index, st)
+	m.put(k, index, st)
 	return ReplayUnseen
 }
 
 // complete records k as st (handled), in place of a claim.
-func (sh *replayShard) complete(k replayKey, index, now int64, st stamp) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if b, _, ok := sh.find(k, index, now); ok {
+func (m *replayEntries) complete(k replayKey, index, now int64, st stamp) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b, _, ok := m.find(k, index, now); ok {
 		b.seen[k] = st
-		sh.extend(b, st)
+		m.extend(b, st)
 		return
 	}
-	sh.put(k, index, st) // its claim expired or was evicted
+	m.put(k, index, st) // its claim expired or was evicted
 }
 
 // release forgets k if it is being handled.
-func (sh *replayShard) release(k replayKey, index, now int64) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if b, old, ok := sh.find(k, index, now); ok && old.state() == ReplayHandling {
-		sh.remove(b, k)
+func (m *replayEntries) release(k replayKey, index, now int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b, old, ok := m.find(k, index, now); ok && old.state() == ReplayHandling {
+		m.remove(b, k)
 	}
 }
 
 // find returns the bucket holding a live entry for k, and the entry: in
 // the bucket of index, or for noIndex in any, the newest first.
-func (sh *replayShard) find(k replayKey, index, now int64) (*replayBucket, stamp, bool) {
+func (m *replayEntries) find(k replayKey, index, now int64) (*replayBucket, stamp, bool) {
 	if index != noIndex {
-		i, ok := sh.search(index)
+		i, ok := m.search(index)
 		if !ok {
 			return nil, 0, false
 		}
-		b := sh.buckets[i]
+		b := m.buckets[i]
 		st, ok := b.seen[k]
 		return b, st, ok && st.expiry() > now
 	}
-	for j := len(sh.buckets) - 1; j >= 0; j-- {
-		b := sh.buckets[j]
+	for j := len(m.buckets) - 1; j >= 0; j-- {
+		b := m.buckets[j]
 		if st, ok := b.seen[k]; ok && st.expiry() > now {
 			return b, st, true
 		}
@@ -429,91 +415,91 @@ func (sh *replayShard) find(k replayKey, index, now int64) (*replayBucket, stamp
 }
 
 // put records k as st in the bucket of index (of st's expiry for noIndex),
-// forgetting an entry of the oldest bucket first when the shard is full.
-func (sh *replayShard) put(k replayKey, index int64, st stamp) {
+// forgetting an entry of the oldest bucket first when the store is full.
+func (m *replayEntries) put(k replayKey, index int64, st stamp) {
 	if index == noIndex {
 		index = st.expiry() / int64(replaySpan)
 	}
-	i, ok := sh.search(index)
+	i, ok := m.search(index)
 	if ok {
-		if _, ok = sh.buckets[i].seen[k]; ok { // expired: replaced in place
-			sh.buckets[i].seen[k] = st
-			sh.extend(sh.buckets[i], st)
+		if _, ok = m.buckets[i].seen[k]; ok { // expired: replaced in place
+			m.buckets[i].seen[k] = st
+			m.extend(m.buckets[i], st)
 			return
 		}
 	}
-	if sh.n >= sh.max {
-		sh.evict() // which may drop a bucket: where index goes is to be found again
+	if m.n >= m.max {
+		m.evict() // which may drop a bucket: where index goes is to be found again
 	}
-	if i, ok = sh.search(index); !ok {
+	if i, ok = m.search(index); !ok {
 		// A new span's bucket is made with room for as many entries as
 		// the span before it got: no growing, entry by entry, at a steady
 		// rate.
 		size := 0
-		if i == len(sh.buckets) && i > 0 {
-			size = len(sh.buckets[i-1].seen)
+		if i == len(m.buckets) && i > 0 {
+			size = len(m.buckets[i-1].seen)
 		}
-		sh.buckets = slices.Insert(sh.buckets, i, &replayBucket{index: index, seen: make(map[replayKey]stamp, size)})
+		m.buckets = slices.Insert(m.buckets, i, &replayBucket{index: index, seen: make(map[replayKey]stamp, size)})
 	}
-	b := sh.buckets[i]
+	b := m.buckets[i]
 	b.seen[k] = st
-	sh.n++
-	sh.extend(b, st)
+	m.n++
+	m.extend(b, st)
 }
 
 // extend keeps b until st expires.
-func (sh *replayShard) extend(b *replayBucket, st stamp) {
+func (m *replayEntries) extend(b *replayBucket, st stamp) {
 	b.until = max(b.until, st.expiry())
-	sh.nextDrop = min(sh.nextDrop, b.until)
+	m.nextDrop = min(m.nextDrop, b.until)
 }
 
 // search returns the position of the bucket of index and true, or where it
 // would go and false. Most deliveries are on time: their bucket is the
 // last.
-func (sh *replayShard) search(index int64) (int, bool) {
-	i := len(sh.buckets)
-	for i > 0 && sh.buckets[i-1].index > index {
+func (m *replayEntries) search(index int64) (int, bool) {
+	i := len(m.buckets)
+	for i > 0 && m.buckets[i-1].index > index {
 		i--
 	}
-	if i > 0 && sh.buckets[i-1].index == index {
+	if i > 0 && m.buckets[i-1].index == index {
 		return i - 1, true
 	}
 	return i, false
 }
 
 // drop forgets the buckets whose every entry has expired.
-func (sh *replayShard) drop(now int64) {
-	if now < sh.nextDrop {
+func (m *replayEntries) drop(now int64) {
+	if now < m.nextDrop {
 		return
 	}
 	next := int64(math.MaxInt64)
-	sh.buckets = slices.DeleteFunc(sh.buckets, func(b *replayBucket) bool {
+	m.buckets = slices.DeleteFunc(m.buckets, func(b *replayBucket) bool {
 		if b.until > now {
 			next = min(next, b.until)
 			return false
 		}
-		sh.n -= len(b.seen)
+		m.n -= len(b.seen)
 		return true
 	})
-	sh.nextDrop = next
+	m.nextDrop = next
 }
 
 // evict forgets an entry of the oldest bucket, the soonest to leave the
 // window, to make room.
-func (sh *replayShard) evict() {
-	b := sh.buckets[0] // the shard is full: it holds an entry
+func (m *replayEntries) evict() {
+	b := m.buckets[0] // the store is full: it holds an entry
 	for k := range b.seen {
-		sh.remove(b, k)
+		m.remove(b, k)
 		return
 	}
 }
 
 // remove forgets k's entry in b, and b once it is empty.
-func (sh *replayShard) remove(b *replayBucket, k replayKey) {
+func (m *replayEntries) remove(b *replayBucket, k replayKey) {
 	delete(b.seen, k)
-	sh.n--
+	m.n--
 	if len(b.seen) == 0 {
-		sh.buckets = slices.DeleteFunc(sh.buckets, func(x *replayBucket) bool { return x == b })
+		m.buckets = slices.DeleteFunc(m.buckets, func(x *replayBucket) bool { return x == b })
 	}
 }
 
@@ -537,9 +523,9 @@ func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
 	ttl := replayTTL(d.ts, d.now, d.tol)
 	var added bool
 	if v.mem != nil {
-		k, sh, index := v.mem.delivery(&d.sig, d.ts)
+		k, index := v.mem.delivery(&d.sig, d.ts)
 		now := v.mem.now().UnixNano()
-		added = sh.claim(k, index, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen
+		added = v.mem.entries.claim(k, index, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen
 	} else {
 		var err error
 		added, err = v.store.Add(ctx, hex.EncodeToString(d.sig[:]), ttl)
@@ -558,9 +544,9 @@ func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
 func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
 	lease := min(v.lease, replayTTL(d.ts, d.now, d.tol))
 	if v.mem != nil {
-		k, sh, index := v.mem.delivery(&d.sig, d.ts)
+		k, index := v.mem.delivery(&d.sig, d.ts)
 		d.claimed = v.mem.now().UnixNano()
-		return sh.claim(k, index, d.claimed, newStamp(expiryAt(d.claimed, lease), true)), nil
+		return v.mem.entries.claim(k, index, d.claimed, newStamp(expiryAt(d.claimed, lease), true)), nil
 	}
 	st, err := v.store.Claim(ctx, hex.EncodeToString(d.sig[:]), lease)
 	if err != nil {
@@ -578,11 +564,11 @@ func (v *Verifier) settle(ctx context.Context, d *signed, handled bool) {
 		// At the claim's time, not the store's clock again: the entry
 		// handled expires as the window ends (ttl is from verification),
 		// not a handler's time later, and a clock read is saved.
-		k, sh, index := v.mem.delivery(&d.sig, d.ts)
+		k, index := v.mem.delivery(&d.sig, d.ts)
 		if handled {
-			sh.complete(k, index, d.claimed, newStamp(expiryAt(d.claimed, ttl), false))
+			v.mem.entries.complete(k, index, d.claimed, newStamp(expiryAt(d.claimed, ttl), false))
 		} else {
-			sh.release(k, index, d.claimed)
+			v.mem.entries.release(k, index, d.claimed)
 		}
 		return
 	}

@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// checkShard fails t unless sh's count is its entries', within its bound,
+// checkEntries fails t unless sh's count is its entries', within its bound,
 // its buckets in order and none empty.
-func checkShard(t *testing.T, sh *replayShard) {
+func checkEntries(t *testing.T, sh *replayEntries) {
 	t.Helper()
 	n := 0
 	for i, b := range sh.buckets {
@@ -25,26 +25,26 @@ func checkShard(t *testing.T, sh *replayShard) {
 		n += len(b.seen)
 	}
 	if n != sh.n || n > sh.max {
-		t.Fatalf("the shard counts %d entries and holds %d; its bound is %d", sh.n, n, sh.max)
+		t.Fatalf("the store counts %d entries and holds %d; its bound is %d", sh.n, n, sh.max)
 	}
 }
 
-// stateOf returns what the shard holds for k, live, in the bucket of index.
-func stateOf(sh *replayShard, k replayKey, index, now int64) ReplayState {
+// stateOf returns what sh holds for k, live, in the bucket of index.
+func stateOf(sh *replayEntries, k replayKey, index, now int64) ReplayState {
 	if _, st, ok := sh.find(k, index, now); ok {
 		return st.state()
 	}
 	return ReplayUnseen
 }
 
-// A shard against a plain map of what each key holds, under random
+// A store's entries against a plain map of what each key holds, under random
 // claims, completions and releases on a clock that moves on: some keys
 // given with the index of their delivery's timestamp (the Verifier's),
 // others without (a ReplayStore's Add and Claim). Its bound is never
 // reached, so nothing live is forgotten.
-func TestReplayShard_AgainstAMap(t *testing.T) {
+func TestReplayEntries_AgainstAMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	sh := &replayShard{max: 1 << 20}
+	sh := &replayEntries{max: 1 << 20}
 	type key struct {
 		k     replayKey
 		index int64
@@ -88,7 +88,7 @@ func TestReplayShard_AgainstAMap(t *testing.T) {
 				delete(want, k.k)
 			}
 		}
-		checkShard(t, sh)
+		checkEntries(t, sh)
 		for _, k := range keys {
 			wantState := ReplayUnseen
 			if st, ok := live(k.k, now); ok {
@@ -102,19 +102,19 @@ func TestReplayShard_AgainstAMap(t *testing.T) {
 }
 
 // A Verifier's outcome is recorded in one lookup where its claim is; where
-// the claim is gone (evicted from a full shard, or expired) it is recorded
-// all the same, counted, and within the shard's bound.
-func TestReplayShard_CompleteWhereTheClaimIs(t *testing.T) {
+// the claim is gone (evicted from a full store, or expired) it is recorded
+// all the same, counted, and within the store's bound.
+func TestReplayEntries_CompleteWhereTheClaimIs(t *testing.T) {
 	const index = 7
 	now := int64(index) * int64(replaySpan)
 	lease, ttl := now+int64(time.Minute), now+int64(5*time.Minute)
 	keys := []replayKey{{1}, {2}, {3}}
 
 	t.Run("claimed", func(t *testing.T) {
-		sh := &replayShard{max: 4}
+		sh := &replayEntries{max: 4}
 		sh.claim(keys[0], index, now, newStamp(lease, true))
 		sh.complete(keys[0], index, now, newStamp(ttl, false))
-		checkShard(t, sh)
+		checkEntries(t, sh)
 		if got := stateOf(sh, keys[0], index, now); got != ReplayHandled {
 			t.Fatalf("after complete: %v, want handled", got)
 		}
@@ -124,14 +124,14 @@ func TestReplayShard_CompleteWhereTheClaimIs(t *testing.T) {
 	})
 
 	t.Run("evicted", func(t *testing.T) {
-		sh := &replayShard{max: 2}
+		sh := &replayEntries{max: 2}
 		for _, k := range keys { // the third claim evicts one of the first two
 			sh.claim(k, index, now, newStamp(lease, true))
 		}
-		checkShard(t, sh)
+		checkEntries(t, sh)
 		for _, k := range keys {
 			sh.complete(k, index, now, newStamp(ttl, false))
-			checkShard(t, sh)
+			checkEntries(t, sh)
 			if got := stateOf(sh, k, index, now); got != ReplayHandled {
 				t.Fatalf("after complete: %v, want handled", got)
 			}
@@ -139,21 +139,21 @@ func TestReplayShard_CompleteWhereTheClaimIs(t *testing.T) {
 	})
 
 	t.Run("expired", func(t *testing.T) {
-		sh := &replayShard{max: 4}
+		sh := &replayEntries{max: 4}
 		sh.claim(keys[0], index, now, newStamp(now+2, true))
 		later := now + 2 // the lease is over: a copy may claim it again
 		sh.complete(keys[0], index, later, newStamp(ttl, false))
-		checkShard(t, sh)
+		checkEntries(t, sh)
 		if got := stateOf(sh, keys[0], index, later); got != ReplayHandled {
 			t.Fatalf("after complete: %v, want handled", got)
 		}
 	})
 
 	t.Run("bucket gone", func(t *testing.T) {
-		sh := &replayShard{max: 4}
+		sh := &replayEntries{max: 4}
 		sh.claim(keys[1], index+1, now, newStamp(lease, true)) // another bucket
 		sh.complete(keys[0], index, now, newStamp(ttl, false))
-		checkShard(t, sh)
+		checkEntries(t, sh)
 		if got := stateOf(sh, keys[0], index, now); got != ReplayHandled {
 			t.Fatalf("after complete: %v, want handled", got)
 		}
@@ -182,15 +182,15 @@ func TestExpiryAt_NegativeDurationsSaturate(t *testing.T) {
 	}
 }
 
-// BenchmarkReplayShardClaim is the store's part of the exactly-once
+// BenchmarkReplayClaim is the store's part of the exactly-once
 // middleware alone, for diagnosis: a Verifier's claim of a new delivery and
 // its outcome, handled, in a MemoryReplayStore holding 1,000 deliveries a
 // second over the 5 minutes before (as BenchmarkMiddleware's fullStore),
 // one delivery per millisecond of a clock that advances with them.
 // Speed is judged end to end, in internal/benchcmp's BenchmarkMiddlewareTLS.
 //
-//	go test -run '^$' -bench ReplayShardClaim -count 8
-func BenchmarkReplayShardClaim(b *testing.B) {
+//	go test -run '^$' -bench ReplayClaim -count 8
+func BenchmarkReplayClaim(b *testing.B) {
 	var now time.Time
 	s, err := NewMemoryReplayStore(&MemoryReplayStoreOptions{Now: func() time.Time { return now }})
 	if err != nil {
@@ -202,10 +202,10 @@ func BenchmarkReplayShardClaim(b *testing.B) {
 		return sha256.Sum256(x[:])
 	}
 	deliver := func(d *[sha256.Size]byte, ts int64) ReplayState {
-		k, sh, index := s.delivery(d, ts)
+		k, index := s.delivery(d, ts)
 		at := ts * int64(time.Millisecond)
-		st := sh.claim(k, index, at, newStamp(expiryAt(at, DefaultHandlerLease), true))
-		sh.complete(k, index, at, newStamp(expiryAt(at, DefaultTolerance), false))
+		st := s.entries.claim(k, index, at, newStamp(expiryAt(at, DefaultHandlerLease), true))
+		s.entries.complete(k, index, at, newStamp(expiryAt(at, DefaultTolerance), false))
 		return st
 	}
 	base := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC).UnixMilli()

@@ -272,7 +272,7 @@ func TestMemoryReplayStore_IsBounded(t *testing.T) {
 		}
 	}
 	assert.Equal(t, max, s.Len())
-	// A full shard forgets its oldest entry first: the newest are kept.
+	// A full store forgets its oldest entry first: the newest are kept.
 	added, _ := s.Add(context.Background(), fmt.Sprint(100*max-1), time.Hour)
 	assert.False(t, added)
 }
@@ -333,8 +333,8 @@ func TestMemoryReplayStore_MemoryPer1000PerSecond(t *testing.T) {
 		wantUnder uint64 // bytes
 		docs      string
 	}{
-		{1000, 14 << 20, "the documentation says about 12 MiB"},
-		{100, 3 << 19, "the documentation says about 1 MiB"},
+		{1000, 14 << 20, "the documentation says about 12.5 MiB"},
+		{100, 2 << 20, "the documentation says about 1.6 MiB"},
 	} {
 		const window = 5 * time.Minute
 		entries := tc.perSecond * int(window/time.Second)
@@ -408,7 +408,7 @@ func testReplayFlood(t *testing.T, times float64) {
 }
 
 // TestMemoryReplayStore_HoldsAtMostMaxEntries for a MaxEntries that is not
-// a multiple of the store's shards.
+// of any size: the bound is exact.
 func TestMemoryReplayStore_HoldsAtMostMaxEntries(t *testing.T) {
 	for _, maxEntries := range []int{1, 10, 100, 1000} {
 		s, err := webhook.NewMemoryReplayStore(&webhook.MemoryReplayStoreOptions{MaxEntries: maxEntries})

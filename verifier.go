@@ -138,8 +138,8 @@ type VerifierOptions struct {
 // [MemoryReplayStore] of its own. [Verifier.Verify] refuses an exact repeat
 // with an error matching [ErrReplayed]. [Verifier.Middleware] and the event
 // handlers hand a delivery to the handler once, and acknowledge its copies
-// without losing one (see Middleware). The memory is bounded: about 1 MiB at
-// 100 deliveries a second, 12 MiB at 1,000, and 50 MiB at the default
+// without losing one (see Middleware). The memory is bounded: about 1.6 MiB
+// at 100 deliveries a second, 12.5 MiB at 1,000, and 50 MiB at the default
 // bound (see [MemoryReplayStore]). It is on by default because the spec's
 // window is meant "to prevent replay", yet lets a captured delivery verify
 // again for 5 minutes. It never refuses a genuine delivery: the sender signs every
