@@ -160,7 +160,9 @@ type MemoryReplayStoreOptions struct {
 // MaxEntries above twice the tolerance times your peak rate.
 //
 // A MemoryReplayStore is safe for concurrent use. No method blocks on
-// anything but the store's lock, and none fails.
+// anything but the store's lock, and none fails. A delivery holds the lock
+// twice, for about 60 ns each in memory (BenchmarkReplayClaim): a receiver
+// verifying 100,000 deliveries a second holds it about 1% of the time.
 type MemoryReplayStore struct {
 	ready   atomic.Bool // set up: by NewMemoryReplayStore, or on first use of a zero store
 	setupMu sync.Mutex  // held to set a zero store up
