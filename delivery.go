@@ -200,18 +200,25 @@ func (d *delivery) admit(ctx context.Context) bool {
 			d.cur.ticket = t
 			return true
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-t.await:
-		case <-timer.C:
-		case <-ctx.Done():
-		}
-		timer.Stop()
-		d.s.health.unwait(t)
+		d.await(ctx, t, wait)
 		if ctx.Err() != nil {
 			d.err, d.errKind = fmt.Errorf("webhook: stopped before the attempt: %w", context.Cause(ctx)), KindCanceled
 			return false
 		}
+	}
+}
+
+// await waits for the answer t awaits, for wait or until ctx is done, and
+// then gives t's wait back: also when ctx panics, or the wait's place among
+// what waits on endpoints not answering would be lost for good.
+func (d *delivery) await(ctx context.Context, t ticket, wait time.Duration) {
+	defer d.s.health.unwait(t)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-t.await:
+	case <-timer.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -91,13 +91,14 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // same across every endpoint not answering, probes included, so that many
 // dead endpoints cannot hold every caller either: from the first attempt,
 // only the one attempt that finds out per URL comes on top. A wait for the
-// first answer of a URL silent that short while counts among them too,
-// once an attempt sent after that first one has been answered: callers
-// that each wait on another dead URL cannot all wait, sending nothing whose
-// answer would show that the Sender is not stalled. In a stall, no such
-// answer comes, and the waits are not counted. A URL heard
-// from, however slowly it answers and at whatever concurrency, is never
-// held back (one slower than that while is remembered for it).
+// first answer of a URL silent that short while counts among them too:
+// callers that each wait on another dead URL cannot all wait, sending
+// nothing whose answer would show that the URLs are dead. Nothing tells
+// such callers from a stall of the Sender, where every answer is late: in
+// a stall, the waits past MaxUnansweredTotal are refused as well, while
+// the first attempts go and no URL is found silent. A URL heard from,
+// however slowly it answers and at whatever concurrency, is never held
+// back (one slower than that while is remembered for it).
 //
 // Each Sender keeps its own view, in memory, of what is failing, in
 // flight or slow only. With several processes, each learns and probes on its own.
@@ -138,9 +139,8 @@ type HealthOptions struct {
 	// (beyond the first attempt to each, which nothing tells from an
 	// attempt to an endpoint that answers, and which counts once the URL
 	// is found silent; the attempts waiting for its answer count once it
-	// has been silent a short while and an attempt sent after it has been
-	// answered, and past the bound such a wait is refused too), and the
-	// others go to the endpoints that answer. A
+	// has been silent a short while, and past the bound such a wait is
+	// refused too), and the others go to the endpoints that answer. A
 	// Send Test is counted, never refused. Zero means DefaultMaxUnansweredTotal:
 	// twice the default per URL, so that one silent URL is bounded by its
 	// own bound, and a small share of the tens of goroutines a service
@@ -467,12 +467,13 @@ func (h *health) admit(origin, rawURL string, held bool, deadline time.Time) (ti
 			ErrEndpointNotAnswering, u.name(), u.inFlight+u.waiters, now.Sub(u.progress).Round(time.Millisecond))
 	case !ad.probe && !unanswered && u.awaiting(h.awaitUntil(u, deadline), now):
 		h.release(origin, t.lease)
-		if now.Sub(u.progress) >= h.quiet() && !h.answeredFrom.Before(u.progress) {
-			// Silent for quiet while an attempt sent after its first was
-			// answered: the wait takes a place among what waits on endpoints
-			// not answering, until unwait. Callers that each wait on another
-			// dead URL cannot all wait, sending nothing whose answer would
-			// show that the Sender is not stalled.
+		if now.Sub(u.progress) >= h.quiet() {
+			// Silent for quiet: the wait takes a place among what waits on
+			// endpoints not answering, until unwait. Callers that each wait
+			// on another dead URL cannot all wait, sending nothing whose
+			// answer would show that the URLs are dead (nor would an answer
+			// sent after the first attempts tell them from a stall: there
+			// is none to wait for when every caller waits).
 			if h.waiting >= h.maxWaiting {
 				return t, h.spreadFull(), fmt.Errorf("%w: %s has not answered its first attempt in %s, and %d attempt(s), retries or waits already wait on endpoints not answering (HealthOptions.MaxUnansweredTotal); nothing was sent",
 					ErrEndpointNotAnswering, u.name(), now.Sub(u.progress).Round(time.Millisecond), h.waiting)

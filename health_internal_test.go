@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,6 +61,68 @@ func TestAbandon_APanicSigningLeavesNothingInFlight(t *testing.T) {
 		defer h.mu.Unlock()
 		if u := h.urls[c.URL]; u != nil && u.inFlight != 0 || h.waiting != 0 {
 			t.Errorf("waiting %d, entry %+v", h.waiting, u.stall)
+		}
+	})
+}
+
+// panicDone is a caller's context whose Done panics once armed.
+type panicDone struct {
+	context.Context
+	armed *atomic.Bool
+}
+
+func (c panicDone) Done() <-chan struct{} {
+	if c.armed.Load() {
+		panic("Done")
+	}
+	return c.Context.Done()
+}
+
+// A caller's context that panics while its attempt waits for a URL's first
+// answer, past the short while that gives the wait a place among what
+// waits on endpoints not answering, gives the place back: it was lost for
+// good, and the URL's entry was never forgotten (a review's finding:
+// waiting stayed 1).
+func TestHealth_APanicWhileWaitingForAFirstAnswerGivesItsPlaceBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			if r.URL.Path == "/dead" {
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
+		})
+		s, err := NewSender(&SenderOptions{Client: &http.Client{Transport: rt}, AttemptTimeout: 10 * time.Second,
+			Retry: &RetryPolicy{}, Health: &HealthOptions{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := func(path string) Connection {
+			return Connection{Name: "c", URL: "https://h.example.com" + path, Secret: "whsec_test_secret"}
+		}
+		s.Attempt(context.Background(), c("/ok"), EventUserIdentified, []byte(`{}`), 1)
+		time.Sleep(time.Millisecond)
+		go s.Attempt(context.Background(), c("/dead"), EventUserIdentified, []byte(`{}`), 1) // its first attempt
+		synctest.Wait()
+		time.Sleep(time.Second) // past the short while
+		var armed atomic.Bool
+		armed.Store(true)
+		func() {
+			defer func() { recover() }()
+			s.Attempt(panicDone{context.Background(), &armed}, c("/dead"), EventUserIdentified, []byte(`{}`), 2)
+		}()
+		time.Sleep(time.Minute) // the first attempt has ended
+		synctest.Wait()
+		h := s.health
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		waiters := 0
+		if u := h.urls[c("/dead").URL]; u != nil {
+			waiters = u.waiters
+		}
+		if h.waiting != 0 || waiters != 0 {
+			t.Errorf("after every attempt ended: waiting %d, the URL's waiters %d", h.waiting, waiters)
 		}
 	})
 }
