@@ -314,11 +314,11 @@ func BenchmarkSendInMemoryHealth(b *testing.B) {
 // 8,500 in the others: every free worker waited for the first answer of a
 // dead URL, nothing else was sent, so no answer could show the Sender was
 // not stalled, and the waits lasted the first attempts' time. Since such
-// waits count with MaxUnansweredTotal once later attempts are answered,
-// none falls so: over 12 rounds, 0 of 36 runs with dead URLs made under
-// half of dead=none's first-500-ms deliveries (the fewest: 0.68x), against
-// 11 of 48 in the build before. The medians of those 12 rounds: 0.96x,
-// 0.95x, 0.95x; of 3 rounds over 300,000 (at adfa9e0): 0.94x, 0.97x, 0.98x.
+// waits count with MaxUnansweredTotal once the URL has been silent a short
+// while, none falls so: over 16 rounds at 0ece7f6, 0 of 48 runs with dead
+// URLs made under half of dead=none's first-500-ms deliveries, against 11
+// of 48 in the build before. At e87d7e2, the medians of 7 rounds over 60,000: 0.96x, 0.95x,
+// 0.95x; of 3 rounds over 300,000: 0.96x, 0.97x, 0.97x.
 // dead-total-peak was 24 at 10% in every run: the 20 first attempts and 4.
 // For the first attempts' 500 ms, 8 workers deliver; then 8 deliveries wait
 // for their retries, holding MaxUnansweredTotal's places, and the other
