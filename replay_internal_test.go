@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -200,6 +202,35 @@ func TestMemoryReplayStore_LenCountsEveryBucketOnce(t *testing.T) {
 	checkEntries(t, &s.entries)
 }
 
+// Len is a count of one moment: while another goroutine fills a full
+// store, opening new buckets as it goes, Len never counts past MaxEntries
+// (a review's finding: counted a bucket at a time, it reached 1,863 of
+// 1,000, counting entries again after they moved ahead of it).
+func TestMemoryReplayStore_LenNeverPassesMaxEntries(t *testing.T) {
+	const maxEntries = 1000
+	s, err := NewMemoryReplayStore(&MemoryReplayStoreOptions{MaxEntries: maxEntries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			s.Add(ctx, strconv.Itoa(i), time.Hour+time.Duration(i/50)*replaySpan)
+		}
+	})
+	worst := 0
+	for range 20_000 {
+		worst = max(worst, s.Len())
+	}
+	stop.Store(true)
+	wg.Wait()
+	if worst > maxEntries {
+		t.Errorf("Len reached %d, MaxEntries %d", worst, maxEntries)
+	}
+}
+
 // A negative TTL on a clock before 1970 expires at once: the sum
 // saturates rather than wrapping round into an expiry centuries ahead,
 // which would hold the key for good.
@@ -279,9 +310,9 @@ func BenchmarkReplayClaim(b *testing.B) {
 // BenchmarkReplayAddFarApart adds keys to a MemoryReplayStore holding
 // 10,000 buckets, one per key given with expiries far apart, each key to a
 // bucket other than the newest: a key given without its timestamp is looked
-// for in every bucket, so the cost grows with them (65 µs an Add here,
-// with buckets searched by halves or from the newest alike; a review's
-// finding: 417 µs at 60,000 buckets, each caller behind the one lock).
+// for in every bucket, so the cost grows with them (65 µs an Add here; a
+// review's finding: 417 µs at 60,000 buckets, each caller behind the one
+// lock). A Verifier gives the timestamp and looks in one bucket.
 //
 //	go test -run '^$' -bench ReplayAddFarApart -count 6
 func BenchmarkReplayAddFarApart(b *testing.B) {
