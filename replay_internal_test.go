@@ -163,15 +163,21 @@ func TestReplayEntries_CompleteWhereTheClaimIs(t *testing.T) {
 	})
 }
 
-// Len counts every live entry once, a bucket at a time, among buckets made
-// in any order (keys whose expiries fall far apart, each in a bucket of its
+// storeOnClock returns a MemoryReplayStore whose clock reads *now.
+func storeOnClock(tb testing.TB, now *time.Time) *MemoryReplayStore {
+	tb.Helper()
+	s, err := NewMemoryReplayStore(&MemoryReplayStoreOptions{Now: func() time.Time { return *now }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// Len counts every live entry once, among buckets made in any order (keys whose expiries fall far apart, each in a bucket of its
 // own, and the Verifier's by timestamp), some of whose entries expired.
 func TestMemoryReplayStore_LenCountsEveryBucketOnce(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s, err := NewMemoryReplayStore(&MemoryReplayStoreOptions{Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := storeOnClock(t, &now)
 	ctx := context.Background()
 	ttl := func(i int) time.Duration {
 		if i%3 == 0 {
@@ -317,10 +323,7 @@ func BenchmarkReplayClaim(b *testing.B) {
 //	go test -run '^$' -bench ReplayAddFarApart -count 6
 func BenchmarkReplayAddFarApart(b *testing.B) {
 	now := time.Unix(1_700_000_000, 0)
-	s, err := NewMemoryReplayStore(&MemoryReplayStoreOptions{Now: func() time.Time { return now }})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := storeOnClock(b, &now)
 	ctx := context.Background()
 	const buckets = 10_000
 	for i := range buckets {
