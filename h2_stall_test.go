@@ -328,3 +328,69 @@ func TestSend_HTTP2SlowLinkKeepsItsConnectionWhenAnAttemptTimesOut(t *testing.T)
 	assert.Less(t, slowRes.Attempts[0].Duration, 2*timeout+stallTimeout)
 	assert.Equal(t, int32(1), link.conns.Load(), "one connection for all")
 }
+
+// TestSend_HTTP2ReceiverThatStopsReadingBeforeAnsweringLosesItsConnection:
+// a receiver takes a delivery's request, never answers, and stops reading
+// its socket while it makes the client write (PINGs to acknowledge). The
+// attempt ends at its AttemptTimeout, but the connection's writer stays
+// blocked: net/http keeps such a connection, with its goroutines and
+// buffers, for as long as the receiver holds it open (a review's finding).
+// The transport closes a connection whose writes make no progress for
+// stallTimeout, so the receiver's own write fails soon after.
+func TestSend_HTTP2ReceiverThatStopsReadingBeforeAnsweringLosesItsConnection(t *testing.T) {
+	t.Parallel()
+	srv := newRawH2(t)
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.pool}, AllowPrivateNetworks: true})
+	const timeout = 2 * time.Second // about 1 s of PINGs fills the buffers
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr},
+		AttemptTimeout: timeout, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+
+	const held = 4 * stallTimeout // how long the receiver would hold the connection
+	conns := make(chan *tls.Conn, 1)
+	writeEnded := make(chan time.Time, 1)
+	go func() {
+		defer close(writeEnded)
+		raw, err := srv.ln.Accept()
+		if err != nil {
+			return
+		}
+		conn := tls.Server(raw, srv.cfg)
+		conns <- conn
+		if conn.Handshake() != nil {
+			return
+		}
+		if _, err := io.ReadFull(conn, make([]byte, 24)); err != nil { // the preface
+			return
+		}
+		conn.Write(h2Frame(0x4, 0, 0, nil)) // SETTINGS
+		if h2Request(conn, func(typ, flags byte) bool { return (typ == 0x0 || typ == 0x1) && flags&0x1 != 0 }) == 0 {
+			return
+		}
+		// No answer: PINGs, and never a read again.
+		var pings []byte
+		for range 400_000 {
+			pings = append(pings, h2Frame(0x6, 0, 0, make([]byte, 8))...)
+		}
+		conn.SetWriteDeadline(time.Now().Add(held))
+		conn.Write(pings) // returns once the client closes, or at the deadline
+		writeEnded <- time.Now()
+	}()
+	t.Cleanup(func() {
+		select {
+		case c := <-conns:
+			c.Close()
+		default:
+		}
+	})
+
+	res, err := s.Send(context.Background(), webhook.Connection{URL: "https://" + srv.addr() + "/hook", Secret: testSecret}, samplePayload())
+	require.Error(t, err)
+	require.Len(t, res.Attempts, 1)
+	assert.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind)
+	ended := time.Now()
+	closed := <-writeEnded
+	assert.Less(t, closed.Sub(ended), stallTimeout+2*time.Second,
+		"the connection whose writer the receiver blocked must be closed, not kept until the receiver lets go")
+}

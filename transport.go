@@ -148,6 +148,10 @@ type TransportOptions struct {
 // spec gives a receiver to answer), the connection is closed, with the
 // attempts on it. So such an attempt lasts at most 5 seconds past its
 // AttemptTimeout. A healthy connection ends the attempt's stream at once.
+// A connection whose writes make no progress for 5 seconds is closed too
+// (HTTP2.WriteByteTimeout), also when the receiver stopped before it
+// answered: the attempt has ended then, but the blocked writer would keep
+// the connection, with its goroutines and buffers, open.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
@@ -189,7 +193,8 @@ func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 		IdleConnTimeout:        90 * time.Second,
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
-		HTTP2:                  &http.HTTP2Config{MaxEncoderHeaderTableSize: 1}, // index no header value
+		// Index no header value; close a connection whose writes stall.
+		HTTP2: &http.HTTP2Config{MaxEncoderHeaderTableSize: 1, WriteByteTimeout: stallTimeout},
 	}
 	d.t = t
 	t.OnProxyConnectResponse = proxyConnectResponse
