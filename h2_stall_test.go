@@ -333,21 +333,25 @@ func TestSend_HTTP2SlowLinkKeepsItsConnectionWhenAnAttemptTimesOut(t *testing.T)
 // a receiver takes a delivery's request, never answers, and stops reading
 // its socket while it makes the client write (PINGs to acknowledge). The
 // attempt ends at its AttemptTimeout, but the connection's writer stays
-// blocked: net/http keeps such a connection, with its goroutines and
-// buffers, for as long as the receiver holds it open (a review's finding).
-// The transport closes a connection whose writes make no progress for
-// stallTimeout, so the receiver's own write fails soon after.
+// blocked: net/http kept such a connection, with its goroutines and
+// buffers, for as long as the receiver held it open (a review's finding).
+// The transport closes a connection on which a write waits
+// HTTP2.WriteByteTimeout, DefaultAttemptTimeout by default, made short
+// here, so the receiver's own write fails soon after.
 func TestSend_HTTP2ReceiverThatStopsReadingBeforeAnsweringLosesItsConnection(t *testing.T) {
 	t.Parallel()
 	srv := newRawH2(t)
 	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.pool}, AllowPrivateNetworks: true})
+	require.Equal(t, webhook.DefaultAttemptTimeout, tr.HTTP2.WriteByteTimeout, "the default bound on one write")
+	const writeTimeout = 3 * time.Second
+	tr.HTTP2.WriteByteTimeout = writeTimeout
 	const timeout = 2 * time.Second // about 1 s of PINGs fills the buffers
 	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr},
 		AttemptTimeout: timeout, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
 	require.NoError(t, err)
 	t.Cleanup(s.CloseIdleConnections)
 
-	const held = 4 * stallTimeout // how long the receiver would hold the connection
+	const held = 30 * time.Second // how long the receiver would hold the connection
 	conns := make(chan *tls.Conn, 1)
 	writeEnded := make(chan time.Time, 1)
 	go func() {
@@ -391,6 +395,44 @@ func TestSend_HTTP2ReceiverThatStopsReadingBeforeAnsweringLosesItsConnection(t *
 	assert.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind)
 	ended := time.Now()
 	closed := <-writeEnded
-	assert.Less(t, closed.Sub(ended), stallTimeout+2*time.Second,
+	// The buffers fill in about a second, more on a loaded machine.
+	assert.Less(t, closed.Sub(ended), writeTimeout+5*time.Second,
 		"the connection whose writer the receiver blocked must be closed, not kept until the receiver lets go")
+}
+
+// TestSend_HTTP2LinkThatStallsSixSecondsKeepsItsDelivery: a link that
+// stops carrying the client's bytes for 6 seconds, as a congested path or
+// TCP's retransmission backoff may, then carries on, holds a large upload's
+// write for that long. The delivery, whose AttemptTimeout is a minute, is
+// made: a bound of 5 s on one write cut it (a review's finding).
+func TestSend_HTTP2LinkThatStallsSixSecondsKeepsItsDelivery(t *testing.T) {
+	t.Parallel()
+	var got atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got.Store(n)
+	}))
+	srv.EnableHTTP2 = true
+	// Windows wider than the body: the upload waits on the link, not on
+	// flow control.
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxReceiveBufferPerConnection: 64 << 20, MaxReceiveBufferPerStream: 64 << 20}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	link := newStallingLink(t, srv.Listener.Addr().String())
+	base := "https://" + link.ln.Addr().String()
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs},
+		AllowPrivateNetworks: true})
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr},
+		AttemptTimeout: time.Minute, MaxBodyBytes: 64 << 20, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+	// An earlier delivery opened the connection: the receiver's SETTINGS are known.
+	_, err = s.Send(context.Background(), webhook.Connection{URL: base + "/warm", Secret: testSecret}, samplePayload())
+	require.NoError(t, err)
+
+	body := make([]byte, 32<<20) // more than the link's socket buffers hold
+	link.stallFor(6 * time.Second)
+	res, err := s.SendBytes(context.Background(), webhook.Connection{URL: base + "/big", Secret: testSecret}, "user.identified", body)
+	require.NoError(t, err, "a healthy receiver whose link stalled 6 s: %v", res.Attempts)
+	assert.Equal(t, int64(len(body)), got.Load())
 }

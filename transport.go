@@ -128,7 +128,6 @@ type TransportOptions struct {
 // request's header values are sent whole (Huffman-coded where that is
 // shorter), but for those of HPACK's static table (a POST's :method,
 // https's :scheme): about 110 bytes more a delivery than with indexing.
-// Set fields of its HTTP2 rather than replacing it, to keep this.
 //
 // A connection of its reads at most about 4.2 MiB for each attempt of a
 // Sender that it carries (the answer's header, excerpt and drain, and the
@@ -148,10 +147,18 @@ type TransportOptions struct {
 // spec gives a receiver to answer), the connection is closed, with the
 // attempts on it. So such an attempt lasts at most 5 seconds past its
 // AttemptTimeout. A healthy connection ends the attempt's stream at once.
-// A connection whose writes make no progress for 5 seconds is closed too
-// (HTTP2.WriteByteTimeout), also when the receiver stopped before it
-// answered: the attempt has ended then, but the blocked writer would keep
-// the connection, with its goroutines and buffers, open.
+// An HTTP/2 connection on which one write is not taken within 30 seconds,
+// DefaultAttemptTimeout (HTTP2.WriteByteTimeout), is closed, with the
+// attempts on it. A receiver that stops reading before it answers would
+// otherwise keep the blocked writer, and the connection with its
+// goroutines and buffers, for as long as it liked. Over TLS, net/http
+// bounds each write (a frame, up to 512 KiB), not the time between two
+// bytes: with the default AttemptTimeout, a write that waits 30 seconds
+// belongs to an attempt out of time already. A Sender with a longer
+// AttemptTimeout that sends large bodies over a link slower than about 17
+// KiB/s should raise HTTP2.WriteByteTimeout to match. Set fields of the
+// transport's HTTP2 rather than replacing it, to keep both of its
+// settings.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
@@ -194,7 +201,7 @@ func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 		// Index no header value; close a connection whose writes stall.
-		HTTP2: &http.HTTP2Config{MaxEncoderHeaderTableSize: 1, WriteByteTimeout: stallTimeout},
+		HTTP2: &http.HTTP2Config{MaxEncoderHeaderTableSize: 1, WriteByteTimeout: DefaultAttemptTimeout},
 	}
 	d.t = t
 	t.OnProxyConnectResponse = proxyConnectResponse
