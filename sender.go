@@ -27,7 +27,8 @@ type SenderOptions struct {
 	// Client makes the requests. It is copied, never modified: the copy
 	// does not follow redirects (a 3xx answer is a failed attempt) and
 	// AttemptTimeout replaces its Timeout. Nil means a client on
-	// NewTransport's transport, guarded unless AllowPrivateNetworks is set.
+	// NewTransport's transport, guarded unless AllowPrivateNetworks is set,
+	// on which one HTTP/2 write may wait AttemptTimeout.
 	// A Client of your own keeps the private-network guard when its
 	// Transport is, or wraps, one from NewTransport; any other transport
 	// has no guard, no bound on response headers, and over HTTP/2 no bound
@@ -164,6 +165,7 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 		if err != nil {
 			return nil, err
 		}
+		tr.HTTP2.WriteByteTimeout = timeout // a write may wait as long as an attempt may take
 		client.Transport = tr
 	}
 	rt := client.Transport

@@ -154,11 +154,12 @@ type TransportOptions struct {
 // goroutines and buffers, for as long as it liked. Over TLS, net/http
 // bounds each write (a frame, up to 512 KiB), not the time between two
 // bytes: with the default AttemptTimeout, a write that waits 30 seconds
-// belongs to an attempt out of time already. A Sender with a longer
-// AttemptTimeout that sends large bodies over a link slower than about 17
-// KiB/s should raise HTTP2.WriteByteTimeout to match. Set fields of the
-// transport's HTTP2 rather than replacing it, to keep both of its
-// settings.
+// belongs to an attempt out of time already. A Sender's own transport
+// (SenderOptions.Client nil) has its AttemptTimeout there. With a longer
+// AttemptTimeout on a transport of yours, raise HTTP2.WriteByteTimeout to
+// match, or large bodies over a link slower than about 17 KiB/s are cut at
+// 30 seconds. Set fields of the transport's HTTP2 rather than replacing
+// it, to keep both of its settings.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
