@@ -49,6 +49,41 @@ func h2Request(conn net.Conn, ends func(typ, flags byte) bool) uint32 {
 	}
 }
 
+// stopReading accepts one connection on s and reads a request to its end
+// (END_STREAM on its HEADERS or DATA). When answer is set, it answers 200
+// (HPACK static index 8) without END_STREAM and no body yet. Then it writes
+// PINGs, whose acknowledgements fill both socket buffers, and never reads
+// again. It sends the connection on conns once accepted, and returns when
+// its writing ends: once the client closes the connection, or after held.
+func (s *rawH2) stopReading(conns chan<- *tls.Conn, answer bool, held time.Duration) {
+	raw, err := s.ln.Accept()
+	if err != nil {
+		return
+	}
+	conn := tls.Server(raw, s.cfg)
+	conns <- conn
+	if conn.Handshake() != nil {
+		return
+	}
+	if _, err := io.ReadFull(conn, make([]byte, 24)); err != nil { // the preface
+		return
+	}
+	conn.Write(h2Frame(0x4, 0, 0, nil)) // SETTINGS
+	stream := h2Request(conn, func(typ, flags byte) bool { return (typ == 0x0 || typ == 0x1) && flags&0x1 != 0 })
+	if stream == 0 {
+		return
+	}
+	if answer {
+		conn.Write(h2Frame(0x1, 0x4, stream, []byte{0x88}))
+	}
+	var pings []byte
+	for range 400_000 {
+		pings = append(pings, h2Frame(0x6, 0, 0, make([]byte, 8))...)
+	}
+	conn.SetWriteDeadline(time.Now().Add(held))
+	conn.Write(pings)
+}
+
 // stallTimeout is how long an attempt whose time is up may still wait on
 // its connection.
 const stallTimeout = 5 * time.Second
@@ -76,33 +111,7 @@ func TestSend_HTTP2ReceiverThatStopsReadingHoldsAnAttemptBoundedTime(t *testing.
 	serverDone := make(chan struct{})
 	go func() {
 		defer close(serverDone)
-		raw, err := srv.ln.Accept()
-		if err != nil {
-			return
-		}
-		conn := tls.Server(raw, srv.cfg)
-		conns <- conn
-		if conn.Handshake() != nil {
-			return
-		}
-		if _, err := io.ReadFull(conn, make([]byte, 24)); err != nil { // the preface
-			return
-		}
-		conn.Write(h2Frame(0x4, 0, 0, nil)) // SETTINGS
-		// Until the request has ended: END_STREAM on its HEADERS or DATA.
-		stream := h2Request(conn, func(typ, flags byte) bool { return (typ == 0x0 || typ == 0x1) && flags&0x1 != 0 })
-		if stream == 0 {
-			return
-		}
-		// 200 (HPACK static index 8) without END_STREAM and no body yet;
-		// then PINGs, and never a read again.
-		conn.Write(h2Frame(0x1, 0x4, stream, []byte{0x88}))
-		var pings []byte
-		for range 400_000 {
-			pings = append(pings, h2Frame(0x6, 0, 0, make([]byte, 8))...)
-		}
-		conn.SetWriteDeadline(time.Now().Add(time.Minute))
-		conn.Write(pings)
+		srv.stopReading(conns, true, time.Minute)
 	}()
 	t.Cleanup(func() {
 		select {
@@ -256,6 +265,21 @@ func newStallingLink(t *testing.T, target string) *stallingLink {
 	return l
 }
 
+// behindStallingLink starts srv as an HTTP/2 receiver whose flow-control
+// windows are wider than any body here, so that an upload waits on the
+// link, not on flow control, behind a stallingLink. It returns the link,
+// the receiver's URL through it, and a transport that trusts it.
+func behindStallingLink(t *testing.T, srv *httptest.Server) (*stallingLink, string, *http.Transport) {
+	srv.EnableHTTP2 = true
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxReceiveBufferPerConnection: 64 << 20, MaxReceiveBufferPerStream: 64 << 20}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	link := newStallingLink(t, srv.Listener.Addr().String())
+	pool := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	return link, "https://" + link.ln.Addr().String(), tr
+}
+
 // TestSend_HTTP2SlowLinkKeepsItsConnectionWhenAnAttemptTimesOut: a link
 // that stalls for a moment (1.5 s, less than a write may wait) carries an
 // upload and an attempt whose answer's body never ends. The attempt's time
@@ -282,15 +306,7 @@ func TestSend_HTTP2SlowLinkKeepsItsConnectionWhenAnAttemptTimesOut(t *testing.T)
 			io.Copy(io.Discard, r.Body)
 		}
 	}))
-	srv.EnableHTTP2 = true
-	srv.Config.HTTP2 = &http.HTTP2Config{MaxReceiveBufferPerConnection: 64 << 20, MaxReceiveBufferPerStream: 64 << 20}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	link := newStallingLink(t, srv.Listener.Addr().String())
-	base := "https://" + link.ln.Addr().String()
-
-	pool := srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
-	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}, AllowPrivateNetworks: true})
+	link, base, tr := behindStallingLink(t, srv)
 	newSender := func(timeout time.Duration) *webhook.Sender {
 		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr},
 			AttemptTimeout: timeout, MaxBodyBytes: 64 << 20, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
@@ -356,29 +372,7 @@ func TestSend_HTTP2ReceiverThatStopsReadingBeforeAnsweringLosesItsConnection(t *
 	writeEnded := make(chan time.Time, 1)
 	go func() {
 		defer close(writeEnded)
-		raw, err := srv.ln.Accept()
-		if err != nil {
-			return
-		}
-		conn := tls.Server(raw, srv.cfg)
-		conns <- conn
-		if conn.Handshake() != nil {
-			return
-		}
-		if _, err := io.ReadFull(conn, make([]byte, 24)); err != nil { // the preface
-			return
-		}
-		conn.Write(h2Frame(0x4, 0, 0, nil)) // SETTINGS
-		if h2Request(conn, func(typ, flags byte) bool { return (typ == 0x0 || typ == 0x1) && flags&0x1 != 0 }) == 0 {
-			return
-		}
-		// No answer: PINGs, and never a read again.
-		var pings []byte
-		for range 400_000 {
-			pings = append(pings, h2Frame(0x6, 0, 0, make([]byte, 8))...)
-		}
-		conn.SetWriteDeadline(time.Now().Add(held))
-		conn.Write(pings) // returns once the client closes, or at the deadline
+		srv.stopReading(conns, false, held)
 		writeEnded <- time.Now()
 	}()
 	t.Cleanup(func() {
@@ -412,16 +406,7 @@ func TestSend_HTTP2LinkThatStallsSixSecondsKeepsItsDelivery(t *testing.T) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		got.Store(n)
 	}))
-	srv.EnableHTTP2 = true
-	// Windows wider than the body: the upload waits on the link, not on
-	// flow control.
-	srv.Config.HTTP2 = &http.HTTP2Config{MaxReceiveBufferPerConnection: 64 << 20, MaxReceiveBufferPerStream: 64 << 20}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	link := newStallingLink(t, srv.Listener.Addr().String())
-	base := "https://" + link.ln.Addr().String()
-	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs},
-		AllowPrivateNetworks: true})
+	link, base, tr := behindStallingLink(t, srv)
 	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr},
 		AttemptTimeout: time.Minute, MaxBodyBytes: 64 << 20, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
 	require.NoError(t, err)
