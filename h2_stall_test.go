@@ -54,24 +54,25 @@ func h2Request(conn net.Conn, ends func(typ, flags byte) bool) uint32 {
 // (HPACK static index 8) without END_STREAM and no body yet. Then it writes
 // PINGs, whose acknowledgements fill both socket buffers, and never reads
 // again. It sends the connection on conns once accepted, and returns when
-// its writing ends: once the client closes the connection, or after held.
-func (s *rawH2) stopReading(conns chan<- *tls.Conn, answer bool, held time.Duration) {
+// its writing ends, once the client closes the connection or after held:
+// true, or false when it stopped before.
+func (s *rawH2) stopReading(conns chan<- *tls.Conn, answer bool, held time.Duration) bool {
 	raw, err := s.ln.Accept()
 	if err != nil {
-		return
+		return false
 	}
 	conn := tls.Server(raw, s.cfg)
 	conns <- conn
 	if conn.Handshake() != nil {
-		return
+		return false
 	}
 	if _, err := io.ReadFull(conn, make([]byte, 24)); err != nil { // the preface
-		return
+		return false
 	}
 	conn.Write(h2Frame(0x4, 0, 0, nil)) // SETTINGS
 	stream := h2Request(conn, func(typ, flags byte) bool { return (typ == 0x0 || typ == 0x1) && flags&0x1 != 0 })
 	if stream == 0 {
-		return
+		return false
 	}
 	if answer {
 		conn.Write(h2Frame(0x1, 0x4, stream, []byte{0x88}))
@@ -82,6 +83,7 @@ func (s *rawH2) stopReading(conns chan<- *tls.Conn, answer bool, held time.Durat
 	}
 	conn.SetWriteDeadline(time.Now().Add(held))
 	conn.Write(pings)
+	return true
 }
 
 // stallTimeout is how long an attempt whose time is up may still wait on
@@ -372,8 +374,9 @@ func TestSend_HTTP2ReceiverThatStopsReadingBeforeAnsweringLosesItsConnection(t *
 	writeEnded := make(chan time.Time, 1)
 	go func() {
 		defer close(writeEnded)
-		srv.stopReading(conns, false, held)
-		writeEnded <- time.Now()
+		if srv.stopReading(conns, false, held) {
+			writeEnded <- time.Now()
+		}
 	}()
 	t.Cleanup(func() {
 		select {
@@ -388,7 +391,8 @@ func TestSend_HTTP2ReceiverThatStopsReadingBeforeAnsweringLosesItsConnection(t *
 	require.Len(t, res.Attempts, 1)
 	assert.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind)
 	ended := time.Now()
-	closed := <-writeEnded
+	closed, ok := <-writeEnded
+	require.True(t, ok, "the receiver stopped before it wrote")
 	// The buffers fill in about a second, more on a loaded machine.
 	assert.Less(t, closed.Sub(ended), writeTimeout+5*time.Second,
 		"the connection whose writer the receiver blocked must be closed, not kept until the receiver lets go")

@@ -153,13 +153,15 @@ type TransportOptions struct {
 // otherwise keep the blocked writer, and the connection with its
 // goroutines and buffers, for as long as it liked. Over TLS, net/http
 // bounds each write (a frame, up to 512 KiB), not the time between two
-// bytes: with the default AttemptTimeout, a write that waits 30 seconds
-// belongs to an attempt out of time already. A Sender's own transport
-// (SenderOptions.Client nil) has its AttemptTimeout there. With a longer
-// AttemptTimeout on a transport of yours, raise HTTP2.WriteByteTimeout to
-// match, or large bodies over a link slower than about 17 KiB/s are cut at
-// 30 seconds. Set fields of the transport's HTTP2 rather than replacing
-// it, to keep both of its settings.
+// bytes. With the default AttemptTimeout, the attempts on the connection
+// when a write began are out of time once it has waited 30 seconds; those
+// that came later, queued behind it, fail with them. A Sender's own
+// transport (SenderOptions.Client nil) has its AttemptTimeout there when
+// that is longer. With a longer AttemptTimeout on a transport of yours,
+// raise HTTP2.WriteByteTimeout to match, or large bodies over a link
+// slower than about 17 KiB/s may be cut 30 seconds into one write. Set
+// fields of the transport's HTTP2 rather than replacing it, to keep both
+// of its settings.
 func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 	if opts == nil {
 		opts = &TransportOptions{}
