@@ -96,9 +96,10 @@
 // The transport uses no proxy unless told. It bounds response headers to 64
 // KiB. No answer (1xx, 101, trickled headers, an endless body) holds an
 // attempt past its timeout. Over HTTP/2, a receiver that stops reading holds
-// it 5 seconds more at most: then its connection is closed. Custom headers
-// cannot replace Content-Type, the X-Service-* headers or the transport's
-// own headers.
+// it 5 seconds more at most: then its connection is closed. A connection on
+// which one write waits 30 seconds is closed too, also before any answer.
+// Custom headers cannot replace Content-Type, the X-Service-* headers or the
+// transport's own headers.
 //
 // Secrets never appear in a delivery, an error, a log line, json.Marshal or
 // the formatting of a [Connection]. Neither do custom header values, nor a
