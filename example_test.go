@@ -59,7 +59,7 @@ func ExampleVerifier_Middleware() {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /webhooks", v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/webhooks", v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body) // the verified bytes, unchanged
 		fmt.Printf("handler got %s\n", body)
 	})))

@@ -37,11 +37,13 @@
 // handled. [LastWriterWins] makes a handler idempotent on a key and a version,
 // and reports what it did. [Verifier.Verify] refuses an exact repeat with
 // [ErrReplayed]. [Verify] checks one request against one secret with the
-// defaults, and keeps no memory.
+// defaults, and keeps no memory. Route every method to the handler: a
+// connection's method is POST, PUT or PATCH, and what is not signed is
+// refused.
 //
 //	v, err := webhook.NewVerifier([]string{os.Getenv("WEBHOOK_SECRET")}, nil)
 //	...
-//	http.Handle("POST /webhooks", webhook.NewHandler(v, func(ctx context.Context, p webhook.Payload) error {
+//	http.Handle("/webhooks", webhook.NewHandler(v, func(ctx context.Context, p webhook.Payload) error {
 //		return crm.Upsert(ctx, p.User) // an error answers 500 and the service retries
 //	}, nil))
 //

@@ -102,7 +102,7 @@ func newReceiver(secret string) (*receiver, error) {
 	}
 	rcv := &receiver{}
 	mux := http.NewServeMux()
-	mux.Handle("POST /webhooks", v.Middleware(http.HandlerFunc(rcv.serve)))
+	mux.Handle("/webhooks", v.Middleware(http.HandlerFunc(rcv.serve)))
 	rcv.Server = httptest.NewUnstartedServer(mux)
 	rcv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	rcv.StartTLS()

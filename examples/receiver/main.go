@@ -5,8 +5,8 @@
 //	WEBHOOK_SECRET=whsec_... go run ./examples/receiver -addr :8443 -cert cert.pem -key key.pem
 //	go run ./examples/receiver -secrets /etc/webhook/secrets   # rotate with: kill -HUP <pid>
 //
-// Secrets come from -secrets, a file with one secret per line ("#" starts a
-// comment), re-read on SIGHUP so a rotation needs no restart; or else from
+// Secrets come from -secrets, a file with one secret per line (a line that
+// starts with "#" is a comment), re-read on SIGHUP so a rotation needs no restart; or else from
 // WEBHOOK_SECRET, the old and the new one separated by a comma while
 // rotating. Without -cert and -key it serves plain HTTP, for use behind a
 // proxy that terminates TLS: the service delivers to HTTPS URLs only.
@@ -69,11 +69,13 @@ func main() {
 	log.Fatal(err)
 }
 
-// newMux serves POST /webhooks: each verified user.identified delivery is
+// newMux serves /webhooks: each verified user.identified delivery is
 // logged. Fields the body lacks are empty, as in the spec's minimal test.
+// Any method reaches the handler, which refuses what is not signed: a
+// connection's method is POST, PUT or PATCH.
 func newMux(v *webhook.Verifier, logger *slog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("POST /webhooks", webhook.NewHandler(v, func(ctx context.Context, p webhook.Payload) error {
+	mux.Handle("/webhooks", webhook.NewHandler(v, func(ctx context.Context, p webhook.Payload) error {
 		if p.IsSendTest() {
 			logger.InfoContext(ctx, "Send Test received")
 			return nil // acknowledged, not stored
@@ -118,13 +120,13 @@ func rotateOn(ctx context.Context, signals <-chan os.Signal, v *webhook.Verifier
 	}
 }
 
-// splitSecrets splits s at sep into its secrets, without spaces, comments
-// or empty entries.
+// splitSecrets splits s at sep into its secrets, without spaces, empty
+// entries or comments: a line that starts with "#". A "#" within a secret is
+// part of it.
 func splitSecrets(s, sep string) []string {
 	var out []string
 	for _, secret := range strings.Split(s, sep) {
-		secret, _, _ = strings.Cut(secret, "#")
-		if secret = strings.TrimSpace(secret); secret != "" {
+		if secret = strings.TrimSpace(secret); secret != "" && !strings.HasPrefix(secret, "#") {
 			out = append(out, secret)
 		}
 	}

@@ -25,16 +25,21 @@ import (
 // that the service retries.
 type OnPayload func(ctx context.Context, p webhook.Payload, raw []byte) error
 
-// Chi returns a chi router serving POST /webhooks. chi takes the library's
-// middleware as it is.
+// Methods are the methods a delivery may come with: its connection's,
+// POST, PUT or PATCH.
+var Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch}
+
+// Chi returns a chi router serving /webhooks to each of [Methods]. chi
+// takes the library's middleware as it is.
 func Chi(v *webhook.Verifier, on OnPayload) http.Handler {
 	r := chi.NewRouter()
 	r.Group(func(r chi.Router) {
 		r.Use(v.Middleware)
-		r.Post("/webhooks", func(w http.ResponseWriter, r *http.Request) {
-			status := handle(r.Context(), r.Body, on)
-			w.WriteHeader(status)
-		})
+		for _, method := range Methods {
+			r.MethodFunc(method, "/webhooks", func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(handle(r.Context(), r.Body, on))
+			})
+		}
 	})
 	return r
 }
@@ -63,10 +68,10 @@ func GinVerify(v *webhook.Verifier) gin.HandlerFunc {
 	}
 }
 
-// Gin returns a gin engine serving POST /webhooks.
+// Gin returns a gin engine serving /webhooks to each of [Methods].
 func Gin(v *webhook.Verifier, on OnPayload) http.Handler {
 	r := gin.New()
-	r.POST("/webhooks", GinVerify(v), func(c *gin.Context) {
+	r.Match(Methods, "/webhooks", GinVerify(v), func(c *gin.Context) {
 		c.Status(handle(c.Request.Context(), c.Request.Body, on))
 	})
 	return r
@@ -93,11 +98,11 @@ func EchoVerify(v *webhook.Verifier) echo.MiddlewareFunc {
 	}
 }
 
-// Echo returns an echo instance serving POST /webhooks.
+// Echo returns an echo instance serving /webhooks to each of [Methods].
 func Echo(v *webhook.Verifier, on OnPayload) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.POST("/webhooks", func(c echo.Context) error {
+	e.Match(Methods, "/webhooks", func(c echo.Context) error {
 		return c.NoContent(handle(c.Request().Context(), c.Request().Body, on))
 	}, EchoVerify(v))
 	return e

@@ -122,10 +122,13 @@ func TestRouters_EndToEnd(t *testing.T) {
 			s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}})
 			require.NoError(t, err)
 
-			res, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL + "/webhooks", Secret: secret}, payload())
-			require.NoError(t, err)
-			assert.Len(t, res.Attempts, 1)
-			require.Len(t, rec.got, 1)
+			// A connection's method is POST, PUT or PATCH (SPEC 2.1).
+			for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodPatch} {
+				res, err := s.Send(context.Background(), webhook.Connection{URL: srv.URL + "/webhooks", Secret: secret, Method: method}, payload())
+				require.NoError(t, err, method)
+				assert.Len(t, res.Attempts, 1)
+			}
+			require.Len(t, rec.got, 3)
 			assert.True(t, strings.HasPrefix(rec.got[0].User.ID, "usr_"))
 		})
 	}
