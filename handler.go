@@ -26,11 +26,18 @@ var ErrUnreadableBody = errors.New("webhook: cannot read request body")
 // reader of the bytes read, so the next handler reads the identical body. A
 // body over the limit gives an error matching [ErrBodyTooLarge]; an error
 // while reading matches [ErrUnreadableBody] and wraps the reader's error.
+//
+// Inside the Middleware or NewHandler of a Verifier on the same replay
+// store, the request they serve is not taken for a replay when r.Body is
+// the one they hand on: that Verifier settles it by what is answered.
+// [Verifier.Verify] of the bytes there would refuse it as a replay: read
+// r.Body instead, which holds the verified bytes.
 func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 	if v.keys.Load() == nil {
 		return nil, errZeroVerifier
 	}
-	body, err := readBody(nil, r.Body, r.ContentLength, v.maxBodyBytes())
+	in := r.Body // the Middleware's further out may have marked it (recordedOutside)
+	body, err := readBody(nil, in, r.ContentLength, v.maxBodyBytes())
 	br := &bodyReader{Reader: bytes.NewReader(body)}
 	r.Body = br
 	if err != nil {
@@ -40,12 +47,17 @@ func (v *Verifier) VerifyRequest(r *http.Request) ([]byte, error) {
 	if err := v.authenticate(r.Header, body, &d); err != nil || v.allowReplays {
 		return body, err
 	}
-	if err := v.checkReplay(r.Context(), &d); err != nil {
-		return body, err
+	// The Middleware or NewHandler of a Verifier on this store, further
+	// out, claimed this very request, and settles it by its answer: it is
+	// not a copy of itself.
+	if !v.recordedOutside(nil, in, &d.sig) {
+		if err := v.checkReplay(r.Context(), &d); err != nil {
+			return body, err
+		}
 	}
-	// Recorded as handled: NewHandler or the Middleware of a Verifier on
-	// this store, further in, serves this request rather than take it for
-	// a copy of itself.
+	// Recorded: NewHandler or the Middleware of a Verifier on this store,
+	// further in, serves this request rather than take it for a copy of
+	// itself.
 	br.mark = claimMark{by: v, sig: d.sig}
 	return body, nil
 }
@@ -410,7 +422,9 @@ func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte,
 // NewHandler(v, ...) too when it gets the body VerifyRequest left: a
 // middleware between them that wraps the body hides the record, and the
 // request is then acknowledged as a copy of one handled. Use the
-// Middleware rather than VerifyRequest in front of NewHandler.
+// Middleware rather than VerifyRequest in front of NewHandler. Inside the
+// Middleware, VerifyRequest of the request served finds the claim on the
+// body it is given; Verify, given no request, takes it for a replay.
 func (v *Verifier) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v.serveVerified(w, r, func(w http.ResponseWriter, _ []byte) { next.ServeHTTP(w, r) })

@@ -76,6 +76,34 @@ func TestVerifyRequest_ThenNewHandlerOfOneVerifierRunsTheHandler(t *testing.T) {
 	assert.Equal(t, int32(1), calls.Load(), "the one request is handled, not acknowledged as a copy")
 }
 
+// TestMiddleware_ThenVerifyRequestOfOneVerifierIsNotAReplay: a route's
+// handler written from VerifyRequest's docs, in a router group with
+// v.Middleware, verifies the one request the Middleware serves. It is not a
+// replay: refused, every attempt of the delivery was lost (review). A
+// NewHandler further in still runs its function once, and a copy once it
+// was handled is acknowledged by the Middleware.
+func TestMiddleware_ThenVerifyRequestOfOneVerifierIsNotAReplay(t *testing.T) {
+	body := readTestdata(t, "body_user_identified.json")
+	v := newTestVerifier(t)
+	var calls atomic.Int32
+	inner := webhook.NewHandler(v, func(context.Context, webhook.Payload) error { calls.Add(1); return nil }, nil)
+	h := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, err := v.VerifyRequest(r)
+		if !assert.NoError(t, err, "the request the Middleware serves") || !assert.Equal(t, body, got) {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	assert.Equal(t, http.StatusOK, serve(h, newSignedRequest(testSecret, testNow.UnixMilli(), body)))
+	assert.Equal(t, http.StatusOK, serve(h, newSignedRequest(testSecret, testNow.UnixMilli(), body)), "a copy is acknowledged")
+	assert.Equal(t, int32(1), calls.Load(), "handled once")
+
+	// Alone, VerifyRequest still refuses the copy.
+	_, err := v.VerifyRequest(newSignedRequest(testSecret, testNow.UnixMilli(), body))
+	assert.ErrorIs(t, err, webhook.ErrReplayed)
+}
+
 // loggingWriter wraps the writer as a logging middleware does, with Unwrap
 // for http.ResponseController.
 type loggingWriter struct {
