@@ -31,13 +31,13 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		case code >= 200 && code < 300:
 			return KindNone, nil
 		case code >= 300 && code < 400:
-			msg := "webhook: receiver answered " + resp.Status + "; redirects are not followed"
+			msg := "webhook: receiver answered " + answerText(resp.Status, scrub) + "; redirects are not followed"
 			if loc := resp.Header.Get("Location"); loc != "" {
-				msg += " (Location: " + redact.URL(loc) + ")"
+				msg += " (Location: " + answerText(redact.URL(loc), scrub) + ")"
 			}
-			return KindRedirect, errors.New(redact.Printable(scrub(msg)))
+			return KindRedirect, errors.New(msg)
 		}
-		msg := redact.Printable(scrub("webhook: receiver answered " + resp.Status))
+		msg := "webhook: receiver answered " + answerText(resp.Status, scrub)
 		if code == http.StatusGone {
 			return KindStatus, &goneError{msg}
 		}
@@ -81,9 +81,22 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		strings.HasPrefix(cause.Error(), "stream error: "):
 		kind = KindReset
 	}
-	detail := redact.Printable(scrub(cause.Error()))
+	detail := answerText(cause.Error(), scrub)
 	msg := "webhook: " + kindText[kind] + " " + redact.URL(rawURL) + ": " + detail
 	return kind, &attemptError{msg: redact.Printable(scrub(msg)), detail: detail, cause: cause}
+}
+
+// maxAnswerRunes bounds what an attempt's error quotes of a text the
+// receiver chose (a status line, a Location, GOAWAY's debug data, which
+// net/http quotes whole, a control byte as four characters): as much as a
+// line of a log, where the answer's body has its excerpt.
+const maxAnswerRunes = 1 << 10
+
+// answerText returns s, which holds a receiver's text, without the
+// connection's secret texts (scrub, over the whole of s: a cut splits
+// none), printable and cut after maxAnswerRunes.
+func answerText(s string, scrub func(string) string) string {
+	return redact.PrintableCut(scrub(s), maxAnswerRunes)
 }
 
 // attemptError is the error of an attempt that failed without an answer:

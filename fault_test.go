@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,6 +13,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -530,6 +532,72 @@ func TestSend_HostileTextIsNeverPrinted(t *testing.T) {
 			require.Error(t, err)
 			require.Equal(t, webhook.KindTLS, res.Attempts[0].Kind, "%v", err)
 			requireAllPrintable(t, res, err)
+		})
+	}
+}
+
+// TestSend_HostileTextIsBounded: what a delivery prints of a receiver's
+// text is bounded, as its body's excerpt is, whatever the receiver sends:
+// net/http quotes a malformed status line whole, each control byte as four
+// characters, and a reason phrase or a Location may fill the 64 KiB of
+// headers. Unbounded, one attempt printed 240 KB (review).
+func TestSend_HostileTextIsBounded(t *testing.T) {
+	long := strings.Repeat("a", 60000)
+	answers := map[string]string{
+		"malformed status line": strings.Repeat("\x01", 60000) + "\r\n\r\n",
+		"long reason phrase":    "HTTP/1.1 500 " + long + "\r\nContent-Length: 0\r\n\r\n",
+		"long Location host":    "HTTP/1.1 307 Go\r\nLocation: https://" + long + ".example/p\r\nContent-Length: 0\r\n\r\n",
+	}
+	for name, answer := range answers {
+		t.Run(name, func(t *testing.T) {
+			h := newHostile(t, func(conn net.Conn, _ *http.Request) { io.WriteString(conn, answer) })
+			var logged bytes.Buffer
+			s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: newTransport(t,
+				&webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: h.pool}, AllowPrivateNetworks: true})},
+				Retry: shortPolicy(0), Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+			require.NoError(t, err)
+			res, err := s.Send(context.Background(), h.conn(), samplePayload())
+			require.Error(t, err)
+			requirePrintedBounded(t, res, err)
+			assert.LessOrEqual(t, logged.Len(), 2*maxPrinted, "the log line")
+		})
+	}
+}
+
+// maxPrinted bounds each text a delivery prints of one attempt: as much as
+// its body's excerpt (4 KiB).
+const maxPrinted = 4 << 10
+
+// requirePrintedBounded checks the length of every text a failed delivery
+// of one attempt prints.
+func requirePrintedBounded(t *testing.T, res *webhook.Result, err error) {
+	t.Helper()
+	require.Len(t, res.Attempts, 1)
+	var table strings.Builder
+	require.NoError(t, res.WriteTable(&table))
+	a := res.Attempts[0]
+	for name, s := range map[string]string{"the error": err.Error(), "the table": table.String(), "the attempt's error": a.Err.Error(),
+		"the diagnosis": a.Diagnosis(), "the attempt": a.String()} {
+		assert.LessOrEqual(t, len(s), maxPrinted, "%s: %.200s", name, s)
+	}
+}
+
+// TestSend_StatusOutsideHTTPsRangeIsNoAnswer: net/http takes any three
+// digits for a status. An answer of 000 read as none (StatusCode 0) of kind
+// status (review); one outside 100-599 is a protocol failure, which says
+// so.
+func TestSend_StatusOutsideHTTPsRangeIsNoAnswer(t *testing.T) {
+	for _, status := range []string{"000", "099", "600", "999"} {
+		t.Run(status, func(t *testing.T) {
+			h := newHostile(t, func(conn net.Conn, _ *http.Request) {
+				io.WriteString(conn, "HTTP/1.1 "+status+" Nope\r\nContent-Length: 0\r\n\r\n")
+			})
+			res, err := faultSender(t, h.pool, shortPolicy(0)).Send(context.Background(), h.conn(), samplePayload())
+			require.Error(t, err)
+			a := res.Attempts[0]
+			assert.Equal(t, webhook.KindOther, a.Kind)
+			assert.Zero(t, a.StatusCode)
+			assert.ErrorContains(t, a.Err, "invalid status "+status)
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -125,4 +126,37 @@ func TestSend_HTTP2LargeAnswersKeepTheirConnection(t *testing.T) {
 		assert.NoError(t, err, "delivery %d", i)
 	}
 	assert.Equal(t, int32(1), conns.Load(), "one connection carried every delivery")
+}
+
+// TestSend_HTTP2GoAwayDebugDataIsBounded: a receiver that reads the
+// delivery, then sends GOAWAY with a frame full of debug data and closes:
+// net/http quotes the debug data whole in its error, and the attempt
+// prints no more of it than of a body (review: 64 KB of text).
+func TestSend_HTTP2GoAwayDebugDataIsBounded(t *testing.T) {
+	srv := newRawH2(t)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		p, err := srv.accept()
+		if err != nil {
+			return
+		}
+		defer p.close()
+		stream, err := p.next()
+		if err != nil {
+			return
+		}
+		payload := make([]byte, 8, 16<<10)
+		binary.BigEndian.PutUint32(payload[0:4], stream) // the last stream: the delivery's
+		payload = append(payload, bytes.Repeat([]byte{0x01}, cap(payload)-8)...)
+		p.frame(0x7, 0, 0, payload) // GOAWAY, NO_ERROR
+	})
+	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: srv.pool}, AllowPrivateNetworks: true})
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+	res, err := s.Send(context.Background(), webhook.Connection{URL: "https://" + srv.addr() + "/hooks", Secret: testSecret}, samplePayload())
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "GOAWAY")
+	requirePrintedBounded(t, res, err)
 }

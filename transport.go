@@ -441,7 +441,9 @@ func proxyAddr(u *url.URL) string {
 
 // attemptTransport refuses to switch protocols: net/http hands over the raw
 // connection as the body of a 101 and stops watching the request's context,
-// so a receiver that held it would hold the delivery forever. It also hides
+// so a receiver that held it would hold the delivery forever. A status
+// outside 100-599 is a failure with no answer: net/http takes any three
+// digits, and 000 would read as no status. It also hides
 // its RoundTripper's CloseIdleConnections: go-retryablehttp closes the
 // client's idle connections whenever a delivery gives up, which on a shared
 // pool would cost every other delivery its connections. Each attempt's time
@@ -452,7 +454,13 @@ type attemptTransport struct {
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.rt.RoundTrip(req)
-	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
+	switch {
+	case err != nil:
+	case resp.StatusCode < 100 || resp.StatusCode > 599:
+		// net/http takes any three digits; 000 would read as no answer.
+		resp.Body.Close()
+		return nil, fmt.Errorf("webhook: receiver answered an invalid status %03d", resp.StatusCode)
+	case resp.StatusCode == http.StatusSwitchingProtocols:
 		resp.Body.Close()
 		resp.Body = http.NoBody
 	}

@@ -109,7 +109,8 @@
 // credential. An endpoint is named by its origin, such as
 // https://hooks.example.com/…. Nothing is printed unless a *slog.Logger is
 // given. What a receiver sends is printed only as printable text, without
-// control or format characters ([Attempt.ResponseText]). [NewSecret] makes a
+// control or format characters ([Attempt.ResponseText]), and bounded: an
+// attempt's error quotes at most 1,024 characters of it. [NewSecret] makes a
 // secret with 256 bits of entropy.
 //
 // Verification uses the raw body as received. It uses the timestamp exactly as
