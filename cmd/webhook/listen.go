@@ -252,7 +252,13 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// what is left of the body, under it, when the handler returns.
 		rc.SetReadDeadline(time.Time{})
 	}
-	head := fmt.Sprintf("%s  %s %s", arrived.Format("15:04:05.000"), redact.PrintableCut(r.Method, 10), redact.PrintableCut(r.URL.Path, 60))
+	// A URL's path may be its credential: any but the root shows as "/…",
+	// as the forward URL's does.
+	path := "/"
+	if r.URL.Path != "/" {
+		path = "/…"
+	}
+	head := fmt.Sprintf("%s  %s %s", arrived.Format("15:04:05.000"), redact.PrintableCut(r.Method, 10), path)
 	if err != nil {
 		l.printf("%s  refused: %s\n", head, redact.Printable(err.Error()))
 		switch {

@@ -233,12 +233,14 @@ func TestListen_ForwardsVerifiedDeliveriesByteIdentical(t *testing.T) {
 	body := []byte("{\"event\":\"user.identified\", \"user\":{\"id\":\"usr_1\",\"email\":\"ada@example.com\"}}\n")
 	h := webhooktest.SignedHeader(testSecret, webhook.EventUserIdentified, body, time.Now())
 	h.Set("Authorization", "Bearer k_123")
-	resp, answer := post(t, base+"/webhooks", h, body)
+	resp, answer := post(t, base+"/webhooks/tok_in_the_path", h, body)
 	assert.Equal(t, http.StatusAccepted, resp.StatusCode, "what the target answered")
 	assert.Equal(t, `{"queued":true}`, string(answer))
 	assert.Equal(t, "crm", resp.Header.Get("X-App"))
 	line := <-out.each
 	assert.Contains(t, line, "verified")
+	assert.Contains(t, line, "POST /…", "a URL's path may be its credential: it is never printed")
+	assert.NotContains(t, line, "tok_in_the_path")
 	assert.Contains(t, line, "usr_1 <ada@example.com>")
 	assert.Contains(t, line, "answered 202")
 
