@@ -93,7 +93,8 @@ func (m Metadata) MarshalJSON() ([]byte, error) {
 
 // Time is a point in time as the library's JSON holds it, in a delivery body
 // and in the attempt log ([AttemptJSON]). It encodes as UTC with exactly
-// three fractional digits ([TimeLayout]) and decodes any RFC 3339 time. The
+// three fractional digits ([TimeLayout]) and decodes any RFC 3339 time, and
+// the spec's other ISO 8601 forms (see [Time.UnmarshalJSON]). The
 // zero Time encodes as "0001-01-01T00:00:00.000Z".
 type Time struct {
 	time.Time
@@ -120,8 +121,10 @@ func (t Time) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON decodes a JSON string holding an RFC 3339 time, with or
 // without fractional seconds, in any offset, escaped or not (some encoders
-// write "+" as "\u002B"), with "T" and "Z" in either case. JSON null leaves
-// t unchanged.
+// write "+" as "\u002B"), with "T" and "Z" in either case. It also takes the
+// other ISO 8601 forms of the spec's UTC date-time: an offset written +hhmm
+// or +hh, or none, read as UTC. JSON null and an empty string leave t
+// unchanged.
 func (t *Time) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
@@ -135,13 +138,31 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 	} else if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("webhook: time is not a JSON string: %w", err)
 	}
-	parsed, err := time.Parse(time.RFC3339Nano, upperTZ(s))
+	if s == "" {
+		return nil // as null: a time not given
+	}
+	s = upperTZ(s)
+	parsed, err := time.Parse(time.RFC3339Nano, s)
+	for _, layout := range isoLayouts {
+		if err == nil {
+			break
+		}
+		if p, isoErr := time.Parse(layout, s); isoErr == nil {
+			parsed, err = p, nil
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("webhook: time is not RFC 3339: %w", err)
+		return fmt.Errorf("webhook: time is not ISO 8601 (RFC 3339): %w", err)
 	}
 	t.Time = parsed
 	return nil
 }
+
+// isoLayouts are the ISO 8601 forms of the spec's "UTC date-time" that
+// Time decodes besides RFC 3339: an offset written +hhmm or +hh, or none,
+// read as UTC. time.Parse takes a fraction of a second after the seconds
+// in each.
+var isoLayouts = [...]string{"2006-01-02T15:04:05Z0700", "2006-01-02T15:04:05Z07", "2006-01-02T15:04:05"}
 
 // upperTZ returns s with a lower-case date-time separator "t" and zone "z",
 // which RFC 3339 allows, in upper case, which time.Parse wants.

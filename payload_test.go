@@ -109,6 +109,42 @@ func TestTime_DecodesAnyRFC3339(t *testing.T) {
 	assert.Error(t, json.Unmarshal([]byte(`1763719200000`), &bad))
 }
 
+// TestTime_DecodesTheISO8601FormsOfTheSpec: the spec's timestamp is "ISO
+// 8601 UTC date-time with milliseconds". A receiver is lenient: an offset
+// written +hhmm (Java's SSSZ) or +hh, or none (UTC, as the spec says), is
+// the same time, and an empty string is a time not given, as null is.
+// Refused, each was answered 400, and the service retried, then gave up
+// (review).
+func TestTime_DecodesTheISO8601FormsOfTheSpec(t *testing.T) {
+	want := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	for _, in := range []string{
+		`"2026-11-21T10:00:00.000+0000"`,
+		`"2026-11-21T11:00:00.000+0100"`,
+		`"2026-11-21T08:30:00-0130"`,
+		`"2026-11-21T11:00:00.000+01"`,
+		`"2026-11-21T10:00:00.000"`,
+		`"2026-11-21T10:00:00"`,
+		`"2026-11-21t10:00:00.000"`,
+	} {
+		var got webhook.Time
+		require.NoError(t, json.Unmarshal([]byte(in), &got), in)
+		assert.True(t, got.Equal(want), "%s decoded as %v, want %v", in, got.Time, want)
+	}
+	for _, in := range []string{`""`, `null`} {
+		got := webhook.NewTime(want)
+		require.NoError(t, json.Unmarshal([]byte(in), &got), in)
+		assert.True(t, got.Equal(want), "%s leaves a time as it was", in)
+	}
+	p, err := webhook.ParsePayload([]byte(`{"event":"user.identified","timestamp":"","user":{"email":"a@example.com","updatedAt":"2026-11-21T10:00:00.000+0000"}}`))
+	require.NoError(t, err)
+	assert.True(t, p.Timestamp.IsZero())
+	assert.True(t, p.User.UpdatedAt.Equal(want))
+	var bad webhook.Time
+	for _, in := range []string{`"2026-11-21"`, `"2026-11-21T10:00"`, `"2026-11-21T10:00:00+1"`, `" "`, `"2026-11-21T10:00:00.000+00:00:00"`} {
+		assert.Error(t, json.Unmarshal([]byte(in), &bad), in)
+	}
+}
+
 func TestParsePayload(t *testing.T) {
 	p, err := webhook.ParsePayload(readTestdata(t, "body_user_identified.json"))
 	require.NoError(t, err)
