@@ -379,14 +379,15 @@ func matchesAny(keys []*keyedMAC, secret, tsText string, body []byte, got *[sha2
 }
 
 // singleHeader returns the one value of header name in h. Names are matched
-// case-insensitively, also in an http.Header built by hand.
+// case-insensitively, also in an http.Header built by hand: without the
+// canonical name, the values of every spelling count together, so that two
+// spellings are two values, whichever one a map's order shows first.
 func singleHeader(h http.Header, name string) (string, error) {
 	vs := h[name] // name is canonical: no allocation on the usual path
 	if vs == nil {
 		for k, kv := range h {
 			if strings.EqualFold(k, name) {
-				vs = kv
-				break
+				vs = append(vs[:len(vs):len(vs)], kv...)
 			}
 		}
 	}

@@ -120,6 +120,12 @@ func TestVerifier_Verify(t *testing.T) {
 			h.Add(webhook.HeaderSignature, h.Get(webhook.HeaderSignature))
 			return h
 		}, body, webhook.ErrMalformedSignature, "2 times"},
+		{"lower-case names, built by hand", func() http.Header { return lowerNames(signedHeader(testSecret, now, body)) }, body, nil, ""},
+		{"two spellings of a name, built by hand", func() http.Header {
+			h := lowerNames(signedHeader(testSecret, now, body))
+			h["X-SERVICE-SIGNATURE"] = []string{"sha256=" + strings.Repeat("0", 64)}
+			return h
+		}, body, webhook.ErrMalformedSignature, "2 times"},
 		{"uppercase hex accepted", func() http.Header {
 			h := signedHeader(testSecret, now, body)
 			h.Set(webhook.HeaderSignature, "sha256="+strings.ToUpper(strings.TrimPrefix(h.Get(webhook.HeaderSignature), "sha256=")))
@@ -410,3 +416,13 @@ func (mapStore) Claim(context.Context, string, time.Duration) (webhook.ReplaySta
 }
 func (mapStore) Complete(context.Context, string, time.Duration) error { return nil }
 func (mapStore) Release(context.Context, string) error                 { return nil }
+
+// lowerNames returns h with its names in lower case, as a map built by
+// hand from another framework's request may hold them.
+func lowerNames(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for name, values := range h {
+		out[strings.ToLower(name)] = values
+	}
+	return out
+}
