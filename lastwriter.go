@@ -93,7 +93,10 @@ type LastWriterWinsOptions[T any] struct {
 // happened: applied, skipped as stale, or skipped as a duplicate.
 //
 // Within a process, events of one key are handed to fn one at a time, so
-// that the check, fn and the record cannot interleave. Across instances,
+// that the check, fn and the record cannot interleave. An event that waits
+// for its key returns its context's cause once the context is done (the
+// client went away), so that fn hanging on one event holds no goroutine of
+// the events after it: the service retries them. Across instances,
 // two deliveries of one key may pass the check at once: make fn's own write
 // conditional too (the README's PostgreSQL recipe does both in one
 // statement), or run one instance.
@@ -141,7 +144,11 @@ func LastWriterWins[T any](fn func(ctx context.Context, event T) error, opts *La
 		if key == "" || v.IsZero() {
 			return LastWriterApplied, fn(ctx, event)
 		}
-		defer locks.lock(key)()
+		unlock, err := locks.lock(ctx, key)
+		if err != nil {
+			return 0, fmt.Errorf("webhook: last writer wins: waiting for the event of %q being handled: %w", key, err)
+		}
+		defer unlock()
 		last, ok, err := store.Last(ctx, key)
 		if err != nil {
 			return 0, fmt.Errorf("webhook: last writer wins: reading the version of %q: %w", key, err)
@@ -181,31 +188,38 @@ type keyLocks struct {
 }
 
 type keyLock struct {
-	mu      sync.Mutex
-	holders int // waiting or holding, under keyLocks.mu
+	held    chan struct{} // holds a value while the key is locked
+	holders int           // waiting or holding, under keyLocks.mu
 }
 
-// lock locks key and returns its unlock.
-func (l *keyLocks) lock(key string) func() {
+// lock locks key and returns its unlock, or gives up with ctx's cause once
+// ctx is done: a handler that hangs holds its key, not the goroutines of
+// every event of that key after it.
+func (l *keyLocks) lock(ctx context.Context, key string) (func(), error) {
 	l.mu.Lock()
 	if l.locks == nil {
 		l.locks = make(map[string]*keyLock)
 	}
 	k := l.locks[key]
 	if k == nil {
-		k = &keyLock{}
+		k = &keyLock{held: make(chan struct{}, 1)}
 		l.locks[key] = k
 	}
 	k.holders++
 	l.mu.Unlock()
-	k.mu.Lock()
-	return func() {
-		k.mu.Unlock()
+	leave := func() {
 		l.mu.Lock()
 		if k.holders--; k.holders == 0 {
 			delete(l.locks, key)
 		}
 		l.mu.Unlock()
+	}
+	select {
+	case k.held <- struct{}{}:
+		return func() { <-k.held; leave() }, nil
+	case <-ctx.Done():
+		leave()
+		return nil, context.Cause(ctx)
 	}
 }
 

@@ -146,6 +146,40 @@ func TestLastWriterWins_OneKeyAtATime(t *testing.T) {
 	}
 }
 
+// TestLastWriterWins_AWaitForTheKeyEndsWithItsContext: while the handler
+// of a user's event hangs (a database that does not answer), the next event
+// of that user waits for it; once its request is gone, it returns an error
+// at once, rather than hold its goroutine for as long as the first hangs.
+func TestLastWriterWins_AWaitForTheKeyEndsWithItsContext(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	on := webhook.LastWriterWins(func(ctx context.Context, p webhook.Payload) error {
+		if p.User.UpdatedAt.UnixMilli()%2 == 0 {
+			close(entered)
+			<-release
+		}
+		return nil
+	}, nil)
+	base := time.UnixMilli(1763719200000)
+	first := make(chan error, 1)
+	go func() { first <- on(context.Background(), userAt("usr_x", base)) }()
+	<-entered
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	second := make(chan error, 1)
+	go func() { second <- on(ctx, userAt("usr_x", base.Add(time.Millisecond))) }()
+	cancel(errors.New("the client went away"))
+	select {
+	case err := <-second:
+		assert.ErrorContains(t, err, "the client went away")
+	case <-time.After(10 * time.Second): // a guard: it returns at once, or never
+		t.Error("the second event still waits for the first's handler")
+		defer func() { <-second }()
+	}
+	close(release)
+	assert.NoError(t, <-first)
+	assert.NoError(t, on(context.Background(), userAt("usr_x", base.Add(time.Millisecond))), "the key is free again")
+}
+
 type crmEvent struct {
 	Contact string
 	Seq     int64
