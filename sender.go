@@ -307,7 +307,9 @@ func (s *Sender) SendBytes(ctx context.Context, c Connection, event string, body
 // SenderOptions.MaxConcurrency at once, each independently of the others'
 // failures. It returns one Result per connection, in the order of cs; a
 // failed delivery has its Result.Err set. p is validated and encoded once.
-// It blocks until every delivery has ended.
+// It blocks until every delivery has ended. A panic of the caller's code
+// in a delivery (OnAttempt, a Logger's handler, a RoundTripper) is raised
+// again in SendAll's goroutine, with its value, once the others have ended.
 func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Result {
 	results := make([]*Result, len(cs))
 	body, err := encodePayload(&p)
@@ -322,15 +324,25 @@ func (s *Sender) SendAll(ctx context.Context, cs []Connection, p Payload) []*Res
 	}
 	sem := make(chan struct{}, s.maxConc)
 	var wg sync.WaitGroup
+	var panicked sync.Once
+	var first any // the first panic of a delivery, re-raised in the caller's goroutine
 	for i, c := range cs {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			defer func() {
+				if v := recover(); v != nil {
+					panicked.Do(func() { first = v })
+				}
+			}()
 			results[i], _ = s.SendBytes(ctx, c, p.Event, body)
 		}()
 	}
 	wg.Wait()
+	if first != nil {
+		panic(first)
+	}
 	return results
 }
 

@@ -190,6 +190,29 @@ func TestSendAll_IndependentResultsInOrder(t *testing.T) {
 	assert.Equal(t, map[string]bool{"/a": true, "/c": true}, paths)
 }
 
+// TestSendAll_APanicReachesTheCaller: SendAll runs the caller's code
+// (OnAttempt, a Logger's handler, a RoundTripper) on goroutines of its own.
+// A panic there killed the process, where Send's reaches its caller
+// (review). It reaches SendAll's caller once the other deliveries have
+// ended, as Send's would.
+func TestSendAll_APanicReachesTheCaller(t *testing.T) {
+	rv := newReceiver(t)
+	s := newTestSender(t, rv, &webhook.SenderOptions{MaxConcurrency: 2, OnAttempt: func(_ context.Context, c webhook.Connection, _ webhook.Attempt) {
+		if c.Name == "boom" {
+			panic("OnAttempt's bug")
+		}
+	}})
+	boom := rv.conn("/boom")
+	boom.Name = "boom"
+	got := func() (p any) {
+		defer func() { p = recover() }()
+		s.SendAll(context.Background(), []webhook.Connection{rv.conn("/a"), boom, rv.conn("/c")}, samplePayload())
+		return nil
+	}()
+	assert.Equal(t, "OnAttempt's bug", got)
+	assert.Len(t, rv.deliveries(), 3, "the other deliveries were made")
+}
+
 func TestSendAll_InvalidPayloadSendsNothing(t *testing.T) {
 	rv := newReceiver(t)
 	s := newTestSender(t, rv, nil)
