@@ -212,11 +212,12 @@ func trustText(path string, ca *throwawayCA, url string) string {
 	return b.String()
 }
 
-// listener verifies, prints and forwards each request.
 // bodyTimeout bounds how long listen waits for a request's body, counted
-// from its headers: the sender's attempt timeout (a variable for tests).
+// from its headers, and how long it writes the answer it forwards: the
+// sender's attempt timeout (a variable for tests).
 var bodyTimeout = webhook.DefaultAttemptTimeout
 
+// listener verifies, prints and forwards each request.
 type listener struct {
 	e       *env
 	v       *webhook.Verifier
@@ -347,6 +348,9 @@ func (l *listener) pass(w http.ResponseWriter, r *http.Request, body []byte) (in
 	for _, h := range hopByHop {
 		w.Header().Del(h)
 	}
+	// Written within bodyTimeout: a client that does not read the answer
+	// holds this handler, and the application's connection, no longer.
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bodyTimeout))
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
 	return resp.StatusCode, nil
