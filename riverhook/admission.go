@@ -411,7 +411,7 @@ func (a *admission) ended(ctx context.Context, t *ticket, at webhook.Attempt, wa
 	moveForward := func(ctx context.Context) {
 		n, err := wake(ctx, t.id, spacing)
 		if err == nil {
-			err = a.places.rechain(ctx, t.id, time.Duration(n)*spacing, spacing)
+			err = a.places.rechain(ctx, t.id, spacings(n, spacing), spacing)
 		}
 		if err != nil {
 			a.logger.LogAttrs(ctx, slog.LevelWarn, "riverhook: cannot move the deliveries waiting for the connection to its pace; they come at their slots",

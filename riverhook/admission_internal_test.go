@@ -935,3 +935,39 @@ func TestAdmission_TheRateDeliversWhatItSaysThroughARoundTrip(t *testing.T) {
 		assert.LessOrEqual(t, most, 50, "starts within any second")
 	})
 }
+
+// TestAdmission_AYearlyRatesBacklogNeverWrapsItsWait: RateLimit goes down
+// to one delivery a year. A backlog of about 290 such deliveries puts the
+// chain more than 292 years ahead, past time.Duration's range: a wait
+// computed from the fleet's microseconds wrapped to a negative one, which
+// River's JobSnooze refuses with a panic, so the run failed without an
+// attempt, again, until River discarded the delivery (review). The wait
+// saturates, as one process's does.
+func TestAdmission_AYearlyRatesBacklogNeverWrapsItsWait(t *testing.T) {
+	pool, schema := testdb.Schema(t, "yearly", true)
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, pool, schema))
+	fleet := NewConnectionPlaces(pool, schema)
+	t.Cleanup(func() { fleet.Close(ctx) })
+	for name, places := range map[string]Places{"one process": newMemoryPlaces(time.Now), "a fleet": fleet} {
+		a := newAdmission(places, time.Second, testdb.Quiet())
+		lim := limits{every: paceEvery(1.0 / (365 * 24 * 3600))}
+		var last time.Duration
+		for i := range 300 {
+			wait := a.wait(ctx, "yearly", a.spacing("yearly", lim))
+			require.GreaterOrEqual(t, wait, last, "%s: slot %d waits %v, less than the slot before", name, i, wait)
+			last = wait
+		}
+		assert.Equal(t, time.Duration(math.MaxInt64), last, "%s: the last slots wait as long as a wait can", name)
+	}
+}
+
+// TestSpacings_Saturate: n spacings past time.Duration's range are the
+// longest Duration, not a wrapped one.
+func TestSpacings_Saturate(t *testing.T) {
+	assert.Equal(t, 3*time.Second, spacings(3, time.Second))
+	assert.Equal(t, time.Duration(0), spacings(0, maxPaceEvery))
+	assert.Equal(t, time.Duration(math.MaxInt64), spacings(300, maxPaceEvery))
+	assert.Equal(t, 2*time.Microsecond, micros(2))
+	assert.Equal(t, time.Duration(math.MaxInt64), micros(math.MaxInt64/1000+1))
+}

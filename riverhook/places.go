@@ -636,7 +636,7 @@ func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within t
 	case err != nil:
 		return 0, false, fmt.Errorf("riverhook: pacing connection %q: %w", id, err)
 	}
-	return time.Duration(wait) * time.Microsecond, true, nil
+	return micros(wait), true, nil
 }
 
 func (p *ConnectionPlaces) slot(ctx context.Context, id string, after, spacing time.Duration) (time.Duration, error) {
@@ -651,7 +651,7 @@ func (p *ConnectionPlaces) slot(ctx context.Context, id string, after, spacing t
 	if err != nil {
 		return 0, fmt.Errorf("riverhook: a slot for connection %q: %w", id, err)
 	}
-	return time.Duration(wait) * time.Microsecond, nil
+	return micros(wait), nil
 }
 
 func (p *ConnectionPlaces) behind(ctx context.Context, id string, spacing time.Duration) (bool, error) {
@@ -692,6 +692,26 @@ func (p *ConnectionPlaces) Prune(ctx context.Context, before time.Time) (int64, 
 // maxPaceEvery is the slowest pace: a rate under one delivery a year
 // (WorkerOptions.RateLimit) is one a year.
 const maxPaceEvery = 365 * 24 * time.Hour
+
+// micros is a wait PostgreSQL counted in microseconds, saturated at the
+// longest Duration: a chain of a year's spacing with 292 deliveries waiting
+// is past it, and wrapped it would be a negative wait, which River's
+// JobSnooze refuses with a panic.
+func micros(wait int64) time.Duration {
+	if wait > int64(math.MaxInt64/time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(wait) * time.Microsecond
+}
+
+// spacings is n times spacing, saturated at the longest Duration, as
+// micros.
+func spacings(n int, spacing time.Duration) time.Duration {
+	if n > 0 && spacing > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * spacing
+}
 
 // paceEvery is the time between two starts at perSecond, startRoom
 // longer: zero for no rate (zero, negative, NaN or infinite), at least a

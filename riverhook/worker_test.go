@@ -792,3 +792,38 @@ func (cancelFirst) HandleError(_ context.Context, job *rivertype.JobRow, _ error
 func (cancelFirst) HandlePanic(context.Context, *rivertype.JobRow, any, string) *river.ErrorHandlerResult {
 	return nil
 }
+
+// TestWorker_AYearlyRateInAFleetSnoozesItsBacklog: a connection at one
+// delivery a year, in a fleet (ConnectionPlaces), whose chain of slots is
+// 300 years ahead, as a backlog of about 290 deliveries leaves it. The next
+// delivery is snoozed to its slot, nothing sent: the wait wrapped past 292
+// years to a negative one, and the Worker panicked in river.JobSnooze,
+// without an attempt, run after run, until River discarded the delivery
+// (review).
+func TestWorker_AYearlyRateInAFleetSnoozesItsBacklog(t *testing.T) {
+	pool, schema := testDB(t)
+	ctx := context.Background()
+	srv := webhooktest.NewServer(secret, nil)
+	t.Cleanup(srv.Close)
+	places := riverhook.NewConnectionPlaces(pool, schema)
+	t.Cleanup(func() { places.Close(ctx) })
+	conn := srv.Connection()
+	w, err := riverhook.NewWorker(srv.Sender(nil), func(context.Context, string) (webhook.Connection, error) { return conn, nil },
+		&riverhook.WorkerOptions{Places: places, Logger: quietLogger(), RateLimit: func(string) float64 { return 1.0 / (365 * 24 * 3600) }})
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+schema+`.riverhook_pace (connection_id, last_start, chain, spacing)
+		VALUES ('yearly', clock_timestamp(), clock_timestamp() + interval '300 years', 0)`)
+	require.NoError(t, err)
+
+	tw := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: schema, Logger: quietLogger()}, w)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	res, err := riverhook.InsertTx(ctx, newClient(t, pool, schema, nil, nil), tx, "d-yearly", []string{"yearly"}, payload("d-yearly"), w.InsertOptions(nil))
+	require.NoError(t, err)
+	worked, err := tw.WorkJob(ctx, t, tx, res[0].Job)
+	require.NoError(t, err)
+	assert.Equal(t, river.EventKindJobSnoozed, worked.EventKind)
+	assert.Greater(t, worked.Job.ScheduledAt, time.Now().AddDate(200, 0, 0), "snoozed to its slot, centuries ahead")
+	assert.Empty(t, srv.Deliveries())
+}
