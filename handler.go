@@ -98,11 +98,14 @@ func (v *Verifier) serveVerified(w http.ResponseWriter, r *http.Request, serve f
 	switch {
 	case err != nil:
 		v.refuse(w, r, err)
-	case v.allowReplays, v.recordedOutside(w, outer, &d.sig):
-		// Replays allowed, or a Verifier on v's store further out recorded
-		// this very request (a router's group middleware around
-		// NewHandler(v, ...)): it settles the outcome by what is answered
-		// here.
+	case v.allowReplays:
+		serve(w, body)
+	case v.recordedOutside(w, outer, &d.sig):
+		// A Verifier on v's store further out recorded this very request
+		// (a router's group middleware around NewHandler(v, ...)): it
+		// settles the outcome by what is answered here. The claim goes on
+		// with the body, for a VerifyRequest further in.
+		slot.mark = claimMark{by: v, sig: d.sig}
 		serve(w, body)
 	default:
 		sv.w = w

@@ -104,6 +104,43 @@ func TestMiddleware_ThenVerifyRequestOfOneVerifierIsNotAReplay(t *testing.T) {
 	assert.ErrorIs(t, err, webhook.ErrReplayed)
 }
 
+// TestMiddleware_TwiceThenVerifyRequestIsNotAReplay: a router group's
+// v.Middleware, a route's v.Middleware, and a handler written from
+// VerifyRequest's docs; or VerifyRequest, then the Middleware, then
+// VerifyRequest. Each Middleware further in hands on the claim it found, so
+// the handler's VerifyRequest finds it too: the inner Middleware handed on
+// a body without it, and every attempt was refused as a replay (review).
+func TestMiddleware_TwiceThenVerifyRequestIsNotAReplay(t *testing.T) {
+	body := readTestdata(t, "body_user_identified.json")
+	v := newTestVerifier(t)
+	var calls atomic.Int32
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := v.VerifyRequest(r); !assert.NoError(t, err) {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		calls.Add(1)
+	})
+	verifying := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := v.VerifyRequest(r); err != nil {
+				http.Error(w, "no", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	for name, h := range map[string]http.Handler{
+		"Middleware, Middleware, VerifyRequest":    v.Middleware(v.Middleware(handler)),
+		"VerifyRequest, Middleware, VerifyRequest": verifying(v.Middleware(handler)),
+	} {
+		calls.Store(0)
+		ts := testNow.UnixMilli() + int64(len(name)) // a delivery of its own
+		assert.Equal(t, http.StatusOK, serve(h, newSignedRequest(testSecret, ts, body)), name)
+		assert.Equal(t, int32(1), calls.Load(), name)
+	}
+}
+
 // loggingWriter wraps the writer as a logging middleware does, with Unwrap
 // for http.ResponseController.
 type loggingWriter struct {
