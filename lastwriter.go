@@ -214,9 +214,15 @@ func (l *keyLocks) lock(ctx context.Context, key string) (func(), error) {
 		}
 		l.mu.Unlock()
 	}
+	unlock := func() { <-k.held; leave() }
+	select {
+	case k.held <- struct{}{}: // free: taken whatever ctx
+		return unlock, nil
+	default:
+	}
 	select {
 	case k.held <- struct{}{}:
-		return func() { <-k.held; leave() }, nil
+		return unlock, nil
 	case <-ctx.Done():
 		leave()
 		return nil, context.Cause(ctx)

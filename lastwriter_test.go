@@ -180,6 +180,23 @@ func TestLastWriterWins_AWaitForTheKeyEndsWithItsContext(t *testing.T) {
 	assert.NoError(t, on(context.Background(), userAt("usr_x", base.Add(time.Millisecond))), "the key is free again")
 }
 
+// TestLastWriterWins_AKeyFreeIsTakenWhateverTheContext: with no other
+// event of its key in hand, an event waits for nothing, and is handled
+// whatever its context: one whose client went away was refused as waiting
+// for its key about half the time, by a select between the free key and the
+// done context (review).
+func TestLastWriterWins_AKeyFreeIsTakenWhateverTheContext(t *testing.T) {
+	ran := 0
+	on := webhook.LastWriterWins(func(context.Context, webhook.Payload) error { ran++; return nil }, nil)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("the client went away"))
+	base := time.UnixMilli(1763719200000)
+	for i := range 64 { // each a chance in two to be refused, before
+		require.NoError(t, on(ctx, userAt("usr_x", base.Add(time.Duration(i)*time.Millisecond))), "event %d", i)
+	}
+	assert.Equal(t, 64, ran)
+}
+
 type crmEvent struct {
 	Contact string
 	Seq     int64
