@@ -6,15 +6,16 @@
 //	go run ./examples/receiver -secrets /etc/webhook/secrets   # rotate with: kill -HUP <pid>
 //
 // Secrets come from -secrets, a file with one secret per line (a line that
-// starts with "#" is a comment), re-read on SIGHUP so a rotation needs no restart; or else from
-// WEBHOOK_SECRET, the old and the new one separated by a comma while
-// rotating. Without -cert and -key it serves plain HTTP, for use behind a
+// starts with "#" is a comment), re-read on SIGHUP so a rotation needs no
+// restart; or else from WEBHOOK_SECRET, the old and the new one separated
+// by a comma while rotating. Without -cert and -key it serves plain HTTP, for use behind a
 // proxy that terminates TLS: the service delivers to HTTPS URLs only.
 package main
 
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/signedhook/webhook"
 )
@@ -89,13 +91,13 @@ func newMux(v *webhook.Verifier, logger *slog.Logger) *http.ServeMux {
 // loadSecrets reads the secrets file, or WEBHOOK_SECRET when path is empty.
 func loadSecrets(path string) ([]string, error) {
 	if path == "" {
-		return splitSecrets(os.Getenv("WEBHOOK_SECRET"), ","), nil
+		return splitSecrets(os.Getenv("WEBHOOK_SECRET")), nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return splitSecrets(string(b), "\n"), nil
+	return parseSecretsFile(string(b))
 }
 
 // rotateOn re-reads the secrets file at each signal and gives the Verifier
@@ -120,15 +122,33 @@ func rotateOn(ctx context.Context, signals <-chan os.Signal, v *webhook.Verifier
 	}
 }
 
-// splitSecrets splits s at sep into its secrets, without spaces, empty
-// entries or comments: a line that starts with "#". A "#" within a secret is
-// part of it.
-func splitSecrets(s, sep string) []string {
+// splitSecrets splits s, WEBHOOK_SECRET, at its commas into its secrets,
+// without spaces around them or empty entries. A "#" is part of a secret.
+func splitSecrets(s string) []string {
 	var out []string
-	for _, secret := range strings.Split(s, sep) {
-		if secret = strings.TrimSpace(secret); secret != "" && !strings.HasPrefix(secret, "#") {
+	for _, secret := range strings.Split(s, ",") {
+		if secret = strings.TrimSpace(secret); secret != "" {
 			out = append(out, secret)
 		}
 	}
 	return out
+}
+
+// parseSecretsFile returns the secrets of a secrets file: one a line,
+// without spaces around it. A line that starts with "#" is a comment. A
+// space within a line is refused: a comment after a secret would be taken
+// as part of it.
+func parseSecretsFile(s string) ([]string, error) {
+	var out []string
+	for i, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.ContainsFunc(line, unicode.IsSpace):
+			return nil, fmt.Errorf("line %d has a space within: a secret has none, and a comment is a line that starts with #", i+1)
+		default:
+			out = append(out, line)
+		}
+	}
+	return out, nil
 }
