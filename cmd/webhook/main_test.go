@@ -17,6 +17,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("WEBHOOK_TEST_RUN_MAIN") == "1" { // the command itself, for a test of its process (signals_test.go)
+		for i, arg := range os.Args {
+			if arg == "--" {
+				os.Args = append([]string{"webhook"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+	}
 	goleak.VerifyTestMain(m)
 }
 
