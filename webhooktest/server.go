@@ -374,9 +374,10 @@ func (s *Server) answer(w *statusRecorder, r *http.Request, verr error, a Answer
 			panic(http.ErrAbortHandler)
 		}
 		if tc, ok := conn.(*tls.Conn); ok {
-			if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
-				tcp.SetLinger(0) // close with a TCP RST
-			}
+			conn = tc.NetConn() // closed under TLS: no close_notify first
+		}
+		if tcp, ok := conn.(*net.TCPConn); ok {
+			tcp.SetLinger(0) // close with a TCP RST
 		}
 		conn.Close()
 		return 0

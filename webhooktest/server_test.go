@@ -2,13 +2,16 @@ package webhooktest_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,6 +108,24 @@ func TestServer_ScriptedAnswers(t *testing.T) {
 		statuses = append(statuses, d.Status)
 	}
 	assert.Equal(t, []int{503, 429, 307, 0, 0, 500, 200}, statuses)
+}
+
+// TestServer_ResetIsATCPReset: Reset closes the connection with a TCP RST,
+// as documented, so that a client reading the answer sees the connection
+// reset, not an orderly close: the TLS connection's close sent close_notify
+// first, read as EOF (review).
+func TestServer_ResetIsATCPReset(t *testing.T) {
+	srv := webhooktest.NewServer(secret, nil)
+	defer srv.Close()
+	srv.Script(webhooktest.Reset())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: webhooktest.RootCAs()}}
+	defer tr.CloseIdleConnections()
+	req := webhooktest.NewRequest(secret, payload(), time.Now())
+	u, err := url.Parse(srv.URL + "/webhooks")
+	require.NoError(t, err)
+	req.URL, req.Host, req.RequestURI = u, u.Host, ""
+	_, err = tr.RoundTrip(req)
+	assert.ErrorIs(t, err, syscall.ECONNRESET)
 }
 
 func TestServer_RetryAfterHeader(t *testing.T) {
