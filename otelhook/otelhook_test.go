@@ -817,3 +817,29 @@ func (s *switchTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	s.mu.Unlock()
 	return rt.RoundTrip(r)
 }
+
+// panickingTransport is a RoundTripper with a bug: it panics.
+type panickingTransport struct{}
+
+func (panickingTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	panic("a RoundTripper's bug")
+}
+
+// TestTransport_APanicLeavesNoAttemptActive: an attempt whose round trip
+// panics, a panic its caller recovers (River does, for each job), is no
+// longer active. The root library ends such an attempt; the count of
+// attempts active kept it for good (review).
+func TestTransport_APanicLeavesNoAttemptActive(t *testing.T) {
+	tm := newTelemetry(t, &otelhook.Options{OmitEndpoint: true})
+	s := newSender(t, tm.inst.SenderOptions(&webhook.SenderOptions{Client: &http.Client{Transport: panickingTransport{}}, Retry: noWait(0)}))
+	c := webhook.Connection{Name: "bug", URL: "https://127.0.0.1:1/hook", Secret: secret}
+	for range 3 {
+		func() {
+			defer func() { recover() }()
+			s.Attempt(context.Background(), c, webhook.EventUserIdentified, []byte(`{}`), 1)
+		}()
+	}
+	if got := tm.sums(t, "webhook.attempts.active"); got[""] != 0 {
+		t.Errorf("webhook.attempts.active after three recovered panics: %v, want 0", got)
+	}
+}

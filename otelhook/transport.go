@@ -42,12 +42,18 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	// values are kept.
 	ctx := context.WithoutCancel(r.Context())
 	t.i.active.Add(ctx, 1, attrs)
+	handed := false // to the answer's body, which ends the count when closed
+	defer func() {
+		if !handed { // an error, or a panic the caller may recover
+			t.i.active.Add(ctx, -1, attrs)
+		}
+	}()
 	resp, err := t.next.RoundTrip(r)
 	if err != nil || resp == nil || resp.Body == nil {
-		t.i.active.Add(ctx, -1, attrs)
 		return resp, err
 	}
 	resp.Body = &activeBody{ReadCloser: resp.Body, end: func() { t.i.active.Add(ctx, -1, attrs) }}
+	handed = true
 	return resp, nil
 }
 
