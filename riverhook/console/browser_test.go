@@ -15,12 +15,17 @@ import (
 
 	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/chromedp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/signedhook/webhook"
 	"github.com/signedhook/webhook/riverhook"
 	"github.com/signedhook/webhook/riverhook/console"
+	"github.com/signedhook/webhook/riverhook/internal/testdb"
+	"github.com/signedhook/webhook/webhooktest"
 )
 
 // chromium returns the path of Debian's chromium. Without it the test is
@@ -300,4 +305,85 @@ func TestConsole_InABrowser(t *testing.T) {
 	s, err := riverhook.StateOf(bg, f.client, f.pool, "crm")
 	require.NoError(t, err)
 	assert.Equal(t, riverhook.StateActive, s.State, "enabled from the page")
+}
+
+// TestBrowser_HostileTextKeepsTheLayout: what a person sees in Chromium at
+// 1200 px, with hostile text (review):
+//   - a receiver's redirect to a 600-character host: the diagnosis is one
+//     unbroken string, which the attempts' table kept on one line, and the
+//     Send Test's notice did not break either: the pages scrolled sideways
+//     by thousands of pixels;
+//   - a connection's name with a right-to-left override: it ran on into the
+//     connection's id beside it in the heading, which read reversed.
+func TestBrowser_HostileTextKeepsTheLayout(t *testing.T) {
+	exe := chromium(t)
+	f := newFixture(t, nil, false)
+	ctx := context.Background()
+	var err error
+	f.handler, err = console.New(f.client, f.pool, f.worker, &console.Options{
+		Connections: customerConnections,
+		ConnectionNames: func(_ *http.Request, ids []string) (map[string]string, error) {
+			return map[string]string{"crm": "Acme \u202EPRE"}, nil
+		},
+	})
+	require.NoError(t, err)
+
+	long := "https://" + strings.Repeat("a", 600) + ".example/next"
+	// A delivery whose one attempt is answered by the redirect.
+	f.srv.Script(webhooktest.Redirect(long))
+	tw := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: f.schema, Logger: testdb.Quiet()}, f.worker)
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	res, err := riverhook.InsertTx(ctx, f.client, tx, "redirected", []string{"crm"}, payload("redirected"), f.worker.InsertOptions(nil))
+	require.NoError(t, err)
+	job, err := f.client.JobGetTx(ctx, tx, res[0].Job.ID)
+	require.NoError(t, err)
+	tw.WorkJob(ctx, t, tx, job) //nolint:errcheck // the log tells
+	require.NoError(t, tx.Commit(ctx))
+	// A Send Test answered by the same redirect.
+	f.srv.Script(webhooktest.Redirect(long))
+	got := f.do(t, "POST", "/connections/crm/test", "event=user.identified")
+	require.Equal(t, http.StatusSeeOther, got.Code, got.Body.String())
+
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", f.handler))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 800))...)
+	defer cancelAlloc()
+	bctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 2*time.Minute)
+	defer cancelTimeout()
+	overflow := func() int {
+		t.Helper()
+		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
+		require.NoError(t, err)
+		return n
+	}
+
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/console/connections/crm/deliveries/"+strconv.FormatInt(res[0].Job.ID, 10)),
+		chromedp.WaitVisible(chromedp.CSS("table.attempts")),
+	))
+	assert.LessOrEqual(t, overflow(), 0, "the delivery's page scrolls sideways by this many px")
+
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.WaitVisible(chromedp.ID("test")),
+	))
+	assert.LessOrEqual(t, overflow(), 0, "the connection's page (its Send Test notice) scrolls sideways by this many px")
+
+	// The id "crm" beside the name, as laid out: its first letter must be
+	// left of its last.
+	xs, err := chromedp.Run(bctx, chromedp.Evaluate[[]float64](`(() => {
+		const n = document.querySelector("h1 .conn").firstChild, x = i => {
+			const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + 1); return r.getBoundingClientRect().left };
+		return [x(0), x(2)] })()`))
+	require.NoError(t, err)
+	h1, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("h1")))
+	require.NoError(t, err)
+	assert.Less(t, xs[0], xs[1], "the id %q reads reversed in the heading %q: 'c' at x=%v, 'm' at x=%v", "crm", h1, xs[0], xs[1])
 }

@@ -99,6 +99,7 @@ import (
 	"html/template"
 	"log/slog"
 	"maps"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -348,8 +349,30 @@ func (c *console) scoped(next func(http.ResponseWriter, *http.Request, request))
 			c.notFound(w, r, req)
 			return
 		}
+		if r.Method == http.MethodPost {
+			if msg := formError(r); msg != "" {
+				c.badRequest(w, r, req, msg)
+				return
+			}
+		}
 		next(w, r, req)
 	}
+}
+
+// formError reads a POST's parameters, and says why it cannot: they come in
+// the query, or in a body that is a form (application/x-www-form-urlencoded,
+// as the pages send). A parameter it could not decode, or a body of another
+// type, would be read as absent: a dry run asked for so would run for real.
+func formError(r *http.Request) string {
+	if r.ContentLength != 0 {
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+			return fmt.Sprintf("the body is %.60q: send the parameters in the query, or as a form (application/x-www-form-urlencoded)", mt)
+		}
+	}
+	if err := r.ParseForm(); err != nil {
+		return fmt.Sprintf("the parameters cannot be read: %.200s", err)
+	}
+	return ""
 }
 
 // job returns the delivery of the request's job, and false, having answered
@@ -386,7 +409,7 @@ func (c *console) actor(r *http.Request) string {
 	if c.opts.Actor != nil {
 		who = cmp.Or(c.opts.Actor(r), who)
 	}
-	return cut(who, 200)
+	return cut(human.Printable(who), 200) // a resend's reason: no NUL, which PostgreSQL refuses, nor bidi override
 }
 
 // printable reports whether s is UTF-8 text without control characters,

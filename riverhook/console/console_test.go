@@ -581,3 +581,50 @@ func TestConsole_HealthFollowsTheMarksWithoutAnAttempt(t *testing.T) {
 	assert.Len(t, srv.Deliveries(), before+1, "the worker's probe alone: the API tier made no attempt")
 	assert.Len(t, api.Health(), 1, "its own Sender still holds the down it read")
 }
+
+// TestPages_ShowNoBidiOverride: what a page shows of a connection's name,
+// an actor's name in a resend's reason, an event or a delivery id is made
+// printable, as the JSON API makes it: a right-to-left override showed
+// "Eve \u202Emoc.elgoog@nimda" as admin@google.com, and a name's spilled
+// into the id beside it (review). An actor's NUL was a 500 (review).
+func TestPages_ShowNoBidiOverride(t *testing.T) {
+	t.Parallel()
+	const rlo = "\u202E"
+	f := newFixture(t, &console.Options{Connections: customerConnections,
+		ConnectionNames: func(_ *http.Request, ids []string) (map[string]string, error) {
+			return map[string]string{"crm": "Acme " + rlo + "PRE"}, nil
+		},
+		Actor: func(*http.Request) string { return "Eve\x00 " + rlo + "moc.elgoog@nimda" }}, false)
+	got := f.do(t, "POST", "/api/connections/crm/deliveries/"+strconv.FormatInt(f.jobs["given-up"], 10)+"/resend", "")
+	require.Equal(t, http.StatusOK, got.Code, got.Body.String())
+	var resent struct {
+		JobID int64 `json:"job_id"`
+	}
+	require.NoError(t, json.Unmarshal(got.Body.Bytes(), &resent))
+	for _, path := range []string{"/", "/connections/crm", "/connections/crm/deliveries/" + strconv.FormatInt(resent.JobID, 10)} {
+		page := f.do(t, "GET", path, "")
+		require.Equal(t, http.StatusOK, page.Code, path)
+		assert.NotContains(t, page.Body.String(), rlo, path)
+		assert.NotContains(t, page.Body.String(), "\x00", path)
+	}
+	recovered := f.do(t, "POST", "/api/connections/crm/recover", "since=24h&dry_run=true")
+	assert.Equal(t, http.StatusOK, recovered.Code, recovered.Body.String())
+}
+
+// TestAPI_AConnectionGoneIsNoFailure: a connection the customer may see,
+// whose log is shown, but which the Resolver says is gone (deleted): its
+// Send Test and its health are answered 410, saying so, not 500 "internal
+// error", logged as the console's failure (review).
+func TestAPI_AConnectionGoneIsNoFailure(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: func(*http.Request) ([]string, error) { return []string{"crm", "gone"}, nil }}, false)
+	for _, r := range []struct{ method, path, form string }{
+		{"POST", "/api/connections/gone/test", "event=user.identified"},
+		{"GET", "/api/connections/gone/health", ""},
+		{"POST", "/connections/gone/test", "event=user.identified"},
+	} {
+		got := f.do(t, r.method, r.path, r.form)
+		assert.Equal(t, http.StatusGone, got.Code, "%s %s: %s", r.method, r.path, got.Body.String())
+		assert.Contains(t, got.Body.String(), "no longer exists", r.path)
+	}
+}

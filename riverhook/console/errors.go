@@ -1,12 +1,15 @@
 package console
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/signedhook/webhook/riverhook"
 )
 
 // This file holds the console's errors: in the API, {"error": "..."} in
@@ -84,9 +87,28 @@ func (c *console) notFound(w http.ResponseWriter, r *http.Request, req request) 
 	c.errorPage(w, r, http.StatusNotFound, "Not found", "There is no such page.", "")
 }
 
+// badRequest answers 400 with msg, which says what is wrong with the
+// request.
+func (c *console) badRequest(w http.ResponseWriter, r *http.Request, req request, msg string) {
+	if req.api {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	c.errorPage(w, r, http.StatusBadRequest, "Bad request", msg, connOf(req.conn).Path)
+}
+
 // fail answers 500, logging err: its text may name what a customer must not
 // read.
 func (c *console) fail(w http.ResponseWriter, r *http.Request, req request, err error) {
+	if errors.Is(err, riverhook.ErrConnectionGone) { // the customer's to read: nothing failed
+		const msg = "This connection no longer exists: its delivery log is kept, but nothing can be sent to it."
+		if req.api {
+			writeError(w, http.StatusGone, msg)
+			return
+		}
+		c.errorPage(w, r, http.StatusGone, "Connection gone", msg, connOf(req.conn).Path)
+		return
+	}
 	c.logger.ErrorContext(r.Context(), "console: answering 500", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
 	if req.api {
 		writeError(w, http.StatusInternalServerError, "internal error")

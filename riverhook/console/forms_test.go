@@ -124,3 +124,26 @@ func notice(page, id string) string {
 	}
 	return strings.Join(strings.Fields(m[1]), " ")
 }
+
+// TestAPI_ParametersItCannotReadAreRefusedNeverRunForReal: a dry run asked
+// for in a form the console cannot decode (a stray "%", as a hand-written
+// curl makes), or in a body of another type (JSON), is refused with 400 and
+// nothing is recovered. r.FormValue dropped what it could not read, and
+// dry_run, read as absent, ran the recover for real (review).
+func TestAPI_ParametersItCannotReadAreRefusedNeverRunForReal(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{Connections: customerConnections, RecoverEvery: -1}, false)
+	for _, tc := range []struct{ name, body, contentType, want string }{
+		{"a stray %", "since=24h&dry_run=true%", "application/x-www-form-urlencoded", "cannot be read"},
+		{"JSON", `{"since":"24h","dry_run":true}`, "application/json", "application/json"},
+		{"no type", "since=24h&dry_run=true", "", "as a form"},
+	} {
+		got := f.do(t, "POST", "/api/connections/crm/recover", tc.body, "Content-Type", tc.contentType)
+		assert.Equal(t, http.StatusBadRequest, got.Code, "%s: %s", tc.name, got.Body.String())
+		assert.Contains(t, got.Body.String(), tc.want, tc.name)
+		assert.NotContains(t, got.Body.String(), `"resent"`, "%s: it recovered", tc.name)
+	}
+	got := f.do(t, "POST", "/api/connections/crm/recover?since=24h&dry_run=true", "")
+	assert.Equal(t, http.StatusOK, got.Code, "the query, with no body: %s", got.Body.String())
+	assert.Contains(t, got.Body.String(), `"dry_run": true`)
+}

@@ -54,7 +54,7 @@ func (l connLink) Shown() string { return cmp.Or(l.Name, l.ID) }
 
 // common returns what every page of r shows, titled title.
 func (c *console) common(r *http.Request, title string) common {
-	return common{Base: base(r), Title: title, Brand: c.title()}
+	return common{Base: base(r), Title: human.Printable(title), Brand: c.title()}
 }
 
 func (c *console) title() string { return cmp.Or(c.opts.Title, DefaultTitle) }
@@ -172,8 +172,13 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	"plain": func(s string) string { return strings.TrimPrefix(s, "riverhook: ") },
-	"word":  func(s riverhook.Status) string { return strings.ReplaceAll(string(s), "_", " ") },
+	"plain": func(s string) string { return human.Printable(strings.TrimPrefix(s, "riverhook: ")) },
+	// text is what a page shows of a text the service, a customer or a
+	// receiver chose (a name, an id, an event): printable, as the JSON API
+	// makes it, with no control character nor bidi override to reorder what
+	// a person reads.
+	"text": human.Printable,
+	"word": func(s riverhook.Status) string { return strings.ReplaceAll(string(s), "_", " ") },
 }
 
 // base returns the relative path from r's page to where the console is
