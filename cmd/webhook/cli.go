@@ -114,6 +114,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // The flag package parses the flags, in their order, so its rules and
 // errors hold: a flag's value is the next argument unless it is a boolean
 // flag or written -name=value.
+// given reports whether the flag name was on the command line: its zero
+// value may be one a user gives.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var flags, positional []string
 	for i := 0; i < len(args); i++ {

@@ -37,7 +37,11 @@ curl from its file; give -body FILE for it.`,
 			if len(args) != 0 {
 				return e.fail("sign", usagef("sign takes no arguments, got %d", len(args)))
 			}
-			if err := sign(e, &secrets, *bodyFile, *event, *ts, *target, *method); err != nil {
+			at := *ts
+			if !given(fs, "timestamp") { // 0 is a time: the Unix epoch's
+				at = time.Now().UnixMilli()
+			}
+			if err := sign(e, &secrets, *bodyFile, *event, at, *target, *method); err != nil {
 				return e.fail("sign", err)
 			}
 			return exitOK
@@ -49,9 +53,6 @@ func sign(e *env, sf *secretFlags, bodyFile, event string, ts int64, target, met
 	secrets, err := sf.load(e, false)
 	if err != nil {
 		return err
-	}
-	if ts == 0 {
-		ts = time.Now().UnixMilli()
 	}
 	if ts < 0 {
 		return usagef("-timestamp must be Unix milliseconds, got %d", ts)

@@ -56,7 +56,7 @@ the request verifies, 1 when it does not.`,
 				return e.fail("verify", err)
 			}
 			now := time.Now()
-			if *at != 0 {
+			if given(fs, "now") { // 0 is a time: the Unix epoch's
 				now = time.UnixMilli(*at)
 			}
 			if *tolerance <= 0 {

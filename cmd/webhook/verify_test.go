@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httputil"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,4 +225,31 @@ func TestVerify_AShortSecretInTheCaptureIsHidden(t *testing.T) {
 	res := runCmd(t, "", "verify", "-secret-file", secrets, "-request", secrets)
 	assert.Equal(t, exitUsage, res.code, res.stderr)
 	assert.NotContains(t, res.stdout+res.stderr, "hunter2")
+}
+
+// TestSignAndVerify_ReproduceEveryVector runs sign and verify on each line
+// of testdata/vectors.txt: sign at the vector's timestamp prints its
+// signature, and verify, judging the window at that instant, accepts it.
+// The vector of Unix time 0 is one: 0 was taken as "not given", so both
+// used the time now (review).
+func TestSignAndVerify_ReproduceEveryVector(t *testing.T) {
+	vectors, err := os.ReadFile("../../testdata/vectors.txt")
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(vectors)), "\n") {
+		fields := strings.Split(line, "\t")
+		require.Len(t, fields, 4, line)
+		secret, ts, bodyFile, want := fields[0], fields[1], fields[2], fields[3]
+		t.Run(ts+"/"+bodyFile, func(t *testing.T) {
+			secretFile := writeFile(t, "secret", []byte(secret+"\n"))
+			body := filepath.Join("../../testdata", bodyFile)
+			res := runCmd(t, "", "sign", "-secret-file", secretFile, "-body", body, "-timestamp", ts)
+			require.Equal(t, exitOK, res.code, res.stderr)
+			assert.Contains(t, res.stdout, "X-Service-Timestamp: "+ts+"\n")
+			assert.Contains(t, res.stdout, "X-Service-Signature: "+want+"\n")
+
+			headers := writeFile(t, "headers", []byte("X-Service-Event: user.identified\nX-Service-Timestamp: "+ts+"\nX-Service-Signature: "+want+"\n"))
+			res = runCmd(t, "", "verify", "-secret-file", secretFile, "-headers", headers, "-body", body, "-now", ts)
+			assert.Equal(t, exitOK, res.code, "%s%s", res.stdout, res.stderr)
+		})
+	}
 }
