@@ -29,6 +29,7 @@ package webhooktest
 
 import (
 	"cmp"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -40,6 +41,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +68,8 @@ type ServerOptions struct {
 	// Verifier configures the verification of each delivery, such as its
 	// Tolerance or Now. Its ErrorHandler is not used: the Server records
 	// the error and answers 401 (413 for a body over the limit) itself.
+	// Nor are AllowReplays and ReplayStore: the Server answers a copy
+	// itself (see Server).
 	Verifier *webhook.VerifierOptions
 
 	// Handler, if not nil, answers the verified deliveries that no
@@ -84,6 +88,10 @@ type ServerOptions struct {
 // delivery against its secret with the library's [webhook.Verifier], records
 // it (see [Server.Deliveries]), and answers with the next scripted [Answer],
 // or, when none is left, 401 to what fails verification and 200 to the rest.
+// A copy of a delivery (the same signature again, as a proxy resends it) is
+// answered as the library's receivers answer it: 200 once the first was
+// answered 2xx, with no scripted answer or Handler; 409 with Retry-After
+// while the first is answered; and as any delivery once the first failed.
 // Its certificate is signed by the process's test CA (see [RootCAs]).
 // Its methods but StartTLS are safe for concurrent use; set its fields
 // before StartTLS.
@@ -112,6 +120,8 @@ type Server struct {
 	srv     *httptest.Server
 	own     http.Handler // the handler that verifies, records and answers
 	v       *webhook.Verifier
+	copies  *webhook.MemoryReplayStore // the deliveries answered 2xx, and being answered, by signature
+	window  time.Duration              // how long a copy may come: the tolerance, either way
 	handler http.Handler
 	client  *http.Client
 	closed  chan struct{} // closed by Close, which releases the hanging answers
@@ -147,11 +157,19 @@ func NewUnstartedServer(secret string, opts *ServerOptions) *Server {
 		vopts = *opts.Verifier
 	}
 	vopts.ErrorHandler = nil
+	// A copy is answered by the Server's own memory, by what the first was
+	// answered (serve), as the library's receivers answer it.
+	vopts.AllowReplays, vopts.ReplayStore = true, nil
 	v, err := webhook.NewVerifier([]string{secret}, &vopts)
 	if err != nil {
 		panic("webhooktest: " + err.Error())
 	}
-	s := &Server{secret: secret, v: v, handler: opts.Handler, closed: make(chan struct{})}
+	copies, err := webhook.NewMemoryReplayStore(&webhook.MemoryReplayStoreOptions{Now: vopts.Now})
+	if err != nil {
+		panic("webhooktest: " + err.Error())
+	}
+	s := &Server{secret: secret, v: v, copies: copies, window: 2 * cmp.Or(vopts.Tolerance, webhook.DefaultTolerance),
+		handler: opts.Handler, closed: make(chan struct{})}
 	s.own = &recording{s}
 	s.srv = httptest.NewUnstartedServer(s.own)
 	s.Config = s.srv.Config
@@ -304,6 +322,28 @@ func (s *Server) Clear() {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := s.v.VerifyRequest(r)
 	d := &Delivery{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now(), Err: err}
+	if err == nil {
+		// A copy (the same signature again) of a delivery answered 2xx is
+		// acknowledged, one of a delivery being answered asked to come
+		// back; otherwise it is answered, and remembered if 2xx.
+		key := strings.ToLower(r.Header.Get(webhook.HeaderSignature))
+		switch state, _ := s.copies.Claim(r.Context(), key, s.window); state {
+		case webhook.ReplayHandled:
+			s.record(d, writeStatus(w, http.StatusOK))
+			return
+		case webhook.ReplayHandling:
+			w.Header().Set("Retry-After", "5")
+			s.record(d, writeStatus(w, http.StatusConflict))
+			return
+		}
+		defer func() {
+			if d.Status/100 == 2 {
+				s.copies.Complete(context.WithoutCancel(r.Context()), key, s.window)
+			} else {
+				s.copies.Release(context.WithoutCancel(r.Context()), key)
+			}
+		}()
+	}
 
 	s.mu.Lock()
 	var answer Answer
@@ -326,6 +366,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}()
 	status = s.answer(rw, r, err, answer, scripted)
 	answered = true
+}
+
+// record keeps d, a copy the Server answered status itself.
+func (s *Server) record(d *Delivery, status int) {
+	d.Status = status
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deliveries = append(s.deliveries, d)
 }
 
 // answer writes the response through w and returns its status, or 0 when

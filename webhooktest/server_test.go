@@ -1,6 +1,7 @@
 package webhooktest_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -126,6 +127,59 @@ func TestServer_ResetIsATCPReset(t *testing.T) {
 	req.URL, req.Host, req.RequestURI = u, u.Host, ""
 	_, err = tr.RoundTrip(req)
 	assert.ErrorIs(t, err, syscall.ECONNRESET)
+}
+
+// TestServer_AnswersACopyAsTheLibrarysReceiversDo: a copy of a delivery
+// (the same signed request again, as a proxy or a queue resends it) is
+// answered as the library's receivers answer it (DESIGN 31): 200 once the
+// first was answered 2xx, without its Handler or a scripted answer; handled
+// again once the first failed; asked to come back (409) while the first is
+// answered. It answered 401 to each, as a replay (review).
+func TestServer_AnswersACopyAsTheLibrarysReceiversDo(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var handled atomic.Int32
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handled.Add(1)
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+	})})
+	defer srv.Close()
+	send := func(path string, h http.Header, body []byte) int {
+		t.Helper()
+		r, err := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader(body))
+		require.NoError(t, err)
+		r.Header = h.Clone()
+		resp, err := srv.Client().Do(r)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	body := []byte(`{"event":"user.identified"}`)
+
+	h := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, time.Now())
+	assert.Equal(t, http.StatusOK, send("/webhooks", h, body))
+	assert.Equal(t, http.StatusOK, send("/webhooks", h, body), "a copy of a delivery answered 2xx")
+	assert.Equal(t, int32(1), handled.Load(), "acknowledged without the Handler")
+
+	srv.Script(webhooktest.Status(http.StatusServiceUnavailable))
+	h = webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, time.Now().Add(time.Millisecond))
+	assert.Equal(t, http.StatusServiceUnavailable, send("/webhooks", h, body))
+	assert.Equal(t, http.StatusOK, send("/webhooks", h, body), "a copy of one that failed is handled")
+	assert.Equal(t, int32(2), handled.Load())
+
+	h = webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, time.Now().Add(2*time.Millisecond))
+	first := make(chan int)
+	go func() { first <- send("/slow", h, body) }()
+	<-entered // the first is in the Handler
+	assert.Equal(t, http.StatusConflict, send("/slow", h, body), "a copy while the first is answered")
+	close(release)
+	assert.Equal(t, http.StatusOK, <-first)
+
+	for _, d := range srv.Deliveries() {
+		assert.NoError(t, d.Err, "every copy is authentic and fresh")
+	}
 }
 
 func TestServer_RetryAfterHeader(t *testing.T) {
