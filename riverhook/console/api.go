@@ -48,6 +48,8 @@ func listQuery(q url.Values, now time.Time) (*riverhook.ListParams, error) {
 			return nil, fmt.Errorf("unknown status %.40q", s)
 		}
 	}
+	slices.Sort(p.Statuses) // each once: a status repeated is one OR of the query
+	p.Statuses = slices.Compact(p.Statuses)
 	if !printable(p.Event) {
 		// No delivery has it (riverhook refuses it too), and PostgreSQL's
 		// text cannot hold a NUL: the request's error, not a 500.

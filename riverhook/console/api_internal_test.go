@@ -1,10 +1,13 @@
 package console
 
 import (
+	"net/url"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/signedhook/webhook"
+	"github.com/signedhook/webhook/riverhook"
 )
 
 // TestSupersededBy: what the serving process's Sender knows of an origin or
@@ -45,5 +48,19 @@ func TestSupersededBy(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestListQuery_AStatusRepeatedIsAskedOnce: a link with one status
+// repeated thousands of times asks for it once, not with as many ORs in the
+// listing's query (review).
+func TestListQuery_AStatusRepeatedIsAskedOnce(t *testing.T) {
+	q := url.Values{"status": slices.Repeat([]string{"given_up,delivered", "delivered"}, 5000)}
+	p, err := listQuery(q, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []riverhook.Status{riverhook.StatusDelivered, riverhook.StatusGivenUp}; !slices.Equal(p.Statuses, want) {
+		t.Errorf("statuses %v, want %v", p.Statuses, want)
 	}
 }
