@@ -101,6 +101,7 @@ import (
 	"maps"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -255,7 +256,10 @@ type console struct {
 // policy sizes resends. opts.Connections is required. The handler serves
 // the routes of the package documentation relative to where it is mounted
 // (use [http.StripPrefix]), guarded by [http.CrossOriginProtection]. It is
-// safe for concurrent use.
+// safe for concurrent use. A POST's parameters that it cannot decode are
+// refused with 400, never read as absent: leave a POST's body to the
+// console, for a handler in front of it that parses the form
+// (r.FormValue) hides what it could not decode.
 func New(client *river.Client[pgx.Tx], db riverhook.DB, worker *riverhook.Worker, opts *Options) (http.Handler, error) {
 	if client == nil || db == nil || worker == nil {
 		return nil, errors.New("console: New needs a River client, a pool on its database and the riverhook Worker")
@@ -340,6 +344,14 @@ type request struct {
 func (c *console) scoped(next func(http.ResponseWriter, *http.Request, request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		req := request{conn: r.PathValue("conn"), api: isAPI(r)}
+		// The form first, before Connections may read a value of it: only
+		// the first parse reports what it could not decode.
+		if r.Method == http.MethodPost {
+			if msg := formError(r); msg != "" {
+				c.badRequest(w, r, req, msg)
+				return
+			}
+		}
 		allowed, err := c.opts.Connections(r)
 		if err != nil {
 			c.fail(w, r, req, err)
@@ -349,12 +361,6 @@ func (c *console) scoped(next func(http.ResponseWriter, *http.Request, request))
 			c.notFound(w, r, req)
 			return
 		}
-		if r.Method == http.MethodPost {
-			if msg := formError(r); msg != "" {
-				c.badRequest(w, r, req, msg)
-				return
-			}
-		}
 		next(w, r, req)
 	}
 }
@@ -363,13 +369,19 @@ func (c *console) scoped(next func(http.ResponseWriter, *http.Request, request))
 // the query, or in a body that is a form (application/x-www-form-urlencoded,
 // as the pages send). A parameter it could not decode, or a body of another
 // type, would be read as absent: a dry run asked for so would run for real.
+// The query is checked whoever parsed it before; the body, read once, only
+// if nothing in front of the console parsed it (see New).
 func formError(r *http.Request) string {
 	if r.ContentLength != 0 {
 		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
 			return fmt.Sprintf("the body is %.60q: send the parameters in the query, or as a form (application/x-www-form-urlencoded)", mt)
 		}
 	}
-	if err := r.ParseForm(); err != nil {
+	_, err := url.ParseQuery(r.URL.RawQuery)
+	if err == nil {
+		err = r.ParseForm()
+	}
+	if err != nil {
 		return fmt.Sprintf("the parameters cannot be read: %.200s", err)
 	}
 	return ""

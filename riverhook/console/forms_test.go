@@ -147,3 +147,24 @@ func TestAPI_ParametersItCannotReadAreRefusedNeverRunForReal(t *testing.T) {
 	assert.Equal(t, http.StatusOK, got.Code, "the query, with no body: %s", got.Body.String())
 	assert.Contains(t, got.Body.String(), `"dry_run": true`)
 }
+
+// TestAPI_ParametersItCannotReadAreRefusedWhateverReadThemFirst: the
+// Connections func may read a parameter (r.FormValue) before the action
+// reads its own; the parameters it could not decode are refused all the
+// same. r.ParseForm reports what it could not decode only the first time
+// it runs, and the recover ran for real (review).
+func TestAPI_ParametersItCannotReadAreRefusedWhateverReadThemFirst(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, &console.Options{RecoverEvery: -1, Connections: func(r *http.Request) ([]string, error) {
+		_ = r.FormValue("customer") // as a scope check may read one
+		return customerConnections(r)
+	}}, false)
+	for _, tc := range []struct{ name, path, body string }{
+		{"in the form", "/api/connections/crm/recover", "since=24h&dry_run=true%"},
+		{"in the query", "/api/connections/crm/recover?since=24h&dry_run=true%", ""},
+	} {
+		got := f.do(t, "POST", tc.path, tc.body)
+		assert.Equal(t, http.StatusBadRequest, got.Code, "%s: %s", tc.name, got.Body.String())
+		assert.NotContains(t, got.Body.String(), `"resent"`, "%s: it recovered", tc.name)
+	}
+}
