@@ -107,13 +107,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return exitUsage
 }
 
-// parseArgs parses the flags in args wherever they are, before, between
-// or after the positional arguments, as people type them
-// ("trigger URL -payload FILE"), and returns the positional arguments in
-// order. "--" ends the flags; "-" alone is an argument (standard input).
-// The flag package parses the flags, in their order, so its rules and
-// errors hold: a flag's value is the next argument unless it is a boolean
-// flag or written -name=value.
 // given reports whether the flag name was on the command line: its zero
 // value may be one a user gives.
 func given(fs *flag.FlagSet, name string) bool {
@@ -122,6 +115,13 @@ func given(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
+// parseArgs parses the flags in args wherever they are, before, between
+// or after the positional arguments, as people type them
+// ("trigger URL -payload FILE"), and returns the positional arguments in
+// order. "--" ends the flags; "-" alone is an argument (standard input).
+// The flag package parses the flags, in their order, so its rules and
+// errors hold: a flag's value is the next argument unless it is a boolean
+// flag or written -name=value.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var flags, positional []string
 	for i := 0; i < len(args); i++ {

@@ -29,8 +29,13 @@ import (
 
 func main() {
 	// SIGHUP too: a terminal closed, or an ssh session dropped, ends
-	// listen as Ctrl-C does, removing what it made.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// listen as Ctrl-C does, removing what it made; unless it is ignored
+	// (nohup): then the command was asked to outlive its terminal.
+	signals := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		signals = append(signals, syscall.SIGHUP)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), signals...)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,4 +44,44 @@ func TestListenTLS_RemovesItsCAFileWhenSignalled(t *testing.T) {
 			assert.Empty(t, left, "after %v", sig)
 		})
 	}
+}
+
+// TestListen_UnderNohupKeepsSIGHUPIgnored: a listen started with SIGHUP
+// ignored (nohup, or a shell's trap ” HUP) was asked to outlive its
+// terminal: it leaves SIGHUP ignored. Catching it, which ends listen
+// cleanly in a terminal, made "nohup webhook listen &" end when the ssh
+// session dropped (review). Linux shows the signals a process ignores and
+// catches in /proc.
+func TestListen_UnderNohupKeepsSIGHUPIgnored(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc")
+	}
+	cmd := exec.Command("sh", "-c", `trap '' HUP; exec "$0" "$@"`, os.Args[0], "--", "listen", "-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "WEBHOOK_TEST_RUN_MAIN=1", "WEBHOOK_SECRET="+testSecret)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := bufio.NewScanner(out)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "listening on") { // its signals are set by then
+	}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status")
+	require.NoError(t, err)
+	mask := func(name string) uint64 {
+		for _, line := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, name+":\t"); ok {
+				m, err := strconv.ParseUint(v, 16, 64)
+				require.NoError(t, err)
+				return m
+			}
+		}
+		t.Fatalf("no %s in /proc/pid/status", name)
+		return 0
+	}
+	const hup = 1 << (syscall.SIGHUP - 1)
+	assert.NotZero(t, mask("SigIgn")&hup, "SIGHUP ignored, as nohup asked")
+	assert.Zero(t, mask("SigCgt")&hup, "SIGHUP caught: listen under nohup would end on it")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	for lines.Scan() {
+	}
+	assert.NoError(t, cmd.Wait())
 }
