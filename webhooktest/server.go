@@ -37,6 +37,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -168,7 +169,12 @@ func NewUnstartedServer(secret string, opts *ServerOptions) *Server {
 	if err != nil {
 		panic("webhooktest: " + err.Error())
 	}
-	s := &Server{secret: secret, v: v, copies: copies, window: 2 * cmp.Or(vopts.Tolerance, webhook.DefaultTolerance),
+	tolerance := cmp.Or(vopts.Tolerance, webhook.DefaultTolerance)
+	window := time.Duration(math.MaxInt64) // a copy comes within the tolerance either way: twice it, saturated
+	if tolerance < math.MaxInt64/2 {
+		window = 2 * tolerance
+	}
+	s := &Server{secret: secret, v: v, copies: copies, window: window,
 		handler: opts.Handler, closed: make(chan struct{})}
 	s.own = &recording{s}
 	s.srv = httptest.NewUnstartedServer(s.own)
@@ -312,7 +318,8 @@ func (s *Server) Deliveries() []Delivery {
 
 // Clear forgets the deliveries received and the answers scripted. A
 // delivery being answered meanwhile still gets its answer, but is not
-// recorded. (The scripted answer that resets the connection is [Reset].)
+// recorded. It does not forget which deliveries were answered 2xx: a copy
+// of one is acknowledged still, as a receiver would. (The scripted answer that resets the connection is [Reset].)
 func (s *Server) Clear() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -322,6 +329,7 @@ func (s *Server) Clear() {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := s.v.VerifyRequest(r)
 	d := &Delivery{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now(), Err: err}
+	handled := false // answered 2xx, the Handler (if any) returning
 	if err == nil {
 		// A copy (the same signature again) of a delivery answered 2xx is
 		// acknowledged, one of a delivery being answered asked to come
@@ -337,7 +345,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer func() {
-			if d.Status/100 == 2 {
+			if handled {
 				s.copies.Complete(context.WithoutCancel(r.Context()), key, s.window)
 			} else {
 				s.copies.Release(context.WithoutCancel(r.Context()), key)
@@ -366,6 +374,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}()
 	status = s.answer(rw, r, err, answer, scripted)
 	answered = true
+	handled = status/100 == 2
 }
 
 // record keeps d, a copy the Server answered status itself.

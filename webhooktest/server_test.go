@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -180,6 +181,47 @@ func TestServer_AnswersACopyAsTheLibrarysReceiversDo(t *testing.T) {
 	for _, d := range srv.Deliveries() {
 		assert.NoError(t, d.Err, "every copy is authentic and fresh")
 	}
+}
+
+// TestServer_RemembersACopyAsTheLibraryDoes: with any tolerance, up to the
+// longest Duration, a copy of a delivery answered 2xx is acknowledged: twice
+// the tolerance overflowed, and the memory of it expired at once. A Handler
+// that flushed 200 and then panicked did not handle its delivery, which the
+// library's receivers hand to their handler again, as the Server does
+// (review).
+func TestServer_RemembersACopyAsTheLibraryDoes(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	sendTwice := func(srv *webhooktest.Server) {
+		h := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, time.Now())
+		for range 2 {
+			r, err := http.NewRequest(http.MethodPost, srv.URL+"/webhooks", bytes.NewReader(body))
+			require.NoError(t, err)
+			r.Header = h.Clone()
+			if resp, err := srv.Client().Do(r); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
+	for _, tol := range []time.Duration{math.MaxInt64, 250 * 365 * 24 * time.Hour} {
+		var handled atomic.Int32
+		srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Verifier: &webhook.VerifierOptions{Tolerance: tol},
+			Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { handled.Add(1) })})
+		sendTwice(srv)
+		srv.Close()
+		assert.Equal(t, int32(1), handled.Load(), "tolerance %v: the copy is acknowledged", tol)
+	}
+
+	var handled atomic.Int32
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if handled.Add(1) == 1 {
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		}
+	})})
+	defer srv.Close()
+	sendTwice(srv)
+	assert.Equal(t, int32(2), handled.Load(), "a delivery whose Handler panicked is handled again")
 }
 
 func TestServer_RetryAfterHeader(t *testing.T) {
