@@ -28,6 +28,25 @@ import (
 	"github.com/signedhook/webhook/webhooktest"
 )
 
+// browse serves handler under /console/ on a loopback server and opens
+// headless Chromium at 1200 by 800 px, for at most timeout. It returns the
+// browser's context and the server's URL; both end with the test.
+func browse(t *testing.T, exe string, handler http.Handler, timeout time.Duration) (context.Context, string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", handler))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 800))...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, timeout)
+	t.Cleanup(cancelTimeout)
+	return ctx, srv.URL
+}
+
 // chromium returns the path of Debian's chromium. Without it the test is
 // skipped, or fails under CI, where .ci/run installs it.
 func chromium(t *testing.T) string {
@@ -71,20 +90,9 @@ func TestConsole_InABrowser(t *testing.T) {
 		Samples: map[string]json.RawMessage{"invoice.paid": json.RawMessage(invoicePaid)},
 	})
 	require.NoError(t, err)
-	mux := http.NewServeMux()
-	mux.Handle("/console/", http.StripPrefix("/console", f.handler))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 800))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
 	// A bound on the whole test, for a browser that hangs; a loaded machine
 	// takes its time for every page.
-	ctx, cancelTimeout := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancelTimeout()
+	ctx, srvURL := browse(t, exe, f.handler, 5*time.Minute)
 	shots := os.Getenv("UPDATE_SCREENSHOTS") != ""
 	// shoot writes the whole page's screenshot, or with viewport the
 	// window's alone.
@@ -138,7 +146,7 @@ func TestConsole_InABrowser(t *testing.T) {
 
 	// The connections, by the service's names.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/"),
+		chromedp.Navigate(srvURL+"/console/"),
 		chromedp.WaitVisible(chromedp.CSS("ul.connections")),
 	))
 	assert.Equal(t, "Acme CRM", text("ul.connections a"), "the name, not the id, is the link")
@@ -146,7 +154,7 @@ func TestConsole_InABrowser(t *testing.T) {
 
 	// The list: a row per delivery, in every status, the interrupted one marked.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.Navigate(srvURL+"/console/connections/crm"),
 		chromedp.WaitVisible(chromedp.CSS("table.deliveries")),
 	))
 	rows := text("table.deliveries tbody")
@@ -203,7 +211,7 @@ func TestConsole_InABrowser(t *testing.T) {
 
 	// The hostile receiver's answer is shown as text, and runs nothing.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm/deliveries/"+job("hostile")),
+		chromedp.Navigate(srvURL+"/console/connections/crm/deliveries/"+job("hostile")),
 		chromedp.WaitVisible(chromedp.CSS("table.attempts")),
 		chromedp.Sleep(200*time.Millisecond), // an onerror would have fired
 	))
@@ -214,7 +222,7 @@ func TestConsole_InABrowser(t *testing.T) {
 
 	// An interrupted run, marked as such.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm/deliveries/"+job("interrupted")),
+		chromedp.Navigate(srvURL+"/console/connections/crm/deliveries/"+job("interrupted")),
 		chromedp.WaitVisible(chromedp.CSS("tr.interrupted")),
 	))
 	assert.Contains(t, text("tr.interrupted"), "cost no attempt")
@@ -223,7 +231,7 @@ func TestConsole_InABrowser(t *testing.T) {
 	// A delivery that gave up, resent from its page: the new job runs.
 	before := len(f.srv.Deliveries())
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm/deliveries/"+job("given-up")),
+		chromedp.Navigate(srvURL+"/console/connections/crm/deliveries/"+job("given-up")),
 		chromedp.WaitVisible(chromedp.ID("resend")),
 	))
 	shoot("delivery", false)
@@ -238,14 +246,14 @@ func TestConsole_InABrowser(t *testing.T) {
 	assert.Contains(t, text("table.attempts tbody"), "200 OK")
 	url, err := chromedp.Run(ctx, chromedp.Location())
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(url, srv.URL+"/console/connections/crm/deliveries/"), url)
+	assert.True(t, strings.HasPrefix(url, srvURL+"/console/connections/crm/deliveries/"), url)
 	assert.NotContains(t, url, "/deliveries/"+job("given-up")+"?", "the new delivery's page")
 	assert.Len(t, f.srv.Deliveries(), before+1, "one new attempt")
 
 	// The given-up delivery's page now says it was resent, and offers no
 	// second Resend.
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm/deliveries/"+job("given-up")),
+		chromedp.Navigate(srvURL+"/console/connections/crm/deliveries/"+job("given-up")),
 		chromedp.WaitVisible(chromedp.ID("resent-as")),
 	))
 	assert.Equal(t, "as a later delivery", text("#resent-as"))
@@ -260,7 +268,7 @@ func TestConsole_InABrowser(t *testing.T) {
 		Since: now.Add(-3 * time.Minute), Changed: now.Add(-3 * time.Minute), NextProbe: now.Add(time.Minute), Failures: 3,
 		LastFailure: webhook.Attempt{Kind: webhook.KindRefused}}))
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.Navigate(srvURL+"/console/connections/crm"),
 		chromedp.WaitVisible(chromedp.CSS(".banner.down")),
 	))
 	banner := text(".banner.down")
@@ -278,7 +286,7 @@ func TestConsole_InABrowser(t *testing.T) {
 		VALUES ('crm', 'failing', $1, $2, $3, $2)`, now.Add(-time.Hour), now, now.Add(time.Hour))
 	require.NoError(t, err)
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.Navigate(srvURL+"/console/connections/crm"),
 		chromedp.WaitVisible(chromedp.CSS("#life.failing")),
 	))
 	warning := strings.Join(strings.Fields(text("#life")), " ")
@@ -293,7 +301,7 @@ func TestConsole_InABrowser(t *testing.T) {
 	_, err = riverhook.Disable(bg, f.client, f.pool, "crm")
 	require.NoError(t, err)
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.Navigate(srvURL+"/console/connections/crm"),
 		chromedp.WaitVisible(chromedp.ID("enable")),
 	))
 	life := strings.Join(strings.Fields(text("#life")), " ")
@@ -346,17 +354,7 @@ func TestBrowser_HostileTextKeepsTheLayout(t *testing.T) {
 	got := f.do(t, "POST", "/connections/crm/test", "event=user.identified")
 	require.Equal(t, http.StatusSeeOther, got.Code, got.Body.String())
 
-	mux := http.NewServeMux()
-	mux.Handle("/console/", http.StripPrefix("/console", f.handler))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1200, 800))...)
-	defer cancelAlloc()
-	bctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancelTimeout()
+	bctx, srvURL := browse(t, exe, f.handler, 2*time.Minute)
 	overflow := func() int {
 		t.Helper()
 		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
@@ -365,13 +363,13 @@ func TestBrowser_HostileTextKeepsTheLayout(t *testing.T) {
 	}
 
 	require.NoError(t, chromedp.Do(bctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm/deliveries/"+strconv.FormatInt(res[0].Job.ID, 10)),
+		chromedp.Navigate(srvURL+"/console/connections/crm/deliveries/"+strconv.FormatInt(res[0].Job.ID, 10)),
 		chromedp.WaitVisible(chromedp.CSS("table.attempts")),
 	))
 	assert.LessOrEqual(t, overflow(), 0, "the delivery's page scrolls sideways by this many px")
 
 	require.NoError(t, chromedp.Do(bctx,
-		chromedp.Navigate(srv.URL+"/console/connections/crm"),
+		chromedp.Navigate(srvURL+"/console/connections/crm"),
 		chromedp.WaitVisible(chromedp.ID("test")),
 	))
 	assert.LessOrEqual(t, overflow(), 0, "the connection's page (its Send Test notice) scrolls sideways by this many px")
