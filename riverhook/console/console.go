@@ -373,8 +373,13 @@ func (c *console) scoped(next func(http.ResponseWriter, *http.Request, request))
 // if nothing in front of the console parsed it (see New).
 func formError(r *http.Request) string {
 	if r.ContentLength != 0 {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
-			return fmt.Sprintf("the body is %.60q: send the parameters in the query, or as a form (application/x-www-form-urlencoded)", mt)
+		mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+		if mt != "application/x-www-form-urlencoded" {
+			what := fmt.Sprintf("is %.60q", mt)
+			if mt == "" {
+				what = "has no Content-Type"
+			}
+			return "the body " + what + ": send the parameters in the query, or as a form (application/x-www-form-urlencoded)"
 		}
 	}
 	_, err := url.ParseQuery(r.URL.RawQuery)

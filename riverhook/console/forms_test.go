@@ -136,7 +136,7 @@ func TestAPI_ParametersItCannotReadAreRefusedNeverRunForReal(t *testing.T) {
 	for _, tc := range []struct{ name, body, contentType, want string }{
 		{"a stray %", "since=24h&dry_run=true%", "application/x-www-form-urlencoded", "cannot be read"},
 		{"JSON", `{"since":"24h","dry_run":true}`, "application/json", "application/json"},
-		{"no type", "since=24h&dry_run=true", "", "as a form"},
+		{"no type", "since=24h&dry_run=true", "", "the body has no Content-Type: send the parameters in the query, or as a form"},
 	} {
 		got := f.do(t, "POST", "/api/connections/crm/recover", tc.body, "Content-Type", tc.contentType)
 		assert.Equal(t, http.StatusBadRequest, got.Code, "%s: %s", tc.name, got.Body.String())
