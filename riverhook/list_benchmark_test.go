@@ -86,3 +86,55 @@ func BenchmarkList(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOutcomes measures the console's charts of a connection on a
+// table of 100,000 ended deliveries, 40,000 of them to the connection
+// charted, ended over the last 7 days: as the console counts them (one
+// count of the week by the hour), and as it did before (the last 24 hours
+// by the hour, then the week by the day). Each reads every delivery of the
+// connection that ended in its span, so a page view costs in proportion to
+// them.
+func BenchmarkOutcomes(b *testing.B) {
+	if testing.Short() {
+		b.Skip("inserts 100,000 jobs")
+	}
+	pool, schema := testDB(b)
+	client := newClient(b, pool, schema, nil, nil)
+	const total, mine = 100_000, 40_000
+	insertMany(b, client, "d", total, func(i int) string {
+		if i%(total/mine) == 0 {
+			return "crm"
+		}
+		return "other-" + string(rune('a'+i%26))
+	})
+	ctx := context.Background()
+	// Ended over the week, one in 50 given up, as River leaves them.
+	if _, err := pool.Exec(ctx, `UPDATE `+schema+`.river_job SET state = CASE WHEN id % 50 = 0 THEN 'discarded' ELSE 'completed' END::`+schema+`.river_job_state,
+		attempted_at = now() - (id % 604800) * interval '1 second', finalized_at = now() - (id % 604800) * interval '1 second'`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+schema+".river_job"); err != nil {
+		b.Fatal(err)
+	}
+	const day = 24 * time.Hour
+	now := time.Now()
+	week := now.Add(-7 * day).Truncate(day).Add(day)
+	last24 := now.Add(-day).Truncate(time.Hour).Add(time.Hour)
+	b.Run("charts=one-count", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := riverhook.Outcomes(ctx, client, pool, "crm", week, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("charts=two-counts", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := riverhook.Outcomes(ctx, client, pool, "crm", last24, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := riverhook.Outcomes(ctx, client, pool, "crm", week, day); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -38,27 +38,36 @@ const (
 )
 
 // charts returns the connection's charts: the last 24 hours by the hour,
-// the last 7 days by the day.
+// the last 7 days by the day. Both come from one count of the week by the
+// hour, so that a page view reads each delivery ended once, not once a
+// chart: the day's chart is its last 24 hours, and the week's sums each
+// day's hours.
 func (c *console) charts(ctx context.Context, conn string) ([]chart, error) {
-	now := time.Now()
-	out := make([]chart, 0, 2)
-	for _, spec := range []struct {
-		id, label string
-		n         int
-		step      time.Duration
-		format    string
-	}{
-		{"day", "Last 24 hours, by the hour", 24, time.Hour, "15:04"},
-		{"week", "Last 7 days, by the day", 7, 24 * time.Hour, "Mon 2 Jan"},
-	} {
-		since := now.Add(-time.Duration(spec.n) * spec.step).Truncate(spec.step).Add(spec.step)
-		periods, err := riverhook.Outcomes(ctx, c.client, c.db, conn, since, spec.step)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, drawChart(spec.id, spec.label, spec.format, spec.step, periods))
+	const day = 24 * time.Hour
+	week := time.Now().Add(-7 * day).Truncate(day).Add(day) // a UTC midnight, 6 days back
+	hours, err := riverhook.Outcomes(ctx, c.client, c.db, conn, week, time.Hour)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	return []chart{
+		drawChart("day", "Last 24 hours, by the hour", "15:04", time.Hour, hours[max(len(hours)-24, 0):]),
+		drawChart("week", "Last 7 days, by the day", "Mon 2 Jan", day, byDay(hours)),
+	}, nil
+}
+
+// byDay sums hours, the first of which starts a day, 24 at a time.
+func byDay(hours []riverhook.Period) []riverhook.Period {
+	days := make([]riverhook.Period, 0, (len(hours)+23)/24)
+	for i, h := range hours {
+		if i%24 == 0 {
+			days = append(days, riverhook.Period{Start: h.Start})
+		}
+		d := &days[len(days)-1]
+		d.Delivered += h.Delivered
+		d.GivenUp += h.GivenUp
+		d.Cancelled += h.Cancelled
+	}
+	return days
 }
 
 // drawChart lays periods out as stacked bars scaled to the tallest.

@@ -477,6 +477,9 @@ func TestConsole_ChartsOutcomesOverTime(t *testing.T) {
 		assert.Contains(t, page, `id="`+id+`"`)
 	}
 	assert.Regexp(t, `Last 24 hours, by the hour: 2 delivered, 2 given up, 1 cancelled`, page)
+	assert.Regexp(t, `Last 7 days, by the day: 2 delivered, 2 given up, 1 cancelled`, page)
+	assert.Equal(t, 24, strings.Count(page[strings.Index(page, `id="chart-day"`):strings.Index(page, `id="chart-week"`)], "<title>"), "a bar an hour")
+	assert.Equal(t, 7, strings.Count(page[strings.Index(page, `id="chart-week"`):], "<title>"), "a bar a day")
 	assert.Contains(t, page, `class="seg-given-up" fill="url(#hatch-day)"`)
 	assert.Regexp(t, `<title>[0-9:]+–[0-9:]+ UTC: [0-9]+ delivered, [0-9]+ given up, [0-9]+ cancelled</title>`, page)
 	assert.NotContains(t, page, "<script")

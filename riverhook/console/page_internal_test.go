@@ -73,3 +73,28 @@ func TestRowOf_CountsNoProbeThatFoundTheEndpointDown(t *testing.T) {
 		t.Errorf("row: %d attempts, interrupted %v; want 1, true", rw.Attempts, rw.Interrupted)
 	}
 }
+
+// The week's chart sums the hours of each day: its bars are the days of the
+// count by the hour that the day's chart shows the last 24 of.
+func TestByDay_SumsEachDaysHours(t *testing.T) {
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	hours := make([]riverhook.Period, 6*24+7) // six days, and seven hours of the seventh
+	want := make([]riverhook.Period, 7)
+	for i := range hours {
+		hours[i] = riverhook.Period{Start: start.Add(time.Duration(i) * time.Hour), Delivered: i, GivenUp: i % 3, Cancelled: 1}
+		d := &want[i/24]
+		d.Start = start.Add(time.Duration(i/24) * 24 * time.Hour)
+		d.Delivered += i
+		d.GivenUp += i % 3
+		d.Cancelled++
+	}
+	got := byDay(hours)
+	if len(got) != len(want) {
+		t.Fatalf("got %d days, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("day %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
