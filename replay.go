@@ -172,6 +172,7 @@ type MemoryReplayStore struct {
 	ready   atomic.Bool // set up: by NewMemoryReplayStore, or on first use of a zero store
 	setupMu sync.Mutex  // held to set a zero store up
 	now     func() time.Time
+	system  bool // now is time.Now: the clock of a Verifier without VerifierOptions.Now
 	entries replayEntries
 }
 
@@ -235,7 +236,7 @@ func NewMemoryReplayStore(opts *MemoryReplayStoreOptions) (*MemoryReplayStore, e
 
 // setup configures s for maxEntries and the clock now (nil: time.Now).
 func (s *MemoryReplayStore) setup(maxEntries int, now func() time.Time) {
-	s.now = now
+	s.now, s.system = now, now == nil
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -526,6 +527,25 @@ func replayTTL(ts int64, now time.Time, tol time.Duration) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
+// onSystemClock reports whether s expires its entries by time.Now.
+func (s *MemoryReplayStore) onSystemClock() bool {
+	s.init()
+	return s.system
+}
+
+// memNow returns the time (Unix ns) by which v's memory store judges and
+// records the delivery d: the time its window was judged by, when the store
+// keeps v's clock, so that a delivery the window accepts is never one the
+// memory has let go. A second reading, after the body was hashed, would be
+// later by as long as that took: for a copy at the window's end, on a
+// receiver slower to hash it than the first, past the first's entry.
+func (v *Verifier) memNow(d *signed) int64 {
+	if v.memClock {
+		return d.now.UnixNano()
+	}
+	return v.mem.now().UnixNano()
+}
+
 // checkReplay records the accepted delivery d as handled, and refuses it
 // when it was recorded before: Verify's rule.
 func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
@@ -533,7 +553,7 @@ func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
 	var added bool
 	if v.mem != nil {
 		k, index := v.mem.delivery(&d.sig, d.ts)
-		now := v.mem.now().UnixNano()
+		now := v.memNow(d)
 		added = v.mem.entries.claim(k, index, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen
 	} else {
 		var err error
@@ -554,7 +574,7 @@ func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
 	lease := min(v.lease, replayTTL(d.ts, d.now, d.tol))
 	if v.mem != nil {
 		k, index := v.mem.delivery(&d.sig, d.ts)
-		d.claimed = v.mem.now().UnixNano()
+		d.claimed = v.memNow(d)
 		return v.mem.entries.claim(k, index, d.claimed, newStamp(expiryAt(d.claimed, lease), true)), nil
 	}
 	st, err := v.store.Claim(ctx, hex.EncodeToString(d.sig[:]), lease)

@@ -161,6 +161,7 @@ type Verifier struct {
 	made         bool               // by NewVerifier: a zero Verifier makes mem in SetSecrets
 	allowReplays bool               // VerifierOptions.AllowReplays
 	mem          *MemoryReplayStore // the store when it is one: no key to encode
+	memClock     bool               // mem keeps the Verifier's clock: judged by the window's time
 	store        ReplayStore        // otherwise
 	lease        time.Duration      // VerifierOptions.HandlerLease
 	zeroInit     sync.Once
@@ -188,8 +189,10 @@ func NewVerifier(secrets []string, opts *VerifierOptions) (*Verifier, error) {
 		switch st := opts.ReplayStore.(type) {
 		case nil:
 			v.mem, _ = NewMemoryReplayStore(&MemoryReplayStoreOptions{Now: opts.Now}) // cannot fail
+			v.memClock = true
 		case *MemoryReplayStore:
 			v.mem = st
+			v.memClock = st != nil && opts.Now == nil && st.onSystemClock()
 		default:
 			v.store = st
 		}
@@ -317,6 +320,7 @@ func (v *Verifier) SetSecrets(secrets []string) error {
 	if !v.made {
 		v.zeroInit.Do(func() {
 			v.mem, _ = NewMemoryReplayStore(nil)
+			v.memClock = true // time.Now, as the zero Verifier's
 			v.lease = DefaultHandlerLease
 		})
 	}
