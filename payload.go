@@ -264,8 +264,13 @@ type FieldError struct {
 	kind   error
 }
 
-// Error returns "<sentinel text>: <field>: <reason>".
+// Error returns "<sentinel text>: <field>: <reason>", or "<field>:
+// <reason>" for a FieldError built outside the library (a Validate method
+// of the caller's), which matches no sentinel.
 func (e *FieldError) Error() string {
+	if e.kind == nil {
+		return e.Field + ": " + e.Reason
+	}
 	return e.kind.Error() + ": " + e.Field + ": " + e.Reason
 }
 
