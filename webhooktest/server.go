@@ -75,8 +75,9 @@ type ServerOptions struct {
 
 	// Handler, if not nil, answers the verified deliveries that no
 	// scripted answer is left for, instead of 200 with {"ok":true}. It
-	// reads the identical raw body from r.Body, and its ResponseWriter
-	// unwraps for http.NewResponseController (Flush, deadlines, Hijack).
+	// reads the identical raw body from r.Body, and its ResponseWriter is
+	// an http.Flusher and an http.Hijacker, and unwraps for
+	// http.NewResponseController (Flush, deadlines, Hijack).
 	// The delivery records the first status it writes other than a 1xx,
 	// or 200; none (0) if it takes the connection (Hijack), whatever it
 	// writes there, or panics before flushing its status (Flush; a status

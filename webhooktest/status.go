@@ -7,7 +7,8 @@ import (
 	"net/http"
 )
 
-// statusRecorder notes the status of a Handler's answer. Unwrap lets
+// statusRecorder notes the status of a Handler's answer. It is an
+// http.Flusher and an http.Hijacker, as net/http's writer is. Unwrap lets
 // http.NewResponseController reach the connection's writer (Flush,
 // deadlines), as the Handler would without it; Hijack notes that the
 // Handler took the connection.
@@ -64,5 +65,9 @@ func (r *statusRecorder) FlushError() error {
 	}
 	return err
 }
+
+// Flush is FlushError, for a Handler that asserts http.Flusher, as the
+// ResponseWriter net/http gives it is one.
+func (r *statusRecorder) Flush() { r.FlushError() }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
