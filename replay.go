@@ -159,6 +159,10 @@ type MemoryReplayStoreOptions struct {
 // map, since nothing tells its timestamp (a Verifier passes it, and looks in
 // one): a lookup per 5 seconds that the expiries held span, at most 121 at
 // a Verifier's TTLs. Keys whose expiries lie hours apart cost as many more.
+// A Verifier given the store itself looks for a delivery in its
+// timestamp's map alone, and so does not see a key given to these methods:
+// give a store that several Verifiers share to each of them alike, itself
+// or wrapped.
 //
 // A full store forgets an entry of its oldest timestamps to make room. That
 // one delivery may then be handled again until it leaves the window: size
