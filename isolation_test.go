@@ -781,3 +781,47 @@ func TestHealth_AStallOfTheSenderRefusesNoURL(t *testing.T) {
 		})
 	}
 }
+
+// A URL heard from that answers every attempt in 300 ms, well within the
+// 5 s the spec gives a receiver, is never held back at any concurrency, as
+// HealthOptions promises ("however slowly it answers and at whatever
+// concurrency"): the Sender's other endpoints answer in 10 ms, and
+// deliveries to it arrive every 40 ms, so eight are in flight at once. Held
+// back, the seventh and eighth Sends end with ErrEndpointNotAnswering and nothing sent,
+// though the endpoint answers 200 to everything it is sent.
+func TestHealth_AURLThatAnswersEveryAttemptIsNeverHeldBackAsDeliveriesArrive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var answered atomic.Int32
+		rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			httptrace.ContextClientTrace(r.Context()).GotConn(httptrace.GotConnInfo{})
+			if r.URL.Path == "/crm" {
+				time.Sleep(300 * time.Millisecond)
+				answered.Add(1)
+			} else {
+				time.Sleep(10 * time.Millisecond) // the Sender's other endpoints
+			}
+			return answer(http.StatusOK), nil
+		})
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt},
+			Retry: &webhook.RetryPolicy{}, Health: &webhook.HealthOptions{}})
+		require.NoError(t, err)
+		for i := range 20 {
+			_, err = s.Send(context.Background(), hungConn("/other/"+strconv.Itoa(i)), payloadFor(1000+i))
+			require.NoError(t, err)
+		}
+		_, err = s.Send(context.Background(), hungConn("/crm"), payloadFor(0))
+		require.NoError(t, err, "heard from")
+
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs { // one delivery every 40 ms
+			wg.Go(func() { _, errs[i] = s.Send(context.Background(), hungConn("/crm"), payloadFor(1+i)) })
+			time.Sleep(40 * time.Millisecond)
+		}
+		wg.Wait()
+		for i, err := range errs {
+			assert.NoError(t, err, "delivery %d to a URL that answers every attempt in 300 ms", i+1)
+		}
+		assert.EqualValues(t, 1+len(errs), answered.Load())
+	})
+}
