@@ -122,7 +122,8 @@ type HealthOptions struct {
 	// for the answer of its first, that has been silent for eight times
 	// what an answer typically takes at this Sender
 	// (at least 50 ms, at most half the attempt timeout and 5 s, the time
-	// the spec gives a receiver): past it, the next attempts to that URL
+	// the spec gives a receiver), or, for a URL heard from, for twice the
+	// longest it took to answer: past it, the next attempts to that URL
 	// are refused at once ([ErrEndpointNotAnswering]) until one answers.
 	// Zero means DefaultMaxUnanswered.
 	MaxUnanswered int
@@ -332,6 +333,7 @@ type urlEntry struct {
 	stall
 	endpoint
 	slow      bool          // it answered once slower than quiet: remembered, see settled
+	longest   time.Duration // the longest it took to answer: it is silent only past twice that (quietOf)
 	uncounted int           // its attempts in flight admitted without a place among what waits
 	late      int           // of those, how many hold one since it was found not answering
 	answer    chan struct{} // closed when an attempt in flight ends, for those that await it
@@ -461,9 +463,9 @@ func (h *health) admit(origin, rawURL string, held bool, deadline time.Time) (ti
 		h.release(origin, t.lease)
 		return t, spread(ad.wait, u.interval), fmt.Errorf("%w: %s: %d attempt(s) in a row connected and got no answer since %s; nothing was sent",
 			ErrEndpointNotAnswering, u.name(), u.failures, u.since.UTC().Format(time.RFC3339))
-	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quiet(), now):
+	case !ad.probe && !u.admitStall(h.maxUnanswered, h.quietOf(u), now):
 		h.release(origin, t.lease)
-		return t, spread(h.quiet(), h.quiet()), fmt.Errorf("%w: %s: %d attempt(s) in flight or waiting for one's answer, no answer for %s; nothing was sent",
+		return t, spread(h.quietOf(u), h.quietOf(u)), fmt.Errorf("%w: %s: %d attempt(s) in flight or waiting for one's answer, no answer for %s; nothing was sent",
 			ErrEndpointNotAnswering, u.name(), u.inFlight+u.waiters, now.Sub(u.progress).Round(time.Millisecond))
 	case !ad.probe && !unanswered && u.awaiting(h.awaitUntil(u, deadline), now):
 		h.release(origin, t.lease)
@@ -529,7 +531,7 @@ func (h *health) awaitUntil(u *urlEntry, deadline time.Time) time.Time {
 }
 
 // unanswered reports whether URL u is not answering at now: failing with
-// no answer, isolated, or silent for quiet with attempts in flight: two at
+// no answer, isolated, or silent for quietOf(u) with attempts in flight: two at
 // least (one slow answer at a busy moment is not silence), or its first,
 // not heard from, once an attempt admitted half a quiet after it has been
 // answered (the Sender itself is not stalled: a pause of the process, its
@@ -538,7 +540,7 @@ func (h *health) awaitUntil(u *urlEntry, deadline time.Time) time.Time {
 // endpoints not answering take one now, even past MaxUnansweredTotal: the
 // next are refused until they end. Under h.mu.
 func (h *health) unanswered(u *urlEntry, now time.Time) bool {
-	quiet := h.quiet()
+	quiet := h.quietOf(u)
 	silent := u.failures > 0 || u.down || now.Sub(u.progress) >= quiet &&
 		(u.inFlight > 1 || u.inFlight == 1 && !u.heard && h.answeredFrom.Sub(u.progress) >= quiet/2)
 	if silent && u.late < u.uncounted {
@@ -631,6 +633,15 @@ const minQuiet = 50 * time.Millisecond
 // in flight, before more are refused. Under h.mu.
 func (h *health) quiet() time.Duration {
 	return min(max(8*h.typical, minQuiet), h.quietMax)
+}
+
+// quietOf returns how long URL u may be silent, with attempts in flight,
+// before it is found not answering: quiet, or for a URL heard from that
+// took longer to answer, twice its longest answer, so that a URL that
+// answers every attempt, however slowly and at whatever concurrency, is
+// never held back; at most an attempt's time. Under h.mu.
+func (h *health) quietOf(u *urlEntry) time.Duration {
+	return max(h.quiet(), min(2*u.longest, h.policy.probeFor))
 }
 
 // holdRetry returns, for a delivery about to wait for its retry, the error
@@ -775,6 +786,9 @@ func (h *health) recordURL(t ticket, o outcome, a *Attempt, body uint64, now tim
 	u.end(a.StatusCode != 0, now)
 	if a.StatusCode != 0 && a.Duration >= h.quiet() {
 		u.slow = true
+	}
+	if a.StatusCode != 0 {
+		u.longest = max(u.longest, a.Duration)
 	}
 	if !t.waiting {
 		u.uncounted--
