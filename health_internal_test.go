@@ -256,3 +256,68 @@ func TestHealth_WaitersWokenByTheFirstAnswerAllGo(t *testing.T) {
 		}
 	})
 }
+
+// manyMarks says once that another process found n origins and n URLs
+// down, each a different endpoint (customers' endpoints that later went
+// away), and nothing after.
+type manyMarks struct {
+	mu   sync.Mutex
+	n    int
+	read bool
+}
+
+func (m *manyMarks) Mark(context.Context, EndpointHealth) error { return nil }
+
+func (m *manyMarks) Since(context.Context, time.Time) ([]EndpointHealth, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if m.read {
+		return nil, now, nil
+	}
+	m.read = true
+	var out []EndpointHealth
+	for i := range m.n {
+		host := "https://gone" + strconv.Itoa(i) + ".example.com"
+		out = append(out,
+			EndpointHealth{Endpoint: host + ":443", Down: true, Since: now, Changed: now, Failures: 5, LastFailure: Attempt{Kind: KindRefused}, NextProbe: now.Add(time.Minute)},
+			EndpointHealth{Endpoint: host + ":443/…", PerURL: true, URLKey: urlKey(host + "/hook"), Down: true, Since: now, Changed: now, Failures: 5, LastFailure: Attempt{Kind: KindTimeout}, NextProbe: now.Add(time.Minute)})
+	}
+	return out, now, nil
+}
+
+// What a Sender keeps of the fleet's marks (HealthOptions.Marks) is
+// forgotten as its own endpoints are: the README bounds endpoint health by
+// "an endpoint no attempt goes to is forgotten after an hour, or a day when
+// down". The down marks another process wrote of endpoints this one never
+// sends to again were kept for the life of the process (fleet.applied and
+// fleet.urlMarks), one entry per endpoint ever marked down in the fleet.
+func TestHealth_TheFleetsMarksOfEndpointsNoLongerSentToAreForgotten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &manyMarks{n: 1000}
+		h, err := newHealth(&HealthOptions{Marks: marks}, 10*time.Second, time.Now, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the first read: every mark applied
+		const origin, url = "https://live.example.com:443", "https://live.example.com/x"
+		for range 3 { // two days of deliveries to another endpoint, which answers
+			time.Sleep(25 * time.Hour)
+			tk, _, err := h.admit(origin, url, false, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.record(tk, &Attempt{StatusCode: 200, Duration: time.Millisecond}, true, []byte(`{}`))
+			synctest.Wait()
+		}
+		h.snapshot() // sweeps
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if len(h.endpoints) != 0 || len(h.urls) != 0 {
+			t.Errorf("the endpoints themselves: %d origins, %d URLs kept", len(h.endpoints), len(h.urls))
+		}
+		if n, m := len(h.fleet.applied), len(h.fleet.urlMarks); n != 0 || m != 0 {
+			t.Errorf("after two idle days, the fleet's marks of %d gone endpoints are still kept: %d applied, %d URL marks", 2*marks.n, n, m)
+		}
+	})
+}
