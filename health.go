@@ -895,6 +895,7 @@ func (h *health) sweep(now time.Time) {
 	}
 	h.swept = now
 	h.forgetConfirmed(now)
+	h.forgetMarks(now)
 	idle := func(e *endpoint) bool {
 		d := now.Sub(e.touched)
 		return !e.reporting && len(e.changes) == 0 && (d >= forgetDownAfter || !e.down && d >= forgetFailingAfter)
@@ -1094,7 +1095,7 @@ type fleet struct {
 	first    chan struct{}             // closed once the first read has ended, done or not
 	firstBy  time.Time                 // when the first read's bound ends (OnChangeTimeout), on the system clock
 	urlMarks map[string]EndpointHealth // the other processes' URL marks down, by URLKey
-	applied  map[string]time.Time      // the down marks applied, by origin or URLKey: their Changed
+	applied  map[string]appliedMark    // the down marks applied, by origin or URLKey
 }
 
 // newFleet returns the fleet of marks, and wraps onChange so that every
@@ -1110,7 +1111,7 @@ func newFleet(marks HealthMarks, every time.Duration, onChange *func(context.Con
 			next(ctx, c)
 		}
 	}
-	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]time.Time{},
+	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]appliedMark{},
 		first: make(chan struct{}), firstBy: time.Now().Add(OnChangeTimeout)}
 }
 
@@ -1179,12 +1180,39 @@ func (h *health) follow() {
 	}
 	now := h.now()
 	for i := range marks {
-		h.apply(&marks[i], now)
+		h.apply(&marks[i], now, h.fleet.cursor)
 	}
 }
 
-// apply applies mark m of another process at now. Under h.mu.
-func (h *health) apply(m *EndpointHealth, now time.Time) {
+// appliedMark is a down mark of another process that was applied: its
+// Changed, when it was applied (on health's clock), and the cursor after
+// the read that returned it. Once the cursor has moved more than
+// marksOverlap past that, no read returns it again, unless it is recorded
+// again.
+type appliedMark struct {
+	changed, at, cursor time.Time
+}
+
+// forgetMarks drops, as sweep forgets an endpoint, the marks applied
+// forgetDownAfter ago or more that no read can return again, and the URL
+// marks with them: what the Sender keeps of the fleet follows the endpoints
+// marked down lately, not every endpoint ever marked down. Under h.mu.
+func (h *health) forgetMarks(now time.Time) {
+	f := h.fleet
+	if f == nil {
+		return
+	}
+	for key, a := range f.applied {
+		if now.Sub(a.at) >= forgetDownAfter && f.cursor.Sub(a.cursor) > marksOverlap {
+			delete(f.applied, key)
+			delete(f.urlMarks, key) // a URL's key; an origin's starts with "|"
+		}
+	}
+}
+
+// apply applies mark m of another process at now, read with the marks up
+// to cursor. Under h.mu.
+func (h *health) apply(m *EndpointHealth, now, cursor time.Time) {
 	if m.Changed.IsZero() {
 		return
 	}
@@ -1197,10 +1225,11 @@ func (h *health) apply(m *EndpointHealth, now time.Time) {
 		key = m.URLKey
 	}
 	if m.Down {
-		if c, ok := h.fleet.applied[key]; ok && c.Equal(m.Changed) {
+		if a, ok := h.fleet.applied[key]; ok && a.changed.Equal(m.Changed) {
+			h.fleet.applied[key] = appliedMark{changed: a.changed, at: a.at, cursor: cursor} // read again
 			return
 		}
-		h.fleet.applied[key] = m.Changed
+		h.fleet.applied[key] = appliedMark{changed: m.Changed, at: now, cursor: cursor}
 	} else {
 		delete(h.fleet.applied, key)
 	}
