@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
@@ -320,4 +321,51 @@ func TestHealth_TheFleetsMarksOfEndpointsNoLongerSentToAreForgotten(t *testing.T
 			t.Errorf("after two idle days, the fleet's marks of %d gone endpoints are still kept: %d applied, %d URL marks", 2*marks.n, n, m)
 		}
 	})
+}
+
+// panicOnDown is a slog.Handler that panics on endpoint health's line for
+// an endpoint going down: a caller's handler with a bug.
+type panicOnDown struct{}
+
+func (panicOnDown) Enabled(context.Context, slog.Level) bool { return true }
+func (panicOnDown) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "webhook: endpoint down" {
+		panic("handler bug")
+	}
+	return nil
+}
+func (h panicOnDown) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h panicOnDown) WithGroup(string) slog.Handler      { return h }
+
+// A Logger that panics (SenderOptions.Logger: the caller's handler) on the
+// line endpoint health writes as an endpoint goes down reaches the caller
+// as any panic of the attempt's does (TestSend_APanicInOnAttemptGivesBackItsPlaceToRetry),
+// and leaves endpoint health usable: its lock was held for ever (record
+// logs under it, with no deferred unlock), so every later delivery of the
+// Sender, to any endpoint, blocked for good.
+func TestHealth_ALoggerThatPanicsLeavesEndpointHealthUnlocked(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // refused from now on
+	s, err := NewSender(&SenderOptions{AllowPrivateNetworks: true, Retry: &RetryPolicy{},
+		Logger: slog.New(panicOnDown{}), Health: &HealthOptions{DownAfter: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Connection{Name: "c", URL: "https://" + addr + "/hook", Secret: "whsec_test_secret"}
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		s.Send(context.Background(), c, SamplePayload(time.Now()))
+	}()
+	if got != "handler bug" {
+		t.Fatalf("the Logger's panic: got %v", got)
+	}
+	if !s.health.mu.TryLock() { // nothing else runs: no OnChange, no Marks
+		t.Fatal("endpoint health's lock is still held after the Logger's panic: every later delivery blocks for good")
+	}
+	s.health.mu.Unlock()
 }
