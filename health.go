@@ -304,6 +304,7 @@ type health struct {
 	leases    uint64               // the last probe lease handed out
 	waiting   int                  // what waits on endpoints not answering (MaxUnansweredTotal)
 	swept     time.Time            // when idle entries were last forgotten
+	logq      []EndpointHealth     // the changes to log, in order, before the lock is given back (logChanges)
 	spare     sync.Pool            // of *urlEntry: forgotten ones, unreachable, to make the next
 }
 
@@ -757,7 +758,6 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 	}
 	reports := h.recordURL(t, uo, a, bodyHash, now, nil)
 	reports = h.recordOrigin(t, originOutcome(a.Kind, connected), a, now, reports)
-	h.mu.Unlock()
 	for _, e := range reports {
 		h.reports.Add(1) // before the attempt returns: Sender.Flush waits for it
 		go func() {
@@ -765,6 +765,38 @@ func (h *health) record(t ticket, a *Attempt, connected bool, body []byte) {
 			h.report(e)
 		}()
 	}
+	h.logChanges()
+	h.mu.Unlock()
+}
+
+// logChanges writes the log lines of the changes queue noted, in order,
+// once the state they describe is whole and their reports started: a
+// Logger that panics (the caller's handler) leaves nothing half done, and
+// the lock is given back as the panic goes on. Under h.mu, locked.
+func (h *health) logChanges() {
+	if len(h.logq) == 0 {
+		return
+	}
+	locked := true
+	defer func() {
+		if locked { // a panic: the lock goes with it
+			h.mu.Unlock()
+		}
+	}()
+	logs := h.logq
+	h.logq = nil
+	for _, st := range logs {
+		level, msg := slog.LevelInfo, "webhook: endpoint up"
+		switch {
+		case st.Down && st.PerURL:
+			level, msg = slog.LevelWarn, "webhook: endpoint isolated: a URL that connects and does not answer"
+		case st.Down:
+			level, msg = slog.LevelWarn, "webhook: endpoint down"
+		}
+		h.logger.LogAttrs(context.Background(), level, msg, slog.String("endpoint", st.Endpoint),
+			slog.Time("since", st.Since), slog.Int("failures", st.Failures), slog.String("last_kind", string(st.LastFailure.Kind)))
+	}
+	locked = false
 }
 
 // average adds d to the moving average avg (weight 1/16); the first d
@@ -917,20 +949,12 @@ func (h *health) sweep(now time.Time) {
 // Reporting: OnChange, in order, off the lock; the log lines; the snapshot
 // Sender.Health returns.
 
-// queue logs e's new state, at, and adds it to the changes to report; it
-// returns reports with e added when the caller is to report them. Under
-// h.mu.
+// queue notes e's new state, at, for the log (logChanges) and adds it to
+// the changes to report; it returns reports with e added when the caller
+// is to report them. Under h.mu.
 func (h *health) queue(e *endpoint, at endpointState, reports []*endpoint) []*endpoint {
 	st := e.stateOf(&at)
-	level, msg := slog.LevelInfo, "webhook: endpoint up"
-	switch {
-	case st.Down && st.PerURL:
-		level, msg = slog.LevelWarn, "webhook: endpoint isolated: a URL that connects and does not answer"
-	case st.Down:
-		level, msg = slog.LevelWarn, "webhook: endpoint down"
-	}
-	h.logger.LogAttrs(context.Background(), level, msg, slog.String("endpoint", st.Endpoint),
-		slog.Time("since", st.Since), slog.Int("failures", st.Failures), slog.String("last_kind", string(st.LastFailure.Kind)))
+	h.logq = append(h.logq, st)
 	if h.onChange == nil {
 		return reports
 	}
