@@ -2,12 +2,15 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -368,4 +371,59 @@ func TestHealth_ALoggerThatPanicsLeavesEndpointHealthUnlocked(t *testing.T) {
 		t.Fatal("endpoint health's lock is still held after the Logger's panic: every later delivery blocks for good")
 	}
 	s.health.mu.Unlock()
+}
+
+// failingMarks is a HealthMarks store that cannot be reached.
+type failingMarks struct{}
+
+func (failingMarks) Mark(context.Context, EndpointHealth) error { return errors.New("unreachable") }
+func (failingMarks) Since(context.Context, time.Time) ([]EndpointHealth, time.Time, error) {
+	return nil, time.Time{}, errors.New("unreachable")
+}
+
+// panicOnWarn is a slog.Handler that panics on any line at level Warn or
+// above: a caller's handler with a bug.
+type panicOnWarn struct{}
+
+func (panicOnWarn) Enabled(context.Context, slog.Level) bool { return true }
+func (panicOnWarn) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		panic("handler bug")
+	}
+	return nil
+}
+func (h panicOnWarn) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h panicOnWarn) WithGroup(string) slog.Handler      { return h }
+
+// A Logger that panics (SenderOptions.Logger), off the attempt path where
+// no caller can recover it, does not take the process down: endpoint
+// health logs, on goroutines of its own, a marks store it cannot read and
+// an OnChange that panicked, and a panic of the Logger there was raised on
+// that goroutine, killing the service with every delivery in flight, as
+// soon as the store was unreachable. OnChange's own panic is recovered and
+// logged; the Logger's is dropped there the same way. The test runs the
+// Sender in a child process and expects it to exit cleanly.
+func TestHealth_ALoggerThatPanicsOffTheAttemptPathDoesNotCrashTheProcess(t *testing.T) {
+	if os.Getenv("WEBHOOK_TEST_LOGGER_PANIC_CHILD") == "1" {
+		s, err := NewSender(&SenderOptions{Logger: slog.New(panicOnWarn{}), Health: &HealthOptions{Marks: failingMarks{},
+			OnChange: func(context.Context, EndpointHealth) { panic("OnChange bug") }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Flush(context.Background()) // the first read of the marks has ended
+		s.health.reports.Add(1)
+		go func() { // a change reported: its OnChange panics, and the Logger with it
+			defer s.health.reports.Done()
+			s.health.tell(EndpointHealth{Endpoint: "https://h.example.com:443", Down: true})
+		}()
+		s.Flush(context.Background())
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHealth_ALoggerThatPanicsOffTheAttemptPathDoesNotCrashTheProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "WEBHOOK_TEST_LOGGER_PANIC_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		first, _, _ := strings.Cut(string(out), "\n")
+		t.Fatalf("the process crashed (%v): %s", err, first)
+	}
 }
