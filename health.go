@@ -1040,11 +1040,19 @@ func (h *health) tell(c EndpointHealth) {
 	defer cancel()
 	defer func() {
 		if v := recover(); v != nil {
-			h.logger.LogAttrs(context.Background(), slog.LevelError, "webhook: HealthOptions.OnChange panicked",
+			h.logOff(slog.LevelError, "webhook: HealthOptions.OnChange panicked",
 				slog.String("endpoint", c.Endpoint), slog.Bool("down", c.Down), slog.Any("panic", v))
 		}
 	}()
 	h.onChange(ctx, c)
+}
+
+// logOff writes a line from one of endpoint health's own goroutines, off
+// the attempt path: a panic of the Logger (the caller's handler) there has
+// no caller to reach, and would end the process; it is dropped.
+func (h *health) logOff(level slog.Level, msg string, attrs ...slog.Attr) {
+	defer func() { recover() }()
+	h.logger.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
 // state returns what is known of e. Under h.mu.
@@ -1196,7 +1204,7 @@ func (h *health) follow() {
 	}
 	h.fleet.reading = false
 	if err != nil {
-		h.logger.LogAttrs(ctx, slog.LevelWarn, "webhook: cannot read the endpoint health marks", slog.String("error", err.Error()))
+		h.logOff(slog.LevelWarn, "webhook: cannot read the endpoint health marks", slog.String("error", err.Error()))
 		return
 	}
 	if next.After(h.fleet.cursor) {
