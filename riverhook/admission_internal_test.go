@@ -971,3 +971,59 @@ func TestSpacings_Saturate(t *testing.T) {
 	assert.Equal(t, 2*time.Microsecond, micros(2))
 	assert.Equal(t, time.Duration(math.MaxInt64), micros(math.MaxInt64/1000+1))
 }
+
+// TestAdmission_ASlowEndpointsBacklogHoldsFewWorkers: a burst to a
+// connection with a bound of 1 and a rate of 100 a second is slotted at the
+// rate's 10 ms before any attempt has ended; its endpoint then takes a
+// second an attempt. The jobs back at those 10 ms slots must not each hold
+// on a second for the one place, which frees once a second: each holds
+// one of River's workers meanwhile, and MaxInFlightPerConnection promises
+// that one slow endpoint cannot take every worker (River's MaxWorkers, 32
+// in the README's set-up). No more runs hold on at once than the places
+// that free within a hold: 100 ms at 10 ms, then one a second.
+func TestAdmission_ASlowEndpointsBacklogHoldsFewWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(newMemoryPlaces(time.Now))
+		ctx, t0 := context.Background(), time.Now()
+		lim := limits{bound: 1, every: paceEvery(100)}
+		var most int
+		done := make(chan struct{})
+		go func() { // samples the runs holding on, every millisecond
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Millisecond):
+				}
+				a.mu.Lock()
+				if l := a.lanes["crm"]; l != nil {
+					most = max(most, len(l.waiting))
+				}
+				a.mu.Unlock()
+			}
+		}()
+		noWake := func(context.Context, string, time.Duration) (int, error) { return 0, nil }
+		var wg sync.WaitGroup
+		for id := range int64(200) {
+			wg.Go(func() {
+				back := false
+				for {
+					tk, wait := a.enter(ctx, crmJob(t0, id, back), lim)
+					if tk == nil {
+						time.Sleep(wait) // River brings it back at its slot
+						back = true
+						continue
+					}
+					time.Sleep(time.Second) // the attempt
+					a.ended(ctx, tk, webhook.Attempt{StatusCode: 200, Duration: time.Second}, noWake)
+					a.leave(ctx, tk)
+					return
+				}
+			})
+		}
+		wg.Wait()
+		close(done)
+		t.Logf("the most runs of the connection holding on at once: %d", most)
+		assert.LessOrEqual(t, most, 10, "runs of one connection holding on, each with one of River's workers, at once")
+	})
+}
