@@ -208,11 +208,22 @@ func (a *admission) take(ctx context.Context, id string, lim limits) (*ticket, e
 // holdOnAtLeast, at most a second) for a place: one freed in the process
 // is handed to the run that has held on longest at once (see leave); one
 // freed by another process is found by trying again every tenth of the
-// spacing. It holds one of River's workers meanwhile.
+// spacing. It holds one of River's workers meanwhile, so no more of a
+// connection's runs hold on at once in the process than places free
+// within the hold (at least two): the others take the next slot at once.
 func (a *admission) holdOn(ctx context.Context, id string, lim limits) (*ticket, error) {
+	spacing := a.spacing(id, lim)
+	hold := a.holdFor(id, lim)
 	got := make(chan place, 1)
 	a.mu.Lock()
 	l := a.lane(id)
+	if spacing > 0 && len(l.waiting) >= max(2, int(hold/spacing)) {
+		// As many hold on as places free within a hold: one more would
+		// only hold a River worker, as a chain handed faster than the
+		// endpoint's pace would have each of its jobs do.
+		a.mu.Unlock()
+		return nil, nil
+	}
 	l.waiting = append(l.waiting, waiter{got: got, bound: lim.bound})
 	a.mu.Unlock()
 	// However it stops holding on, a place handed to it meanwhile goes
@@ -222,7 +233,6 @@ func (a *admission) holdOn(ctx context.Context, id string, lim limits) (*ticket,
 			a.give(ctx, &ticket{id: id, lim: lim, place: p, placed: true})
 		}
 	}()
-	hold := a.holdFor(id, lim)
 	step := max(hold/20, tryEvery)
 	deadline := time.Now().Add(hold)
 	timer := time.NewTimer(step)

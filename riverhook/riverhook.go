@@ -116,6 +116,9 @@
 //   - Holding on: two spacings, at least 100 ms (River's polls bring slots
 //     in batches 50 ms apart), at most a second (it holds a River worker).
 //     It tries for a place every twentieth of that, at least every 5 ms.
+//     A process holds on in no more of a connection's runs at once than
+//     places free in that time, at least two: a burst slotted faster than
+//     the endpoint then proves to take them cannot hold every River worker.
 //   - A fleet's place given back waits up to 5 ms for a take to ride:
 //     a run holding on elsewhere loses at most one try.
 //   - Wake: a chain over two spacings ahead, handed over a third slower than
