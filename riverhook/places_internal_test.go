@@ -2,6 +2,9 @@ package riverhook
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -430,4 +433,32 @@ func TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree(t *testing.T) {
 	var last time.Time
 	require.NoError(t, a.pool.QueryRow(ctx, `SELECT last_start FROM `+a.pace+` WHERE connection_id = 'crm'`).Scan(&last))
 	assert.False(t, last.Before(freed), "the start is stored %v before its row was free", freed.Sub(last))
+}
+
+// TestConnectionPlaces_AConnectionIDTheInsertTakesIsPaced: a connection id
+// the insert accepts is one a fleet can pace. riverhook_pace is keyed by
+// the id, and PostgreSQL's btree refuses an entry over a third of a page
+// (about 2.7 kB): a rate-limited delivery to such an id would never be
+// admitted, snoozing SnoozeFor at each run for ever, with nothing but a
+// warning in the process's log. Either the insert refuses the id, saying
+// why, or the run is admitted.
+func TestConnectionPlaces_AConnectionIDTheInsertTakesIsPaced(t *testing.T) {
+	t.Parallel()
+	mine, _ := twoProcesses(t)
+	var id strings.Builder // 3,200 bytes PostgreSQL cannot compress
+	sum := sha256.Sum256([]byte("crm"))
+	for range 50 {
+		sum = sha256.Sum256(sum[:])
+		id.WriteString(hex.EncodeToString(sum[:]))
+	}
+	if _, err := InsertBytesParams("d1", []string{id.String()}, "deal.closed", []byte(`{}`), nil); err != nil {
+		assert.ErrorContains(t, err, "connection id")
+		return
+	}
+	a, _ := testAdmission(mine)
+	job := crmJob(time.Now(), 1, false)
+	job.Args.ConnectionID = id.String()
+	tk, wait := a.enter(context.Background(), job, limits{bound: 1, every: 100 * time.Millisecond})
+	require.NotNil(t, tk, "the delivery the insert took is admitted, not snoozed %v at each run", wait)
+	a.leave(context.Background(), tk)
 }
