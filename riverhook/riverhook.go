@@ -400,7 +400,8 @@ func checkSubject(subject string) error {
 // the transaction. deliveryID identifies the event; with a connection id it
 // makes each job unique (see [Args.InsertOpts]). An empty id, or one that
 // is not UTF-8 text or holds a NUL, which the job could not hold as given,
-// gives an error naming it, and nothing is inserted. p is validated and
+// or a connection id over [MaxConnectionIDBytes], gives an error naming it,
+// and nothing is inserted. p is validated and
 // encoded once; the error matches webhook.ErrInvalidPayload. Each job's
 // subject is opts.Subject, or else p's user id; one that is not an id gives
 // an error matching [ErrInvalidSubject].
@@ -440,7 +441,7 @@ func insertBytesParams(deliveryID string, connectionIDs []string, event string, 
 		return nil, err
 	}
 	for _, id := range connectionIDs {
-		if err := checkID("connection id", id); err != nil {
+		if err := checkConnectionID(id); err != nil {
 			return nil, err
 		}
 	}
@@ -476,6 +477,21 @@ func checkID(field, id string) error {
 		return fmt.Errorf("riverhook: the %s %q must be UTF-8 text without NUL", field, id)
 	}
 	return nil
+}
+
+// MaxConnectionIDBytes bounds a connection's id: riverhook's tables are
+// keyed by it (the fleet's pace, the connection's state), and PostgreSQL's
+// btree refuses a key over a third of a page, about 2.7 kB. A delivery to
+// a longer id could never be paced in a fleet.
+const MaxConnectionIDBytes = 1024
+
+// checkConnectionID checks a connection's id as checkID does, and its
+// length. It quotes no id too long, which fills a log line.
+func checkConnectionID(id string) error {
+	if len(id) > MaxConnectionIDBytes {
+		return fmt.Errorf("riverhook: the connection id must be at most %d bytes (MaxConnectionIDBytes), got %d", MaxConnectionIDBytes, len(id))
+	}
+	return checkID("connection id", id)
 }
 
 // storable reports whether a job's args can hold s as it is: UTF-8 text
