@@ -1027,3 +1027,31 @@ func TestAdmission_ASlowEndpointsBacklogHoldsFewWorkers(t *testing.T) {
 		assert.LessOrEqual(t, most, 10, "runs of one connection holding on, each with one of River's workers, at once")
 	})
 }
+
+// TestWorker_ASnoozeForOfNanosecondsIsRefused: SnoozeFor: 1, written for a
+// second, is a nanosecond. The slots of a burst over the bound are then
+// spaced by nothing: each job over it snoozes for no time and runs again
+// at River's next fetch, every one of the backlog at once, until an
+// attempt ends; and the jobs waiting for a down endpoint all come back
+// together. NewWorker refuses it, saying so, as it refuses a negative one.
+func TestWorker_ASnoozeForOfNanosecondsIsRefused(t *testing.T) {
+	sender, err := webhook.NewSender(nil)
+	require.NoError(t, err)
+	w, err := NewWorker(sender, func(context.Context, string) (webhook.Connection, error) { return webhook.Connection{}, nil },
+		&WorkerOptions{MaxInFlightPerConnection: 2, SnoozeFor: 1})
+	if err != nil {
+		assert.ErrorContains(t, err, "SnoozeFor")
+		return
+	}
+	ctx, now, lim := context.Background(), time.Now(), limits{bound: 2}
+	for id := range int64(2) {
+		tk, _ := w.admission.enter(ctx, crmJob(now, id, false), lim)
+		require.NotNil(t, tk)
+	}
+	var waits []time.Duration
+	for id := range int64(5) {
+		_, wait := w.admission.enter(ctx, crmJob(now, 2+id, false), lim)
+		waits = append(waits, wait)
+	}
+	assert.Greater(t, waits[4], waits[0], "the jobs over the bound wait in a chain, not all for nothing: %v", waits)
+}
