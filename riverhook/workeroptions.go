@@ -29,7 +29,7 @@ type WorkerOptions struct {
 	// spaced by its attempts' time over the bound, and by SnoozeFor over
 	// the bound until one has ended. Jobs waiting for a down endpoint come
 	// back one bound's worth per SnoozeFor, however many they are. Zero
-	// means one second.
+	// means one second; under a millisecond is refused.
 	SnoozeFor time.Duration
 
 	// Places, if not nil, holds what the fleet must agree on about a
@@ -86,13 +86,21 @@ type WorkerOptions struct {
 	Logger *slog.Logger
 }
 
-// validate refuses a negative option.
+// minSnoozeFor is the shortest SnoozeFor: an attempt's time, in
+// nanoseconds when an untyped 1 is given for a second. Shorter, the slots
+// of a backlog would be spaced by nothing, and each of its jobs would run
+// again at River's next fetch.
+const minSnoozeFor = time.Millisecond
+
+// validate refuses a negative option, and a SnoozeFor under minSnoozeFor.
 func (o *WorkerOptions) validate() error {
 	switch {
 	case o.MaxInFlightPerConnection < 0:
 		return fmt.Errorf("riverhook: WorkerOptions.MaxInFlightPerConnection is %d: it must not be negative (zero means no bound)", o.MaxInFlightPerConnection)
 	case o.SnoozeFor < 0:
 		return fmt.Errorf("riverhook: WorkerOptions.SnoozeFor is %v: it must not be negative (zero means one second)", o.SnoozeFor)
+	case o.SnoozeFor > 0 && o.SnoozeFor < minSnoozeFor:
+		return fmt.Errorf("riverhook: WorkerOptions.SnoozeFor is %v: want at least %v, an attempt's time, such as 1 * time.Second (zero means one second)", o.SnoozeFor, minSnoozeFor)
 	case o.MaxWait < 0:
 		return fmt.Errorf("riverhook: WorkerOptions.MaxWait is %v: it must not be negative (zero means DefaultMaxWait)", o.MaxWait)
 	}
