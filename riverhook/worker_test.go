@@ -45,6 +45,10 @@ func TestNewWorker_RefusesAnInvalidConfiguration(t *testing.T) {
 		{"NegativeMaxInFlight", sender, resolve, riverhook.WorkerOptions{MaxInFlightPerConnection: -1}, "MaxInFlightPerConnection is -1"},
 		{"NegativeSnoozeFor", sender, resolve, riverhook.WorkerOptions{SnoozeFor: -time.Second}, "SnoozeFor is -1s"},
 		{"NegativeMaxWait", sender, resolve, riverhook.WorkerOptions{MaxWait: -time.Hour}, "MaxWait is -1h0m0s"},
+		// An untyped 72 written for hours is 72 ns: every delivery to a
+		// down endpoint would be given up at its first refusal.
+		{"NanosecondsMaxWait", sender, resolve, riverhook.WorkerOptions{MaxWait: 72}, "MaxWait is 72ns"},
+		{"NanosecondsSnoozeFor", sender, resolve, riverhook.WorkerOptions{SnoozeFor: 1}, "SnoozeFor is 1ns"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, err := riverhook.NewWorker(tc.sender, tc.resolve, &tc.opts)

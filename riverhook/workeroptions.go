@@ -59,7 +59,8 @@ type WorkerOptions struct {
 	// MaxWait is how long a delivery may wait for an endpoint that is down
 	// (the Sender's endpoint health), counted from when it was inserted:
 	// past it, its job is discarded with a reason that says so, and
-	// OnAttempt is told. Zero means [DefaultMaxWait], three days.
+	// OnAttempt is told. Zero means [DefaultMaxWait], three days; under a
+	// millisecond is refused.
 	MaxWait time.Duration
 
 	// Life is the policy of a connection's life: when its failing
@@ -86,23 +87,27 @@ type WorkerOptions struct {
 	Logger *slog.Logger
 }
 
-// minSnoozeFor is the shortest SnoozeFor: an attempt's time, in
-// nanoseconds when an untyped 1 is given for a second. Shorter, the slots
+// minDuration is the shortest SnoozeFor and MaxWait NewWorker takes. An
+// untyped 1 written for a second is a nanosecond: as SnoozeFor, the slots
 // of a backlog would be spaced by nothing, and each of its jobs would run
-// again at River's next fetch.
-const minSnoozeFor = time.Millisecond
+// again at River's next fetch; as MaxWait, every delivery to a down
+// endpoint would be given up at its first refusal.
+const minDuration = time.Millisecond
 
-// validate refuses a negative option, and a SnoozeFor under minSnoozeFor.
+// validate refuses a negative option, and a SnoozeFor or MaxWait under
+// minDuration.
 func (o *WorkerOptions) validate() error {
 	switch {
 	case o.MaxInFlightPerConnection < 0:
 		return fmt.Errorf("riverhook: WorkerOptions.MaxInFlightPerConnection is %d: it must not be negative (zero means no bound)", o.MaxInFlightPerConnection)
 	case o.SnoozeFor < 0:
 		return fmt.Errorf("riverhook: WorkerOptions.SnoozeFor is %v: it must not be negative (zero means one second)", o.SnoozeFor)
-	case o.SnoozeFor > 0 && o.SnoozeFor < minSnoozeFor:
-		return fmt.Errorf("riverhook: WorkerOptions.SnoozeFor is %v: want at least %v, an attempt's time, such as 1 * time.Second (zero means one second)", o.SnoozeFor, minSnoozeFor)
+	case o.SnoozeFor > 0 && o.SnoozeFor < minDuration:
+		return fmt.Errorf("riverhook: WorkerOptions.SnoozeFor is %v: want at least %v, such as 1 * time.Second (zero means one second)", o.SnoozeFor, minDuration)
 	case o.MaxWait < 0:
 		return fmt.Errorf("riverhook: WorkerOptions.MaxWait is %v: it must not be negative (zero means DefaultMaxWait)", o.MaxWait)
+	case o.MaxWait > 0 && o.MaxWait < minDuration:
+		return fmt.Errorf("riverhook: WorkerOptions.MaxWait is %v: want at least %v, such as 72 * time.Hour (zero means DefaultMaxWait)", o.MaxWait, minDuration)
 	}
 	_, err := o.Life.withDefaults()
 	return err
