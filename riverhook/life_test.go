@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -367,6 +368,22 @@ func TestEnable_DryRunWritesNothing(t *testing.T) {
 	res, err = riverhook.Enable(wait, client, pool, "crm", riverhook.EnableParams{DryRun: true}, nil)
 	require.NoError(t, err, "not held up by the row another transaction holds")
 	assert.Equal(t, riverhook.StateActive, res.State, "the committed state: tx has not committed its disable")
+}
+
+// Disable and Enable refuse a connection id the insert refuses, over
+// MaxConnectionIDBytes, saying so: past a third of a page, PostgreSQL's
+// btree refuses the state's key with an error that names neither.
+func TestLife_AConnectionIDTooLongIsRefusedSayingSo(t *testing.T) {
+	pool, schema := testDB(t)
+	client := newClient(t, pool, schema, nil, nil)
+	ctx := context.Background()
+	long := strings.Repeat("c", riverhook.MaxConnectionIDBytes+1)
+	_, err := riverhook.Disable(ctx, client, pool, long)
+	assert.ErrorContains(t, err, "MaxConnectionIDBytes")
+	_, err = riverhook.Enable(ctx, client, pool, long, riverhook.EnableParams{DryRun: true}, nil)
+	assert.ErrorContains(t, err, "MaxConnectionIDBytes")
+	_, err = riverhook.Disable(ctx, client, pool, strings.Repeat("c", riverhook.MaxConnectionIDBytes))
+	assert.NoError(t, err, "at the bound")
 }
 
 // A Disable made elsewhere (the API tier) reaches a Worker that read the

@@ -374,7 +374,7 @@ const HistoryFor = DefaultKeepFor
 // written in the transaction of the state it changes, with its notice, and
 // kept for [HistoryFor].
 func History(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string, limit int) ([]NoticeArgs, error) {
-	if err := checkID("connection id", connectionID); err != nil {
+	if err := checkConnectionID(connectionID); err != nil {
 		return nil, err
 	}
 	rows, err := db.Query(ctx, `SELECT notice FROM `+qualifier(client.Schema())+`riverhook_connection_change
@@ -427,7 +427,7 @@ func StateOf(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectio
 // transaction begun on db, a pool on client's database (or the caller's
 // transaction). It returns the state after.
 func Disable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string) (*ConnectionState, error) {
-	if err := checkID("connection id", connectionID); err != nil {
+	if err := checkConnectionID(connectionID); err != nil {
 		return nil, err
 	}
 	s, _, err := transition(ctx, client, db, connectionID, 0, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
@@ -509,7 +509,7 @@ const keptFar = keepAtMost / 2
 // (enableSettle), to move forward a delivery whose run read the connection
 // disabled as it committed.
 func Enable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connectionID string, p EnableParams, opts *InsertOptions) (*EnableResult, error) {
-	if err := checkID("connection id", connectionID); err != nil {
+	if err := checkConnectionID(connectionID); err != nil {
 		return nil, err
 	}
 	if p.IncludeGivenUp {
