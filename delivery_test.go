@@ -148,10 +148,7 @@ func TestSend_ConnectionResetIsAFailedAttempt(t *testing.T) {
 }
 
 func TestSend_ConnectionRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close()) // nothing listens there now
+	addr := refusedAddr(t)
 	s := newTestSender(t, nil, &webhook.SenderOptions{AllowPrivateNetworks: true, Retry: shortPolicy(0)})
 	res, err := s.Send(context.Background(), webhook.Connection{URL: "https://" + addr + "/?token=tok123", Secret: testSecret}, samplePayload())
 	require.Error(t, err)
@@ -257,10 +254,7 @@ func TestSend_EmptyPortIsDropped(t *testing.T) {
 // formatting of a failed delivery, whatever the failure.
 func TestSend_URLPathIsNeverShown(t *testing.T) {
 	const path = "/services/T0001/B0002/pathsecret9"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	refused := "https://" + ln.Addr().String() + path + "?q=querysecret8"
-	require.NoError(t, ln.Close())
+	refused := "https://" + refusedAddr(t) + path + "?q=querysecret8"
 	hang := newReceiver(t)
 	hang.handle = func(w http.ResponseWriter, r *http.Request) bool {
 		<-r.Context().Done()

@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -201,7 +200,7 @@ func TestSend_Load(t *testing.T) {
 	// worker, so they add a few seconds to the run.
 	const attemptTimeout = 5 * time.Second
 	lr := newLoadReceiver(t)
-	refused := closedPort(t)
+	refused := refusedAddr(t)
 
 	tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: certPool(&receiver{Server: lr.Server})}, AllowPrivateNetworks: true})
 	s, err := webhook.NewSender(&webhook.SenderOptions{
@@ -310,16 +309,6 @@ func loadPayload(i int) webhook.Payload {
 	p := samplePayload()
 	p.User.Metadata = webhook.Metadata{"plan": "pro", "delivery_id": strconv.Itoa(i)}
 	return p
-}
-
-// closedPort returns a 127.0.0.1 address where nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }
 
 // TestSend_LoadCancelledMidRun cancels 64 busy workers: every call returns
