@@ -160,3 +160,19 @@ func TestConsole_AnOddEventFilterIsABadRequest(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A listing's parameter the console cannot decode (a stray %, a ;
+// separator) is the request's error, answered 400, as a POST's is: read as
+// absent, a filter asked for is dropped, and a script that lists the
+// given-up deliveries to act on them gets every delivery, the delivered
+// ones included, answered 200 as if it had asked for them.
+func TestConsole_AListingsParameterItCannotReadIsABadRequest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, false)
+	for _, q := range []string{"?status=given_up%", "?status=given_up;limit=1", "?status=given_up&event=user%zzidentified"} {
+		got := f.do(t, "GET", "/api/connections/crm/deliveries"+q, "")
+		assert.Equal(t, http.StatusBadRequest, got.Code, "%s: %.300s", q, got.Body.String())
+		got = f.do(t, "GET", "/connections/crm"+q, "")
+		assert.Equal(t, http.StatusBadRequest, got.Code, q)
+	}
+}
