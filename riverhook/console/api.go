@@ -103,7 +103,13 @@ type listing struct {
 }
 
 func (c *console) list(r *http.Request, req request) (*listing, error) {
-	p, err := listQuery(r.URL.Query(), time.Now())
+	// ParseQuery, not URL.Query, which drops what it cannot decode: a
+	// filter asked for would be read as absent, and list every delivery.
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, &badRequest{fmt.Errorf("the parameters cannot be read: %.200s", err)}
+	}
+	p, err := listQuery(q, time.Now())
 	if err != nil {
 		return nil, &badRequest{err}
 	}
