@@ -253,6 +253,11 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// what is left of the body, under it, when the handler returns.
 		rc.SetReadDeadline(time.Time{})
 	}
+	// Every answer written within bodyTimeout too: over HTTP/2 a client
+	// that gives it no window holds the handler, and its connection, as
+	// long as it likes; net/http's server has no write timeout of its own.
+	// Forwarding clears it, and pass sets it again to write the answer.
+	rc.SetWriteDeadline(time.Now().Add(bodyTimeout))
 	// A URL's path may be its credential: any but the root shows as "/…",
 	// as the forward URL's does.
 	path := "/"
@@ -310,8 +315,10 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		accepted = true
 		return
 	}
+	rc.SetWriteDeadline(time.Time{}) // over HTTP/2, a deadline passed resets the stream, and cancels the forwarding
 	status, err := l.pass(w, r, body)
 	if err != nil {
+		rc.SetWriteDeadline(time.Now().Add(bodyTimeout))
 		l.printf("%s  -> not forwarded: %s\n", line, redact.Printable(err.Error()))
 		http.Error(w, "forwarding failed", http.StatusBadGateway)
 		return
