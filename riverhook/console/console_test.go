@@ -614,6 +614,30 @@ func TestPages_ShowNoBidiOverride(t *testing.T) {
 	assert.Equal(t, http.StatusOK, recovered.Code, recovered.Body.String())
 }
 
+// TestPages_ShowAPayloadWithoutBidiOverride: the payload a delivery's page
+// shows with ShowPayload holds what the user typed (a name, an email),
+// and is made printable as every other text of the pages is: a
+// right-to-left override in a user's name showed "Eve \u202Emoc.elgoog@nimda"
+// as admin@google.com, and reversed the rest of its line.
+func TestPages_ShowAPayloadWithoutBidiOverride(t *testing.T) {
+	t.Parallel()
+	const rlo = "\u202E"
+	f := newFixture(t, &console.Options{Connections: customerConnections, ShowPayload: true}, false)
+	p := payload("bidi")
+	p.User.Name = "Eve " + rlo + "moc.elgoog@nimda"
+	ctx := context.Background()
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	res, err := riverhook.InsertTx(ctx, f.client, tx, "bidi", []string{"crm"}, p, f.worker.InsertOptions(nil))
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	page := f.do(t, "GET", "/connections/crm/deliveries/"+strconv.FormatInt(res[0].Job.ID, 10), "")
+	require.Equal(t, http.StatusOK, page.Code)
+	require.Contains(t, page.Body.String(), "moc.elgoog@nimda", "the page shows the payload")
+	assert.NotContains(t, page.Body.String(), rlo)
+}
+
 // TestAPI_AConnectionGoneIsNoFailure: a connection the customer may see,
 // whose log is shown, but which the Resolver says is gone (deleted): its
 // Send Test and its health are answered 410, saying so, not 500 "internal
