@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 
 	"github.com/riverqueue/river"
 
@@ -369,10 +370,29 @@ func (c *console) deliveryPage(w http.ResponseWriter, r *http.Request, req reque
 	if body := c.payload(job); body != nil {
 		var buf bytes.Buffer
 		if json.Indent(&buf, body, "", "  ") == nil {
-			p.Payload = buf.String()
+			p.Payload = printableJSON(buf.String())
 		}
 	}
 	c.render(w, r, http.StatusOK, "delivery.html", p)
+}
+
+// printableJSON returns the indented JSON js with each character a page
+// would not show as itself (a control, a format character such as a bidi
+// override, an invisible one) written as its \u escape: the same JSON, in
+// which what the user typed cannot reorder or hide what a person reads.
+func printableJSON(js string) string {
+	var b strings.Builder
+	b.Grow(len(js))
+	for _, r := range js {
+		if r == '\n' || r == ' ' || human.Printable(string(r)) == string(r) {
+			b.WriteRune(r)
+			continue
+		}
+		for _, u := range utf16.Encode([]rune{r}) {
+			fmt.Fprintf(&b, `\u%04x`, u)
+		}
+	}
+	return b.String()
 }
 
 func (c *console) resendForm(w http.ResponseWriter, r *http.Request, req request) {
