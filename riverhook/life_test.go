@@ -415,3 +415,24 @@ func TestLife_AWorkerSeesADisableWithin2s(t *testing.T) {
 	assert.Less(t, last.Sub(disabled), 2*time.Second, "dialled no later than 2 s after the Disable")
 	assert.Less(t, b.recv.requests.Load(), int32(26), "the later ones kept")
 }
+
+// TestLife_FailuresCloserThanWithinAreOneSpan: LifePolicy.Within says a
+// failure that long or more after the one before starts a new span. An
+// endpoint refusing every attempt, about 50 ms apart, with a Within of 3 s,
+// fails in one span and is disabled at DisableAfter (6 s), warned before.
+// The last failure is written at most a minute apart, whatever Within is:
+// the failure 3 s after the first written reads a gap of 3 s, starts a new
+// span (ChangeFailing again, DisableAt pushed back), and so every 3 s for
+// ever: the connection is never disabled, and the service is told it began
+// failing again and again.
+func TestLife_FailuresCloserThanWithinAreOneSpan(t *testing.T) {
+	b := setupLife(t, &riverhook.LifePolicy{DisableAfter: 6 * time.Second, Within: 3 * time.Second, WarnBefore: time.Second})
+	b.insert(t, "d1") // 500s, retried every 50 ms
+	failing := b.notice(t)
+	require.Equal(t, riverhook.ChangeFailing, failing.Change)
+	warning := b.notice(t)
+	assert.Equal(t, riverhook.ChangeWarning, warning.Change, "the failures never stopped: one span, warned before its date; got %+v", warning)
+	disabled := b.notice(t)
+	assert.Equal(t, riverhook.ChangeDisabled, disabled.Change, "disabled at the span's date; got %+v", disabled)
+	assert.True(t, disabled.At.Sub(failing.At) < 7*time.Second, "disabled %v after the first failure", disabled.At.Sub(failing.At))
+}
