@@ -149,7 +149,8 @@
 //     change within 2 s.
 //   - Its last failure is written at most a minute apart: the spans are
 //     hours, and a failing connection costs a write a minute, not one per
-//     attempt.
+//     attempt. A LifePolicy.Within under an hour writes it a sixtieth of
+//     Within apart, so that failures closer than Within stay one span.
 //   - [Enable] moves forward again, a second after it commits, the kept
 //     deliveries snoozed half an hour or more ahead: a run that read the
 //     connection disabled as it committed stores its snooze within

@@ -63,7 +63,7 @@ type ConnectionState struct {
 	Reason       DisableReason `json:"reason,omitempty"` // disabled: why
 
 	FailingSince time.Time `json:"failing_since,omitzero"` // failing, or disabled after failing: the first failure with no success since
-	LastFailure  time.Time `json:"last_failure,omitzero"`  // the latest failure, written at most a minute apart
+	LastFailure  time.Time `json:"last_failure,omitzero"`  // the latest failure, written at most a minute apart (see LifePolicy.Within)
 	DisableAt    time.Time `json:"disable_at,omitzero"`    // failing: when it is disabled if its attempts go on failing
 	WarnedAt     time.Time `json:"warned_at,omitzero"`     // failing: when the warning was given ([ChangeWarning])
 	DisabledAt   time.Time `json:"disabled_at,omitzero"`   // disabled: since when
@@ -171,6 +171,13 @@ func outcomeOf(a webhook.Attempt) outcome {
 // attempt.
 const lastFailureEvery = time.Minute
 
+// writeFailureEvery is how often p's last failure is written: a minute
+// apart, or a sixtieth of Within when that is shorter. The written last
+// failure lags the real one by up to this much, and a failure Within after
+// it starts a new span: with a Within of a minute or less, failures
+// seconds apart would start one at every Within, never disabling.
+func (p LifePolicy) writeFailureEvery() time.Duration { return min(lastFailureEvery, p.Within/60) }
+
 // next returns the state s moves to on outcome o at now, and the changes
 // the service is told of, in order.
 func (p LifePolicy) next(s ConnectionState, o outcome, now time.Time) (ConnectionState, []Change) {
@@ -204,13 +211,13 @@ func (p LifePolicy) next(s ConnectionState, o outcome, now time.Time) (Connectio
 }
 
 // worth reports whether outcome o at now moves s enough to be written: a
-// change of state, or a last failure lastFailureEvery later.
+// change of state, or a last failure writeFailureEvery later.
 func (p LifePolicy) worth(s ConnectionState, o outcome, now time.Time) bool {
 	next, changes := p.next(s, o, now)
 	if len(changes) > 0 {
 		return true
 	}
-	moved := next.LastFailure.Sub(s.LastFailure) >= lastFailureEvery
+	moved := next.LastFailure.Sub(s.LastFailure) >= p.writeFailureEvery()
 	next.LastFailure = s.LastFailure
 	return moved || next != s
 }
