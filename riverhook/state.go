@@ -315,10 +315,11 @@ func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, 
 		return cur, nil, err
 	}
 	row := cur
+	var broke bool
 	if cur.State == StateFailing {
 		// A process whose view of the states predates the failing write
 		// takes a success then for no change: the span broke all the same.
-		broke, err := succeededSince(ctx, tx, schema, id, cur.FailingSince)
+		broke, err = succeededSince(ctx, tx, schema, id, cur.FailingSince)
 		if err != nil {
 			return cur, nil, fmt.Errorf("riverhook: reading the deliveries of connection %q completed since it began failing: %w", id, err)
 		}
@@ -330,8 +331,14 @@ func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, 
 	if next == row {
 		return row, nil, nil
 	}
-	if row.State == StateFailing && next.State == StateActive && len(changes) == 0 {
-		changes = []Change{ChangeActive} // the span broke: told as a success would be
+	states := make([]ConnectionState, len(changes)) // the state each change's notice tells
+	for i := range states {
+		states[i] = next
+	}
+	if broke && (len(changes) == 0 || next.State != StateActive) {
+		// The span broke: told as a success would be, before what follows
+		// (a failure's new span, a Disable), with the state it broke to.
+		changes, states = append([]Change{ChangeActive}, changes...), append([]ConnectionState{cur}, states...)
 	}
 	if err := writeState(ctx, tx, schema, next); err != nil {
 		return cur, nil, err
@@ -345,7 +352,7 @@ func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, 
 	}
 	params := make([]river.InsertManyParams, len(changes))
 	for i, c := range changes {
-		params[i] = river.InsertManyParams{Args: noticeOf(next, c, now, waiting)}
+		params[i] = river.InsertManyParams{Args: noticeOf(states[i], c, now, waiting)}
 	}
 	// An insert-only client on client's database: River refuses, from a
 	// client with workers, a job of a kind it has none for, and a notice's

@@ -125,6 +125,8 @@ func TestLife_ASuccessAProcessTookForNoChangeStillBreaksTheSpan(t *testing.T) {
 	b.recv.status.Store(http.StatusInternalServerError)
 	b.insert(t, "failed")
 	n := b.notice(t)
+	assert.Equal(t, riverhook.ChangeActive, n.Change, "the broken span told first: %+v", n)
+	n = b.notice(t)
 	assert.Equal(t, riverhook.ChangeFailing, n.Change, "a new span, not disabled: %+v", n)
 	s, err := riverhook.StateOf(ctx, b.client, b.pool, "crm")
 	require.NoError(t, err)
