@@ -471,3 +471,52 @@ func TestEraseSubject_AResendCommittedDuringTheErasure(t *testing.T) {
 		assert.Positive(t, r.res.UnderWay, "the resend, %s with the body, is under way after the erasure", d.Status)
 	}
 }
+
+// TestEraseSubject_ARetryCommittedDuringTheErasure: a delivered job of the
+// subject that River UI's Retry (client.JobRetry) makes available again
+// while EraseSubject erases is a delivery under way, holding the body:
+// EraseSubject either erases it (and the Worker then cancels it,
+// ErrErased) or says it is under way (UnderWay), as its documentation
+// promises ("What is left is in EraseResult.UnderWay"). Its UPDATE waited
+// for the retry's lock of the row, found it no longer ended and left it,
+// and its count of what is under way read the snapshot taken before the
+// wait, where the job had ended: it answered zero, the durable erasure
+// completed, and the retried job sent the user's data again.
+func TestEraseSubject_ARetryCommittedDuringTheErasure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newScenario(t)
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	retried, err := s.client.JobRetryTx(ctx, tx, s.jobs["delivered"])
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateAvailable, retried.State)
+
+	type result struct {
+		res *riverhook.EraseResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := riverhook.EraseSubject(ctx, s.client, s.pool, "usr_delivered")
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND position($1 in query) > 0)`, s.schema).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "the erasure waits for the retry's lock of the job")
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+
+	row, err := s.client.JobGet(ctx, s.jobs["delivered"])
+	require.NoError(t, err)
+	d, err := riverhook.DeliveryOf(row)
+	require.NoError(t, err)
+	if !d.Erased {
+		assert.Positive(t, r.res.UnderWay, "the retried job, %s (%s) with the body, is under way after the erasure", d.Status, row.State)
+	}
+}
