@@ -396,10 +396,22 @@ func eraseSubject(ctx context.Context, db DB, schema, subject string) (erased, l
 		AND ` + notErased + ` RETURNING 1)
 		SELECT (SELECT count(*) FROM erased), (SELECT count(*) FROM ` + table + `
 			WHERE kind = @riverhook_kind AND ` + subjectWhere + ` AND ` + underWay + `)`
+	// The rows to erase are locked first, in a statement of their own: a
+	// row that a writer without riverhook's locks (River UI's Retry) made
+	// under way meanwhile is waited for, and left unlocked once it is no
+	// longer ended; the UPDATE and its count, whose snapshot is taken
+	// after, then see it under way, where one statement counted it from
+	// the snapshot before its wait (TestEraseSubject_ARetryCommittedDuringTheErasure).
+	// The rows locked stay as they are until the erasure commits.
+	lock := `SELECT 1 FROM ` + table + ` WHERE kind = @riverhook_kind AND (` + ended + ` OR ` + cancelling + `) AND ` + subjectWhere + `
+		AND ` + notErased + ` ORDER BY id FOR UPDATE`
 	args := eraseArgs()
 	args["riverhook_subject"] = subject
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if err := lockConnections(ctx, tx, schema, conns, Kind, subject); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, lock, args); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, sql, args).Scan(&erased, &left)
