@@ -377,3 +377,51 @@ func TestEraseArgs_HoldsOneConnectionAtATime(t *testing.T) {
 	job := waitJob(t, inserter, inserted.Job.ID, time.Minute, "ended", func(j *rivertype.JobRow) bool { return j.FinalizedAt != nil })
 	assert.Equal(t, rivertype.JobStateCompleted, job.State, "the erasure's errors: %v", job.Errors)
 }
+
+// TestEraseArgs_CountsTheCancelsOfARunThatFailed: a durable erasure whose
+// run cancelled a delivery and then failed (its erasure waited for the
+// Recover lock of an operator's transaction left idle, until the client's
+// JobTimeout of 5 s, or ErrLockHeld) counts
+// that cancel in the totals it completes with. EraseArgs promises its
+// output is the EraseResult of its runs added up, leaving out only the
+// cancels of a run cut by a crash; a run that fails is no crash, and River
+// writes what a failed run recorded. The run recorded nothing before its
+// error, and the retry, finding the delivery cancelled already, completed
+// with Cancelled 0.
+func TestEraseArgs_CountsTheCancelsOfARunThatFailed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testDB(t)
+	client := newClient(t, pool, schema, river.NewWorkers(), func(c *river.Config) { eraseChildConfig(t, c) })
+	// The delivery waits in a queue no client works: under way until
+	// the erasure cancels it.
+	params, err := riverhook.InsertParams("parked", []string{"crm"}, userPayload(erasedUser, "parked", "delivered"),
+		&riverhook.InsertOptions{InsertOpts: &river.InsertOpts{Queue: "parked"}})
+	require.NoError(t, err)
+	inserted, err := client.InsertMany(ctx, params)
+	require.NoError(t, err)
+	delivery := inserted[0].Job.ID
+
+	// An operator's Recover of the connection, its transaction left idle.
+	held, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer held.Rollback(ctx)
+	_, err = riverhook.RecoverTx(ctx, client, held, "crm", riverhook.RecoverParams{Since: time.Now().Add(-time.Hour), Reason: "ops: held"}, nil)
+	require.NoError(t, err)
+
+	start(t, client)
+	res, err := client.Insert(ctx, riverhook.EraseArgs{Subject: erasedUser.ID}, nil)
+	require.NoError(t, err)
+	id := res.Job.ID
+	job := waitJob(t, client, id, 30*time.Second, "failed once", func(j *rivertype.JobRow) bool { return len(j.Errors) > 0 })
+	require.Contains(t, job.Errors[0].Error, "erasing a subject's deliveries", "the first run failed waiting for the idle transaction's lock")
+	cancelled, err := client.JobGet(ctx, delivery)
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateCancelled, cancelled.State, "the failed run cancelled the delivery")
+	require.NoError(t, held.Rollback(ctx))
+
+	job = waitJob(t, client, id, 30*time.Second, "completed", func(j *rivertype.JobRow) bool { return j.State == rivertype.JobStateCompleted })
+	var got riverhook.EraseResult
+	require.NoError(t, json.Unmarshal(job.Output(), &got), "the erasure's output: %s", job.Metadata)
+	assert.Equal(t, riverhook.EraseResult{Erased: 1, Cancelled: 1}, got, "the delivery cancelled by the failed run, and erased by the next")
+}
