@@ -301,23 +301,29 @@ func eraseWork(ctx context.Context, job *river.Job[EraseArgs]) error {
 	}); err != nil {
 		return err
 	}
-	var res EraseResult
-	if res.Cancelled, err = cancelJobs(ctx, client, ids); err != nil {
-		return err
+	// The totals are recorded whatever the run returns: River writes them
+	// with a failed run's error too, and the next run, finding the
+	// deliveries this one cancelled cancelled, would not count them
+	// (TestEraseArgs_CountsTheCancelsOfARunThatFailed).
+	cancelled, err := cancelJobs(ctx, client, ids)
+	total.Cancelled += cancelled
+	if err == nil {
+		var erased, left int
+		if err = inTx(func(tx pgx.Tx) (err error) {
+			erased, left, err = eraseSubject(ctx, tx, client.Schema(), job.Args.Subject)
+			return err
+		}); err == nil {
+			total.Erased += erased
+			total.UnderWay = left
+		}
 	}
-	if err := inTx(func(tx pgx.Tx) (err error) {
-		res.Erased, res.UnderWay, err = eraseSubject(ctx, tx, client.Schema(), job.Args.Subject)
-		return err
-	}); err != nil {
-		return err
+	if rerr := river.RecordOutput(ctx, total); rerr != nil && err == nil {
+		err = fmt.Errorf("riverhook: recording the erasure's totals: %w", rerr)
 	}
-	total.Erased += res.Erased
-	total.Cancelled += res.Cancelled
-	total.UnderWay = res.UnderWay
-	if err := river.RecordOutput(ctx, total); err != nil {
-		return fmt.Errorf("riverhook: recording the erasure's totals: %w", err)
-	}
-	if res.UnderWay > 0 {
+	switch {
+	case err != nil:
+		return err
+	case total.UnderWay > 0:
 		return river.JobSnooze(eraseAgainAfter)
 	}
 	return nil
