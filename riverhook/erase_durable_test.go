@@ -199,6 +199,10 @@ func TestEraseArgs_RefusesAnInvalidSubject(t *testing.T) {
 // second run of an erasure until it is killed.
 const eraseHold = "RIVERHOOK_ERASE_HOLD"
 
+// With eraseHoldAfter set, TestEraseChild makes its first run of an
+// erasure, then holds it, its end not written, until it is killed.
+const eraseHoldAfter = "RIVERHOOK_ERASE_HOLD_AFTER"
+
 // eraseChildConfig sets up config for the deliveries of a Worker whose
 // Sender's attempts take at most a second, with a JobTimeout of 5 s, as
 // TestEraseChild does: Register's RescueStuckJobsAfter is then the least,
@@ -225,6 +229,11 @@ func TestEraseChild(t *testing.T) {
 	defer pool.Close()
 	hold := river.WorkerMiddlewareFunc(func(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 		if job.Kind == riverhook.EraseKind && os.Getenv(eraseHold) != "" && snoozes(t, job) > 0 {
+			os.Stdout.WriteString("holding\n")
+			select {} // until the test kills the process
+		}
+		if job.Kind == riverhook.EraseKind && os.Getenv(eraseHoldAfter) != "" {
+			doInner(ctx) //nolint:errcheck // its end is never written: the process is killed
 			os.Stdout.WriteString("holding\n")
 			select {} // until the test kills the process
 		}
@@ -424,4 +433,58 @@ func TestEraseArgs_CountsTheCancelsOfARunThatFailed(t *testing.T) {
 	var got riverhook.EraseResult
 	require.NoError(t, json.Unmarshal(job.Output(), &got), "the erasure's output: %s", job.Metadata)
 	assert.Equal(t, riverhook.EraseResult{Erased: 1, Cancelled: 1}, got, "the delivery cancelled by the failed run, and erased by the next")
+}
+
+// TestEraseArgs_CountsTheErasuresOfARunCutByACrash: a durable erasure
+// whose process dies after its run erased the subject's three deliveries,
+// before River wrote the run's end, completes with those three in its
+// totals, once another process has run it again. EraseArgs promises its
+// output is its runs added up, leaving out the cancels of a run cut by a
+// crash alone; the erasure is committed, and so should be its count. The
+// run kept its totals in memory until its end, and the run after, finding
+// everything erased, completed with Erased 0: the service's record of the
+// erasure said nothing was erased.
+func TestEraseArgs_CountsTheErasuresOfARunCutByACrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for River's rescue of the killed process's run, about 25 s")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	e := startErasing(t, func(c *river.Config) {
+		c.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
+		c.LeaderElectionDisabled = true
+	})
+	inserted, err := e.client.Insert(ctx, riverhook.EraseArgs{Subject: erasedUser.ID}, &river.InsertOpts{Queue: eraseQueue})
+	require.NoError(t, err)
+	id := inserted.Job.ID
+
+	first, lines := startEraseChild(t, e.b.schema, eraseHoldAfter+"=1")
+	timeout := time.After(30 * time.Second)
+	for held := false; !held; {
+		select {
+		case line := <-lines:
+			held = line == "holding"
+		case <-timeout:
+			t.Fatal("the child did not make its first run within 30 s")
+		}
+	}
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	first.Wait()
+	e.release()
+	// As TestEraseArgs_SurvivesAKilledProcess: the second process starts
+	// once the run is old enough to be rescued, and leads.
+	var rescue river.Config
+	eraseChildConfig(t, &rescue)
+	require.Eventually(t, func() bool {
+		var old bool
+		err := e.b.pool.QueryRow(ctx, "SELECT clock_timestamp() - attempted_at > $2::interval FROM "+e.b.schema+".river_job WHERE id = $1",
+			id, rescue.RescueStuckJobsAfter.String()).Scan(&old)
+		return err == nil && old
+	}, time.Minute, 50*time.Millisecond, "the run is old enough to be rescued")
+	startEraseChild(t, e.b.schema)
+	job := waitJob(t, e.client, id, 2*time.Minute, "completed", func(j *rivertype.JobRow) bool { return j.State == rivertype.JobStateCompleted })
+	var got riverhook.EraseResult
+	require.NoError(t, json.Unmarshal(job.Output(), &got), "the erasure's output: %s", job.Metadata)
+	assert.Equal(t, 3, got.Erased, "the two ended deliveries and the running one, erased by the run cut by the crash: %+v", got)
+	assertNoTraces(t, dumpSchema(t, e.b.schema), erasedUser, "after the durable erasure")
 }
