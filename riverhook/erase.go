@@ -211,7 +211,8 @@ const eraseAgainAfter = time.Second
 // learns it by the job's state, completed: client.JobGet(ctx, res.Job.ID),
 // or a subscription to river.EventKindJobCompleted. Its output
 // (JobRow.Output) is the [EraseResult] of its runs added up, UnderWay
-// zero; the cancels of a run cut by a crash are not counted. River
+// zero; the cancels of a run cut by a crash before its erasure committed
+// are not counted. River
 // deletes the completed job after its CompletedJobRetentionPeriod.
 type EraseArgs struct {
 	// Subject is the user to erase ([Args.Subject]): an id, never an
@@ -310,8 +311,14 @@ func eraseWork(ctx context.Context, job *river.Job[EraseArgs]) error {
 	if err == nil {
 		var erased, left int
 		if err = inTx(func(tx pgx.Tx) (err error) {
-			erased, left, err = eraseSubject(ctx, tx, client.Schema(), job.Args.Subject)
-			return err
+			if erased, left, err = eraseSubject(ctx, tx, client.Schema(), job.Args.Subject); err != nil {
+				return err
+			}
+			// The totals are committed with the erasure they count, in the
+			// job's own row: a run cut by a crash after this commit has
+			// them read by the next (TestEraseArgs_CountsTheErasuresOfARunCutByACrash).
+			return writeOutput(ctx, tx, client.Schema(), job.ID, EraseResult{
+				Erased: total.Erased + erased, Cancelled: total.Cancelled, UnderWay: left})
 		}); err == nil {
 			total.Erased += erased
 			total.UnderWay = left

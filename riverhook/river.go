@@ -419,6 +419,20 @@ func eraseSubject(ctx context.Context, db DB, schema, subject string) (erased, l
 	return erased, left, err
 }
 
+// writeOutput writes v as the output of the running job id (River's
+// metadata "output", which river.RecordOutput writes as the run ends and
+// JobRow.Output reads), in tx: committed with what it counts, before the
+// run ends.
+func writeOutput(ctx context.Context, tx pgx.Tx, schema string, id int64, v any) error {
+	out, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE `+jobTable(schema)+` SET metadata = jsonb_set(metadata, '{`+rivertype.MetadataKeyOutput+`}', $2::jsonb)
+		WHERE id = $1 AND state = 'running'`, id, string(out))
+	return err
+}
+
 // laterParams lists the newest job of the delivery of args later than job
 // jobID, in any state: the job a resend of the delivery resends, if any
 // (TestRiver/ResendAndRecoverListings).
