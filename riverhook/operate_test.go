@@ -649,3 +649,29 @@ func TestOperating_AFilterNoDeliveryCanHave(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "the ended delivery of the list is erased")
 }
+
+// TestOutcomes_AZeroSinceIsRefused: Outcomes since the zero time (a
+// careless caller's unset field) by years is some 2,026 periods, over
+// MaxPeriods: it fails saying so, as it does for days. time.Time.Sub
+// saturates at 292 years, so the check saw 292 periods, and the count of
+// periods, that span plus a step, overflowed: one period, from the year
+// 1, holding every outcome. So did any span over 292 years, whatever the
+// step.
+func TestOutcomes_AZeroSinceIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newScenario(t)
+	year := 365 * 24 * time.Hour
+	periods, err := riverhook.Outcomes(ctx, s.client, s.pool, "crm", time.Time{}, year)
+	require.Error(t, err, "since the year 1 by years: %d period(s), the first from %v", len(periods), func() any {
+		if len(periods) > 0 {
+			return periods[0].Start
+		}
+		return nil
+	}())
+	assert.Contains(t, err.Error(), "more than 1000 periods")
+	since := time.Now().AddDate(-400, 0, 0)
+	periods, err = riverhook.Outcomes(ctx, s.client, s.pool, "crm", since, 100*year)
+	require.NoError(t, err)
+	assert.Len(t, periods, 5, "400 years by centuries: four periods and the one begun since")
+}
