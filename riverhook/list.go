@@ -159,15 +159,18 @@ type Period struct {
 // [MaxPeriods] periods.
 func Outcomes[TTx any](ctx context.Context, client *river.Client[TTx], db DB, connectionID string, since time.Time, step time.Duration) ([]Period, error) {
 	now := time.Now()
-	switch {
-	case step < time.Second:
+	if step < time.Second {
 		return nil, fmt.Errorf("riverhook: Outcomes: a step of %v is under a second", step)
-	case now.Sub(since)/step >= MaxPeriods:
-		return nil, fmt.Errorf("riverhook: Outcomes: more than %d periods of %v since %v", MaxPeriods, step, since.UTC().Format(time.RFC3339))
 	}
-	periods := make([]Period, max(int((now.Sub(since)+step-1)/step), 1))
-	for i := range periods {
-		periods[i].Start = since.Add(time.Duration(i) * step).UTC()
+	// The periods are counted step by step, not as now.Sub(since) / step:
+	// Sub saturates at 292 years, and a span plus a step overflows
+	// (TestOutcomes_AZeroSinceIsRefused).
+	periods := []Period{{Start: since.UTC()}}
+	for start := since.Add(step); start.Before(now); start = start.Add(step) {
+		if len(periods) == MaxPeriods {
+			return nil, fmt.Errorf("riverhook: Outcomes: more than %d periods of %v since %v", MaxPeriods, step, since.UTC().Format(time.RFC3339))
+		}
+		periods = append(periods, Period{Start: start.UTC()})
 	}
 	if !storable(connectionID) {
 		return periods, nil // no delivery has it
