@@ -253,7 +253,9 @@ type Delivery struct {
 	// Erased reports that the delivery's personal data was erased
 	// ([EraseSubject], [EraseBodies]): there is no body, and each response
 	// excerpt and error text of the log reads "[erased]" (but an endpoint
-	// down's), its outcomes, statuses, times and runs kept, as is Reason.
+	// down's), its outcomes, statuses, times and runs kept. Reason is kept,
+	// but for a delivery riverhook cancelled: its reason, a text River
+	// keeps, reads "[erased]".
 	Erased bool
 }
 
