@@ -35,6 +35,20 @@ type erasing struct {
 	running int64  // the job of the delivery that hangs
 }
 
+// startErasureForChildren starts an erasing set-up whose process delivers
+// and never leads (the rescue of a killed run is the child processes'),
+// and inserts the durable erasure of erasedUser, whose job id it returns.
+func startErasureForChildren(t *testing.T) (*erasing, int64) {
+	t.Helper()
+	e := startErasing(t, func(c *river.Config) {
+		c.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
+		c.LeaderElectionDisabled = true
+	})
+	inserted, err := e.client.Insert(context.Background(), riverhook.EraseArgs{Subject: erasedUser.ID}, &river.InsertOpts{Queue: eraseQueue})
+	require.NoError(t, err)
+	return e, inserted.Job.ID
+}
+
 // startErasing inserts, for erasedUser, a delivery echoed back (200), one
 // refused quoting the email (422), and one answered 500 quoting the body,
 // then hung until its request's context ends; and one for keptUser. It
@@ -277,15 +291,7 @@ func TestEraseArgs_SurvivesAKilledProcess(t *testing.T) {
 			}
 			t.Parallel()
 			ctx := context.Background()
-			// The test's process delivers, and never leads: the rescue is
-			// the children's.
-			e := startErasing(t, func(c *river.Config) {
-				c.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
-				c.LeaderElectionDisabled = true
-			})
-			inserted, err := e.client.Insert(ctx, riverhook.EraseArgs{Subject: erasedUser.ID}, &river.InsertOpts{Queue: eraseQueue})
-			require.NoError(t, err)
-			id := inserted.Job.ID
+			e, id := startErasureForChildren(t)
 
 			var env []string
 			if tc.during {
@@ -450,13 +456,7 @@ func TestEraseArgs_CountsTheErasuresOfARunCutByACrash(t *testing.T) {
 	}
 	t.Parallel()
 	ctx := context.Background()
-	e := startErasing(t, func(c *river.Config) {
-		c.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}
-		c.LeaderElectionDisabled = true
-	})
-	inserted, err := e.client.Insert(ctx, riverhook.EraseArgs{Subject: erasedUser.ID}, &river.InsertOpts{Queue: eraseQueue})
-	require.NoError(t, err)
-	id := inserted.Job.ID
+	e, id := startErasureForChildren(t)
 
 	first, lines := startEraseChild(t, e.b.schema, eraseHoldAfter+"=1")
 	timeout := time.After(30 * time.Second)

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/assert"
@@ -425,6 +426,32 @@ func holdCancelledRuns() (hold river.WorkerMiddlewareFunc, release func()) {
 	return hold, sync.OnceFunc(func() { close(ch) })
 }
 
+// eraseOnceItWaits erases subject while tx holds a lock the erasure needs,
+// commits tx once the erasure waits for a lock, and returns its result.
+func eraseOnceItWaits(t *testing.T, s *scenario, tx pgx.Tx, subject string) *riverhook.EraseResult {
+	t.Helper()
+	ctx := context.Background()
+	type result struct {
+		res *riverhook.EraseResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := riverhook.EraseSubject(ctx, s.client, s.pool, subject)
+		done <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND position($1 in query) > 0)`, s.schema).Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "the erasure waits for a lock tx holds")
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	return r.res
+}
+
 // TestEraseSubject_AResendCommittedDuringTheErasure: a Resend of one of the
 // subject's deliveries (a dashboard's button, in its own transaction) that
 // commits while EraseSubject erases is a delivery under way of the subject,
@@ -444,31 +471,14 @@ func TestEraseSubject_AResendCommittedDuringTheErasure(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, inserted)
 
-	type result struct {
-		res *riverhook.EraseResult
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := riverhook.EraseSubject(ctx, s.client, s.pool, "usr_given-up")
-		done <- result{res, err}
-	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-			AND position($1 in query) > 0)`, s.schema).Scan(&waiting)
-		return err == nil && waiting
-	}, 10*time.Second, 5*time.Millisecond, "the erasure waits for a lock the resend holds")
-	require.NoError(t, tx.Commit(ctx))
-	r := <-done
-	require.NoError(t, r.err)
+	r := eraseOnceItWaits(t, s, tx, "usr_given-up")
 
 	row, err := s.client.JobGet(ctx, resent.ID)
 	require.NoError(t, err)
 	d, err := riverhook.DeliveryOf(row)
 	require.NoError(t, err)
 	if !d.Erased && d.Status != riverhook.StatusCancelled {
-		assert.Positive(t, r.res.UnderWay, "the resend, %s with the body, is under way after the erasure", d.Status)
+		assert.Positive(t, r.UnderWay, "the resend, %s with the body, is under way after the erasure", d.Status)
 	}
 }
 
@@ -493,30 +503,13 @@ func TestEraseSubject_ARetryCommittedDuringTheErasure(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, rivertype.JobStateAvailable, retried.State)
 
-	type result struct {
-		res *riverhook.EraseResult
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := riverhook.EraseSubject(ctx, s.client, s.pool, "usr_delivered")
-		done <- result{res, err}
-	}()
-	require.Eventually(t, func() bool {
-		var waiting bool
-		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-			AND position($1 in query) > 0)`, s.schema).Scan(&waiting)
-		return err == nil && waiting
-	}, 10*time.Second, 5*time.Millisecond, "the erasure waits for the retry's lock of the job")
-	require.NoError(t, tx.Commit(ctx))
-	r := <-done
-	require.NoError(t, r.err)
+	r := eraseOnceItWaits(t, s, tx, "usr_delivered")
 
 	row, err := s.client.JobGet(ctx, s.jobs["delivered"])
 	require.NoError(t, err)
 	d, err := riverhook.DeliveryOf(row)
 	require.NoError(t, err)
 	if !d.Erased {
-		assert.Positive(t, r.res.UnderWay, "the retried job, %s (%s) with the body, is under way after the erasure", d.Status, row.State)
+		assert.Positive(t, r.UnderWay, "the retried job, %s (%s) with the body, is under way after the erasure", d.Status, row.State)
 	}
 }

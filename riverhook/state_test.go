@@ -106,7 +106,9 @@ func TestLife_AKeptDeliverySnoozesAnHourAtMost(t *testing.T) {
 // for no change, and writes nothing; the span broke all the same. The next
 // write of a failure, due to disable a connection failing 13 hours, finds
 // the completed delivery and starts a new span instead (review: a healthy
-// connection was disabled).
+// connection was disabled), and tells the service first that the
+// connection was active (review: the history read failing, then failing
+// again, and the service never learned it came back).
 func TestLife_ASuccessAProcessTookForNoChangeStillBreaksTheSpan(t *testing.T) {
 	b := setupLife(t, nil)
 	b.recv.status.Store(http.StatusOK)
@@ -126,50 +128,11 @@ func TestLife_ASuccessAProcessTookForNoChangeStillBreaksTheSpan(t *testing.T) {
 	b.insert(t, "failed")
 	n := b.notice(t)
 	assert.Equal(t, riverhook.ChangeActive, n.Change, "the broken span told first: %+v", n)
+	assert.Equal(t, riverhook.StateActive, n.State, "the active notice tells the state it moved to")
 	n = b.notice(t)
 	assert.Equal(t, riverhook.ChangeFailing, n.Change, "a new span, not disabled: %+v", n)
 	s, err := riverhook.StateOf(ctx, b.client, b.pool, "crm")
 	require.NoError(t, err)
 	assert.Equal(t, riverhook.StateFailing, s.State)
 	assert.Less(t, time.Since(s.FailingSince), time.Minute, "the span began again at this failure")
-}
-
-// TestLife_ASuccessAProcessTookForNoChangeIsToldActive: a 2xx after
-// failures makes a failing connection active, and the service is told so
-// (ChangeActive), also when the process whose attempt succeeded took it for
-// no change, its view of the states predating another's failing write
-// (read under a second before). The next failure's write finds the span
-// broken and starts a new one, but tells only "failing": the history reads
-// failing, then failing again, with no "active" between, and the service
-// never learns the connection came back (review: the notice is missing).
-func TestLife_ASuccessAProcessTookForNoChangeIsToldActive(t *testing.T) {
-	b := setupLife(t, nil)
-	b.recv.status.Store(http.StatusOK)
-	ctx := context.Background()
-	ok := b.insert(t, "answered")
-	waitEvents(t, b.events, ok, func(ev *river.Event) bool { return ev.Kind == river.EventKindJobCompleted })
-	// Another process wrote the connection failing two hours ago; the 2xx
-	// above came an hour ago, in a process that took it for no change.
-	_, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.river_job SET finalized_at = now() - interval '1 hour' WHERE kind = $1`, riverhook.Kind)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `INSERT INTO `+b.schema+`.riverhook_connection_state
-		(connection_id, state, failing_since, last_failure, disable_at, warned_at, changed)
-		VALUES ('crm', 'failing', now() - interval '2 hours', now() - interval '2 hours', now() + interval '10 hours',
-			now() - interval '2 hours', now() - interval '2 hours')`)
-	require.NoError(t, err)
-
-	b.recv.status.Store(http.StatusInternalServerError)
-	b.insert(t, "failed")
-	b.notice(t) // the failure's transaction committed
-	history, err := riverhook.History(ctx, b.client, b.pool, "crm", 10)
-	require.NoError(t, err)
-	var changes []riverhook.Change
-	for _, n := range history {
-		changes = append(changes, n.Change)
-	}
-	assert.Equal(t, []riverhook.Change{riverhook.ChangeWarning, riverhook.ChangeFailing, riverhook.ChangeActive}, changes,
-		"newest first: active (the 2xx), then failing and warned again")
-	if len(history) == 3 {
-		assert.Equal(t, riverhook.StateActive, history[2].State, "the active notice tells the state it moved to")
-	}
 }
