@@ -509,3 +509,43 @@ func TestVerifier_ACopyTheWindowAcceptsIsRefusedHoweverLongItsHashTakes(t *testi
 		assert.Equal(t, int32(1), calls.Load(), "the delivery is handled once")
 	})
 }
+
+// TestVerifier_ACopyTheWindowAcceptsIsRefusedWhileAnotherDeliveryIsClaimed:
+// the copy of the test above, judged by the window at its last millisecond,
+// is claimed in the memory by that time; but another delivery, judged a
+// moment later while the copy is hashed (a receiver serves deliveries
+// concurrently), claims first, and its claim drops every bucket expired by
+// its own later time: the copy's first delivery with it. The copy then
+// finds nothing and verifies again: the defect of the window's edge, by
+// another request's clock in place of its own second reading.
+func TestVerifier_ACopyTheWindowAcceptsIsRefusedWhileAnotherDeliveryIsClaimed(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	ts := testNow.UnixMilli()
+	lastMillisecond := testNow.Add(webhook.DefaultTolerance) // age exactly the tolerance: accepted
+	later := lastMillisecond.Add(2 * time.Millisecond)
+	other := []byte(`{"event":"user.deleted"}`)
+
+	var v *webhook.Verifier
+	now := testNow
+	var during func() // run as the copy reads the clock: while it hashes
+	clock := func() time.Time {
+		if f := during; f != nil {
+			during = nil
+			t := now
+			f()
+			return t
+		}
+		return now
+	}
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{Now: clock})
+	require.NoError(t, err)
+	h := signedHeader(testSecret, ts, body)
+	require.NoError(t, v.Verify(h, body))
+
+	now = lastMillisecond
+	during = func() {
+		now = later
+		require.NoError(t, v.Verify(signedHeader(testSecret, later.UnixMilli(), other), other), "another delivery")
+	}
+	assert.ErrorIs(t, v.Verify(h, body), webhook.ErrReplayed, "a copy within the window")
+}
