@@ -98,3 +98,25 @@ func TestByDay_SumsEachDaysHours(t *testing.T) {
 		}
 	}
 }
+
+// printableJSON escapes what a page would not show as itself (a control, a
+// format character, an invisible one): a space other than U+0020, which a
+// page shows as the blank it is, stays as typed. Japanese text separates a
+// family name from a given name with an ideographic space (U+3000), French
+// a number from its unit with a no-break space (U+00A0): the payload view
+// showed them as \u3000 and \u00a0, every other space of the text as itself.
+func TestPrintableJSON_KeepsTheSpacesAPageShows(t *testing.T) {
+	for _, js := range []string{
+		"{\n  \"name\": \"山田\u3000太郎\"\n}",
+		"{\n  \"amount\": \"12\u00a0€\"\n}",
+		"{\n  \"note\": \"5\u202f%\"\n}",
+	} {
+		if got := printableJSON(js); got != js {
+			t.Errorf("printableJSON(%q) = %q: a space the page shows is escaped", js, got)
+		}
+	}
+	// What it is for still holds: a right-to-left override is escaped.
+	if got := printableJSON("\"a\u202eb\""); got != `"a\u202eb"` {
+		t.Errorf("a bidi override: got %q", got)
+	}
+}
