@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf16"
 
 	"github.com/riverqueue/river"
@@ -384,7 +385,9 @@ func printableJSON(js string) string {
 	var b strings.Builder
 	b.Grow(len(js))
 	for _, r := range js {
-		if r == '\n' || r == ' ' || human.Printable(string(r)) == string(r) {
+		// A space separator (U+3000, U+00A0, ...) shows as the blank it
+		// is; human.Printable, for one line of text, trims it.
+		if r == '\n' || unicode.Is(unicode.Zs, r) || human.Printable(string(r)) == string(r) {
 			b.WriteRune(r)
 			continue
 		}
