@@ -427,3 +427,83 @@ func TestHealth_ALoggerThatPanicsOffTheAttemptPathDoesNotCrashTheProcess(t *test
 		t.Fatalf("the process crashed (%v): %s", err, first)
 	}
 }
+
+// recordedMarks is a HealthMarks store as its doc has one: Since returns
+// the marks recorded at or after after, and as the next cursor the latest
+// recording time among them, or after when there are none.
+type recordedMarks struct {
+	mu    sync.Mutex
+	marks []EndpointHealth
+	at    []time.Time
+}
+
+func (m *recordedMarks) Mark(context.Context, EndpointHealth) error { return nil }
+
+func (m *recordedMarks) record(h EndpointHealth, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.marks, m.at = append(m.marks, h), append(m.at, at)
+}
+
+func (m *recordedMarks) Since(_ context.Context, after time.Time) ([]EndpointHealth, time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []EndpointHealth
+	next := after
+	for i, at := range m.at {
+		if !at.Before(after) {
+			out = append(out, m.marks[i])
+			next = later(next, at)
+		}
+	}
+	return out, next, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// The test above, with a store that moves its cursor as HealthMarks says:
+// to the latest recording time, and not at all when nothing was recorded.
+// Other processes marked 1,000 endpoints down, then one more ten seconds
+// later, and nothing since: no read returns the 1,000 again, but the
+// cursor never moves more than marksOverlap past where it was when they
+// were read, so they are kept for the life of the process.
+func TestHealth_TheFleetsMarksAreForgottenWhenTheFleetGoesQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		marks := &recordedMarks{}
+		start := time.Now()
+		for i := range 1000 {
+			host := "https://gone" + strconv.Itoa(i) + ".example.com"
+			marks.record(EndpointHealth{Endpoint: host + ":443", Down: true, Since: start, Changed: start, Failures: 5,
+				LastFailure: Attempt{Kind: KindRefused}, NextProbe: start.Add(time.Minute)}, start)
+		}
+		last := start.Add(10 * time.Second)
+		marks.record(EndpointHealth{Endpoint: "https://last.example.com:443", Down: true, Since: last, Changed: last, Failures: 5,
+			LastFailure: Attempt{Kind: KindRefused}, NextProbe: last.Add(time.Minute)}, last)
+		h, err := newHealth(&HealthOptions{Marks: marks}, 10*time.Second, time.Now, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the first read: every mark applied
+		const origin, url = "https://live.example.com:443", "https://live.example.com/x"
+		for range 3 { // two days of deliveries to another endpoint, which answers
+			time.Sleep(25 * time.Hour)
+			tk, _, err := h.admit(origin, url, false, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.record(tk, &Attempt{StatusCode: 200, Duration: time.Millisecond}, true, []byte(`{}`))
+			synctest.Wait()
+		}
+		h.snapshot() // sweeps
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if n := len(h.fleet.applied); n > 1 {
+			t.Errorf("after two days, the marks of 1,000 endpoints no read returns again are still kept: %d applied", n)
+		}
+	})
+}
