@@ -1128,6 +1128,7 @@ type fleet struct {
 	firstBy  time.Time                 // when the first read's bound ends (OnChangeTimeout), on the system clock
 	urlMarks map[string]EndpointHealth // the other processes' URL marks down, by URLKey
 	applied  map[string]appliedMark    // the down marks applied, by origin or URLKey
+	reads    uint64                    // the reads whose marks were applied
 }
 
 // newFleet returns the fleet of marks, and wraps onChange so that every
@@ -1210,19 +1211,22 @@ func (h *health) follow() {
 	if next.After(h.fleet.cursor) {
 		h.fleet.cursor = next
 	}
+	h.fleet.reads++
 	now := h.now()
 	for i := range marks {
-		h.apply(&marks[i], now, h.fleet.cursor)
+		h.apply(&marks[i], now, h.fleet.reads)
 	}
 }
 
 // appliedMark is a down mark of another process that was applied: its
-// Changed, when it was applied (on health's clock), and the cursor after
-// the read that returned it. Once the cursor has moved more than
-// marksOverlap past that, no read returns it again, unless it is recorded
-// again.
+// Changed, when it was applied (on health's clock), and the read that last
+// returned it. Each read returns every mark recorded since marksOverlap
+// before the cursor, which never moves back: one that the latest read did
+// not return, no read returns again, unless it is recorded again, whether
+// the cursor has moved since or not (a fleet gone quiet: TestHealth_TheFleetsMarksAreForgottenWhenTheFleetGoesQuiet).
 type appliedMark struct {
-	changed, at, cursor time.Time
+	changed, at time.Time
+	read        uint64
 }
 
 // forgetMarks drops, as sweep forgets an endpoint, the marks applied
@@ -1235,16 +1239,16 @@ func (h *health) forgetMarks(now time.Time) {
 		return
 	}
 	for key, a := range f.applied {
-		if now.Sub(a.at) >= forgetDownAfter && f.cursor.Sub(a.cursor) > marksOverlap {
+		if now.Sub(a.at) >= forgetDownAfter && a.read < f.reads {
 			delete(f.applied, key)
 			delete(f.urlMarks, key) // a URL's key; an origin's starts with "|"
 		}
 	}
 }
 
-// apply applies mark m of another process at now, read with the marks up
-// to cursor. Under h.mu.
-func (h *health) apply(m *EndpointHealth, now, cursor time.Time) {
+// apply applies mark m of another process at now, returned by read number
+// read. Under h.mu.
+func (h *health) apply(m *EndpointHealth, now time.Time, read uint64) {
 	if m.Changed.IsZero() {
 		return
 	}
@@ -1258,10 +1262,10 @@ func (h *health) apply(m *EndpointHealth, now, cursor time.Time) {
 	}
 	if m.Down {
 		if a, ok := h.fleet.applied[key]; ok && a.changed.Equal(m.Changed) {
-			h.fleet.applied[key] = appliedMark{changed: a.changed, at: a.at, cursor: cursor} // read again
+			h.fleet.applied[key] = appliedMark{changed: a.changed, at: a.at, read: read} // read again
 			return
 		}
-		h.fleet.applied[key] = appliedMark{changed: m.Changed, at: now, cursor: cursor}
+		h.fleet.applied[key] = appliedMark{changed: m.Changed, at: now, read: read}
 	} else {
 		delete(h.fleet.applied, key)
 	}
