@@ -290,6 +290,24 @@ func (m *manyMarks) Since(context.Context, time.Time) ([]EndpointHealth, time.Ti
 	return out, now, nil
 }
 
+// deliverElsewhereForDays makes, in h's synctest bubble, a delivery a day
+// for two days and more to an endpoint that answers, none to the others,
+// and sweeps.
+func deliverElsewhereForDays(t *testing.T, h *health) {
+	t.Helper()
+	const origin, url = "https://live.example.com:443", "https://live.example.com/x"
+	for range 3 {
+		time.Sleep(25 * time.Hour)
+		tk, _, err := h.admit(origin, url, false, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.record(tk, &Attempt{StatusCode: 200, Duration: time.Millisecond}, true, []byte(`{}`))
+		synctest.Wait()
+	}
+	h.snapshot() // sweeps
+}
+
 // What a Sender keeps of the fleet's marks (HealthOptions.Marks) is
 // forgotten as its own endpoints are: the README bounds endpoint health by
 // "an endpoint no attempt goes to is forgotten after an hour, or a day when
@@ -304,17 +322,7 @@ func TestHealth_TheFleetsMarksOfEndpointsNoLongerSentToAreForgotten(t *testing.T
 			t.Fatal(err)
 		}
 		synctest.Wait() // the first read: every mark applied
-		const origin, url = "https://live.example.com:443", "https://live.example.com/x"
-		for range 3 { // two days of deliveries to another endpoint, which answers
-			time.Sleep(25 * time.Hour)
-			tk, _, err := h.admit(origin, url, false, time.Time{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.record(tk, &Attempt{StatusCode: 200, Duration: time.Millisecond}, true, []byte(`{}`))
-			synctest.Wait()
-		}
-		h.snapshot() // sweeps
+		deliverElsewhereForDays(t, h)
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if len(h.endpoints) != 0 || len(h.urls) != 0 {
@@ -489,17 +497,7 @@ func TestHealth_TheFleetsMarksAreForgottenWhenTheFleetGoesQuiet(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait() // the first read: every mark applied
-		const origin, url = "https://live.example.com:443", "https://live.example.com/x"
-		for range 3 { // two days of deliveries to another endpoint, which answers
-			time.Sleep(25 * time.Hour)
-			tk, _, err := h.admit(origin, url, false, time.Time{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.record(tk, &Attempt{StatusCode: 200, Duration: time.Millisecond}, true, []byte(`{}`))
-			synctest.Wait()
-		}
-		h.snapshot() // sweeps
+		deliverElsewhereForDays(t, h)
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if n := len(h.fleet.applied); n > 1 {
