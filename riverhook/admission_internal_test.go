@@ -987,8 +987,9 @@ func TestAdmission_ASlowEndpointsBacklogHoldsFewWorkers(t *testing.T) {
 		ctx, t0 := context.Background(), time.Now()
 		lim := limits{bound: 1, every: paceEvery(100)}
 		var most int
-		done := make(chan struct{})
+		done, sampled := make(chan struct{}), make(chan struct{})
 		go func() { // samples the runs holding on, every millisecond
+			defer close(sampled)
 			for {
 				select {
 				case <-done:
@@ -1023,6 +1024,7 @@ func TestAdmission_ASlowEndpointsBacklogHoldsFewWorkers(t *testing.T) {
 		}
 		wg.Wait()
 		close(done)
+		<-sampled // most is the sampler's until it returns
 		t.Logf("the most runs of the connection holding on at once: %d", most)
 		assert.LessOrEqual(t, most, 10, "runs of one connection holding on, each with one of River's workers, at once")
 	})
