@@ -565,3 +565,57 @@ func TestServer_HandlerCanFlushAsAnyHandler(t *testing.T) {
 	require.NoError(t, err, "%s", res.Attempts[0].ResponseText())
 	assert.Equal(t, http.StatusAccepted, srv.Deliveries()[0].Status)
 }
+
+// TestServer_ACopyPastTheHandlerLeaseIsHandledAsTheLibraryDoes: a copy of a
+// delivery whose handler is still running is asked to come back (409) only
+// for VerifierOptions.HandlerLease; past it, the library's receivers hand
+// the copy to their handler. The Server, given the same VerifierOptions,
+// must answer the copy as they do (review).
+func TestServer_ACopyPastTheHandlerLeaseIsHandledAsTheLibraryDoes(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	vopts := webhook.VerifierOptions{Now: clock, HandlerLease: time.Second}
+	body := []byte(`{"event":"user.identified"}`)
+
+	answerToCopy := func(url string, client *http.Client, arrived, release chan struct{}) int {
+		t.Helper()
+		h := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, clock())
+		send := func() int {
+			r, err := http.NewRequest(http.MethodPost, url+"/webhooks", bytes.NewReader(body))
+			require.NoError(t, err)
+			r.Header = h.Clone()
+			resp, err := client.Do(r)
+			require.NoError(t, err)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		first := make(chan int)
+		go func() { first <- send() }()
+		<-arrived // the first is in its handler, which never ends on its own
+		advance(2 * time.Second)
+		code := send()
+		close(release)
+		assert.Equal(t, http.StatusOK, <-first)
+		return code
+	}
+
+	// The library's receiver.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	v, err := webhook.NewVerifier([]string{secret}, &vopts)
+	require.NoError(t, err)
+	lib := httptest.NewServer(v.Middleware(holdFirst(arrived, release, http.StatusOK, http.StatusOK)))
+	defer lib.Close()
+	want := answerToCopy(lib.URL, lib.Client(), arrived, release)
+	require.Equal(t, http.StatusOK, want, "the library hands a copy past the lease to its handler")
+
+	// The Server.
+	arrived, release = make(chan struct{}), make(chan struct{})
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Verifier: &vopts,
+		Handler: holdFirst(arrived, release, http.StatusOK, http.StatusOK)})
+	defer srv.Close()
+	assert.Equal(t, want, answerToCopy(srv.URL, srv.Client(), arrived, release),
+		"the Server answers a copy past HandlerLease as the library's receivers do")
+}
