@@ -93,7 +93,8 @@ type ServerOptions struct {
 // A copy of a delivery (the same signature again, as a proxy resends it) is
 // answered as the library's receivers answer it: 200 once the first was
 // answered 2xx, with no scripted answer or Handler; 409 with Retry-After
-// while the first is answered; and as any delivery once the first failed.
+// while the first is answered, for VerifierOptions.HandlerLease at most;
+// and as any delivery once the first failed.
 // Its certificate is signed by the process's test CA (see [RootCAs]).
 // Its methods but StartTLS are safe for concurrent use; set its fields
 // before StartTLS.
@@ -124,6 +125,7 @@ type Server struct {
 	v       *webhook.Verifier
 	copies  *webhook.MemoryReplayStore // the deliveries answered 2xx, and being answered, by signature
 	window  time.Duration              // how long a copy may come: the tolerance, either way
+	lease   time.Duration              // how long a copy of a delivery being answered is asked to come back: HandlerLease, as the library's receivers
 	handler http.Handler
 	client  *http.Client
 	closed  chan struct{} // closed by Close, which releases the hanging answers
@@ -176,6 +178,7 @@ func NewUnstartedServer(secret string, opts *ServerOptions) *Server {
 		window = 2 * tolerance
 	}
 	s := &Server{secret: secret, v: v, copies: copies, window: window,
+		lease:   min(cmp.Or(vopts.HandlerLease, webhook.DefaultHandlerLease), window),
 		handler: opts.Handler, closed: make(chan struct{})}
 	s.own = &recording{s}
 	s.srv = httptest.NewUnstartedServer(s.own)
@@ -336,7 +339,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		// acknowledged, one of a delivery being answered asked to come
 		// back; otherwise it is answered, and remembered if 2xx.
 		key := strings.ToLower(r.Header.Get(webhook.HeaderSignature))
-		switch state, _ := s.copies.Claim(r.Context(), key, s.window); state {
+		switch state, _ := s.copies.Claim(r.Context(), key, s.lease); state {
 		case webhook.ReplayHandled:
 			s.record(d, writeStatus(w, http.StatusOK))
 			return
