@@ -843,3 +843,31 @@ func TestTransport_APanicLeavesNoAttemptActive(t *testing.T) {
 		t.Errorf("webhook.attempts.active after three recovered panics: %v, want 0", got)
 	}
 }
+
+// TestSenderOptions_NewTransportBoundsAWriteByTheAttempt: with no Client,
+// SenderOptions makes the transport the Sender would have made, and the
+// Sender's own lets one HTTP/2 write wait as long as an attempt may take
+// (SenderOptions.Client's doc, TestNewSender_OwnTransportBoundsAWriteByTheAttempt):
+// otherwise instrumenting a Sender with a long AttemptTimeout cuts a large
+// body over a slow link 30 seconds into one write (review).
+func TestSenderOptions_NewTransportBoundsAWriteByTheAttempt(t *testing.T) {
+	tm := newTelemetry(t, nil)
+	for timeout, want := range map[time.Duration]time.Duration{
+		0:               webhook.DefaultAttemptTimeout,
+		2 * time.Second: webhook.DefaultAttemptTimeout,
+		2 * time.Minute: 2 * time.Minute,
+	} {
+		opts := tm.inst.SenderOptions(&webhook.SenderOptions{AttemptTimeout: timeout})
+		u, ok := opts.Client.Transport.(interface{ Unwrap() http.RoundTripper })
+		if !ok {
+			t.Fatalf("the Client's transport is %T, want a wrapper", opts.Client.Transport)
+		}
+		tr, ok := u.Unwrap().(*http.Transport)
+		if !ok || tr.HTTP2 == nil {
+			t.Fatalf("the wrapped transport is %T, want NewTransport's", u.Unwrap())
+		}
+		if got := tr.HTTP2.WriteByteTimeout; got != want {
+			t.Errorf("AttemptTimeout %v: HTTP2.WriteByteTimeout is %v, want %v, as the Sender's own transport", timeout, got, want)
+		}
+	}
+}
