@@ -231,7 +231,8 @@ func New(opts *Options) (*Instruments, error) {
 //   - the Client is a copy of opts.Client whose Transport is wrapped to
 //     count attempts in flight ([Instruments.Transport]); with no Client,
 //     one on a new transport from [webhook.NewTransport], guarded unless
-//     opts.AllowPrivateNetworks, as the Sender's default is;
+//     opts.AllowPrivateNetworks, with one HTTP/2 write bounded by
+//     opts.AttemptTimeout when that is longer, as the Sender's default is;
 //   - with endpoint health on (opts.Health not nil), a copy of the
 //     HealthOptions whose OnChange counts the endpoints down, then calls
 //     opts.Health.OnChange, if any ([Instruments.OnChange]).
@@ -244,7 +245,11 @@ func (i *Instruments) SenderOptions(opts *webhook.SenderOptions) *webhook.Sender
 	if o.Client != nil {
 		c = *o.Client
 	} else {
-		c.Transport, _ = webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: o.AllowPrivateNetworks}) // no option that can be invalid
+		tr, _ := webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: o.AllowPrivateNetworks}) // no option that can be invalid
+		// As the Sender's own: one HTTP/2 write may wait as long as an
+		// attempt may take, and no less than NewTransport's bound.
+		tr.HTTP2.WriteByteTimeout = max(o.AttemptTimeout, webhook.DefaultAttemptTimeout)
+		c.Transport = tr
 	}
 	c.Transport = i.Transport(c.Transport)
 	o.Client = &c
