@@ -619,3 +619,54 @@ func TestServer_ACopyPastTheHandlerLeaseIsHandledAsTheLibraryDoes(t *testing.T) 
 	assert.Equal(t, want, answerToCopy(srv.URL, srv.Client(), arrived, release),
 		"the Server answers a copy past HandlerLease as the library's receivers do")
 }
+
+// TestServer_ACopyOfAHijackedDeliveryIsAnsweredAsTheLibraryDoes: a handler
+// that takes the connection (Hijack) and answers 200 on it: the library's
+// receivers record the delivery as handled and acknowledge its copy
+// without their handler; the Server must answer the copy as they do
+// (review).
+func TestServer_ACopyOfAHijackedDeliveryIsAnsweredAsTheLibraryDoes(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	handler := func(calls *atomic.Int32) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) > 1 {
+				return
+			}
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("Hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			buf.Flush()
+		})
+	}
+	sendTwice := func(url string, client *http.Client) {
+		t.Helper()
+		h := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, time.Now())
+		for range 2 {
+			r, err := http.NewRequest(http.MethodPost, url+"/webhooks", bytes.NewReader(body))
+			require.NoError(t, err)
+			r.Header = h.Clone()
+			resp, err := client.Do(r)
+			require.NoError(t, err)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+		}
+	}
+
+	var libCalls atomic.Int32
+	v, err := webhook.NewVerifier([]string{secret}, nil)
+	require.NoError(t, err)
+	lib := httptest.NewServer(v.Middleware(handler(&libCalls)))
+	defer lib.Close()
+	sendTwice(lib.URL, lib.Client())
+
+	var srvCalls atomic.Int32
+	srv := webhooktest.NewServer(secret, &webhooktest.ServerOptions{Handler: handler(&srvCalls)})
+	defer srv.Close()
+	sendTwice(srv.URL, srv.Client())
+	assert.Equal(t, libCalls.Load(), srvCalls.Load(), "the handler's calls: the Server hands a copy on as the library's receivers do")
+}
