@@ -92,7 +92,8 @@ type ServerOptions struct {
 // or, when none is left, 401 to what fails verification and 200 to the rest.
 // A copy of a delivery (the same signature again, as a proxy resends it) is
 // answered as the library's receivers answer it: 200 once the first was
-// answered 2xx, with no scripted answer or Handler; 409 with Retry-After
+// answered 2xx (or its Handler took the connection), with no scripted
+// answer or Handler; 409 with Retry-After
 // while the first is answered, for VerifierOptions.HandlerLease at most;
 // and as any delivery once the first failed.
 // Its certificate is signed by the process's test CA (see [RootCAs]).
@@ -333,7 +334,7 @@ func (s *Server) Clear() {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := s.v.VerifyRequest(r)
 	d := &Delivery{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now(), Err: err}
-	handled := false // answered 2xx, the Handler (if any) returning
+	handled := false // answered 2xx, or the Handler took the connection, the Handler (if any) returning
 	if err == nil {
 		// A copy (the same signature again) of a delivery answered 2xx is
 		// acknowledged, one of a delivery being answered asked to come
@@ -378,7 +379,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}()
 	status = s.answer(rw, r, err, answer, scripted)
 	answered = true
-	handled = status/100 == 2
+	// A Handler that took the connection handled the delivery, as the
+	// library's receivers take it; a scripted Reset did not.
+	handled = status/100 == 2 || !scripted && rw.hijacked
 }
 
 // record keeps d, a copy the Server answered status itself.
