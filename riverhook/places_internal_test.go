@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -200,6 +201,37 @@ func TestConnectionPlaces_AnEndedSessionFreesItsPlaces(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok, "giving back the old place freed nothing of the new session's")
 	require.NoError(t, a.give(ctx, mine))
+}
+
+// TestConnectionPlaces_TheSearchPathsSchemaIsTheNamedOne: a process
+// given "" for the schema its pool's search path makes riverhook's, and
+// one given that schema's name, share riverhook_pace, and so must share a
+// connection's places: otherwise each holds the bound on its own, and a
+// rollout that names the schema doubles the bound across the fleet.
+func TestConnectionPlaces_TheSearchPathsSchemaIsTheNamedOne(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Schema(t, "places", true)
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, pool, schema))
+	config, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	config.ConnConfig.RuntimeParams["search_path"] = schema
+	byPath, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(t, err)
+	t.Cleanup(byPath.Close)
+	named, unnamed := NewConnectionPlaces(pool, schema), NewConnectionPlaces(byPath, "")
+	t.Cleanup(func() { named.Close(ctx); unnamed.Close(ctx) })
+	_, _, err = unnamed.start(ctx, "crm", time.Hour, 0)
+	require.NoError(t, err)
+	_, ok, err := named.start(ctx, "crm", time.Hour, 0)
+	require.NoError(t, err)
+	require.False(t, ok, "one riverhook_pace: the start is taken")
+	_, ok, err = named.take(ctx, "crm", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, ok, err = unnamed.take(ctx, "crm", 1)
+	require.NoError(t, err)
+	assert.False(t, ok, "the connection's one place is held: by the process that named the schema")
 }
 
 // TestConnectionPlaces_OneStartEachEveryAcrossTheFleet: many workers of
