@@ -220,6 +220,7 @@ type ConnectionPlaces struct {
 	pool   *pgxpool.Pool
 	schema string
 	pace   string
+	keyOf  string // the schema the session's place keys hash: schema, or for "" the session's current_schema()
 
 	qmu      sync.Mutex    // guards queue, flushing and ride
 	queue    []*call       // the calls waiting for the next round trip
@@ -274,6 +275,17 @@ func (p *ConnectionPlaces) sessionConn(ctx context.Context) (*pgx.Conn, error) {
 	if _, err := conn.Exec(ctx, `SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3`); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, err
+	}
+	// The keys hash the schema by its name, "" being the search path's
+	// (as locks.go's): a process given "" and one given the name share
+	// riverhook_pace, and so a connection's places
+	// (TestConnectionPlaces_TheSearchPathsSchemaIsTheNamedOne).
+	p.keyOf = p.schema
+	if p.schema == "" {
+		if err := conn.QueryRow(ctx, `SELECT coalesce(current_schema(), '')`).Scan(&p.keyOf); err != nil {
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	p.conn = conn
 	p.session, p.end = context.WithCancelCause(context.Background())
@@ -517,7 +529,7 @@ func (p *ConnectionPlaces) roundTrip(ctx context.Context, calls []*call) {
 		case c.give && (p.conn == nil || c.got.session != p.session):
 			// its session ended, and the place with it
 		case c.give:
-			keys, given = append(keys, placeKey(p.schema, c.id)), append(given, int32(c.got.n))
+			keys, given = append(keys, placeKey(p.keyOf, c.id)), append(given, int32(c.got.n))
 			p.forget(c.got)
 		case len(takes[c.id]) > 0 && takes[c.id][0].bound != c.bound:
 			later = append(later, c)
@@ -557,7 +569,7 @@ func (p *ConnectionPlaces) roundTrip(ctx context.Context, calls []*call) {
 	for _, id := range order {
 		b.Queue(`SELECT n FROM generate_series(0, $2::int - 1) AS n
 			WHERE CASE WHEN n = ANY($3::int[]) THEN false ELSE pg_try_advisory_lock($1::bigint + n) END LIMIT $4`,
-			placeKey(p.schema, id), takes[id][0].bound, p.held[id], len(takes[id]))
+			placeKey(p.keyOf, id), takes[id][0].bound, p.held[id], len(takes[id]))
 	}
 	results := conn.SendBatch(ctx, &b)
 	defer results.Close()
