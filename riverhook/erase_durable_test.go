@@ -35,6 +35,21 @@ type erasing struct {
 	running int64  // the job of the delivery that hangs
 }
 
+// waitRescuable waits until job id's run is older than the
+// RescueStuckJobsAfter the children's Register sets: a child started then
+// leads, and its rescuer's first pass finds the run.
+func (e *erasing) waitRescuable(t *testing.T, id int64) {
+	t.Helper()
+	var rescue river.Config
+	eraseChildConfig(t, &rescue)
+	require.Eventually(t, func() bool {
+		var old bool
+		err := e.b.pool.QueryRow(context.Background(), "SELECT clock_timestamp() - attempted_at > $2::interval FROM "+e.b.schema+".river_job WHERE id = $1",
+			id, rescue.RescueStuckJobsAfter.String()).Scan(&old)
+		return err == nil && old
+	}, time.Minute, 50*time.Millisecond, "the run is old enough to be rescued")
+}
+
 // startErasureForChildren starts an erasing set-up whose process delivers
 // and never leads (the rescue of a killed run is the child processes'),
 // and inserts the durable erasure of erasedUser, whose job id it returns.
@@ -330,14 +345,7 @@ func TestEraseArgs_SurvivesAKilledProcess(t *testing.T) {
 				// that it leads (the first's leadership has expired, 15 s
 				// after its last renewal) and its rescuer's first pass,
 				// at its start, finds it.
-				var rescue river.Config
-				eraseChildConfig(t, &rescue)
-				require.Eventually(t, func() bool {
-					var old bool
-					err := e.b.pool.QueryRow(ctx, "SELECT clock_timestamp() - attempted_at > $2::interval FROM "+e.b.schema+".river_job WHERE id = $1",
-						id, rescue.RescueStuckJobsAfter.String()).Scan(&old)
-					return err == nil && old
-				}, time.Minute, 50*time.Millisecond, "the run is old enough to be rescued")
+				e.waitRescuable(t, id)
 			}
 			startEraseChild(t, e.b.schema)
 			job = waitJob(t, e.client, id, 2*time.Minute, "completed", func(j *rivertype.JobRow) bool { return j.State == rivertype.JobStateCompleted })
@@ -455,7 +463,6 @@ func TestEraseArgs_CountsTheErasuresOfARunCutByACrash(t *testing.T) {
 		t.Skip("waits for River's rescue of the killed process's run, about 25 s")
 	}
 	t.Parallel()
-	ctx := context.Background()
 	e, id := startErasureForChildren(t)
 
 	first, lines := startEraseChild(t, e.b.schema, eraseHoldAfter+"=1")
@@ -471,16 +478,7 @@ func TestEraseArgs_CountsTheErasuresOfARunCutByACrash(t *testing.T) {
 	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
 	first.Wait()
 	e.release()
-	// As TestEraseArgs_SurvivesAKilledProcess: the second process starts
-	// once the run is old enough to be rescued, and leads.
-	var rescue river.Config
-	eraseChildConfig(t, &rescue)
-	require.Eventually(t, func() bool {
-		var old bool
-		err := e.b.pool.QueryRow(ctx, "SELECT clock_timestamp() - attempted_at > $2::interval FROM "+e.b.schema+".river_job WHERE id = $1",
-			id, rescue.RescueStuckJobsAfter.String()).Scan(&old)
-		return err == nil && old
-	}, time.Minute, 50*time.Millisecond, "the run is old enough to be rescued")
+	e.waitRescuable(t, id) // the second process then leads, and rescues the run
 	startEraseChild(t, e.b.schema)
 	job := waitJob(t, e.client, id, 2*time.Minute, "completed", func(j *rivertype.JobRow) bool { return j.State == rivertype.JobStateCompleted })
 	var got riverhook.EraseResult

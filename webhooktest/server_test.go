@@ -582,16 +582,7 @@ func TestServer_ACopyPastTheHandlerLeaseIsHandledAsTheLibraryDoes(t *testing.T) 
 	answerToCopy := func(url string, client *http.Client, arrived, release chan struct{}) int {
 		t.Helper()
 		h := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, clock())
-		send := func() int {
-			r, err := http.NewRequest(http.MethodPost, url+"/webhooks", bytes.NewReader(body))
-			require.NoError(t, err)
-			r.Header = h.Clone()
-			resp, err := client.Do(r)
-			require.NoError(t, err)
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return resp.StatusCode
-		}
+		send := func() int { return postSigned(t, client, url+"/webhooks", h, body) }
 		first := make(chan int)
 		go func() { first <- send() }()
 		<-arrived // the first is in its handler, which never ends on its own
@@ -646,14 +637,7 @@ func TestServer_ACopyOfAHijackedDeliveryIsAnsweredAsTheLibraryDoes(t *testing.T)
 		t.Helper()
 		h := webhooktest.SignedHeader(secret, webhook.EventUserIdentified, body, time.Now())
 		for range 2 {
-			r, err := http.NewRequest(http.MethodPost, url+"/webhooks", bytes.NewReader(body))
-			require.NoError(t, err)
-			r.Header = h.Clone()
-			resp, err := client.Do(r)
-			require.NoError(t, err)
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			assert.Equal(t, http.StatusOK, postSigned(t, client, url+"/webhooks", h, body))
 		}
 	}
 
@@ -669,4 +653,18 @@ func TestServer_ACopyOfAHijackedDeliveryIsAnsweredAsTheLibraryDoes(t *testing.T)
 	defer srv.Close()
 	sendTwice(srv.URL, srv.Client())
 	assert.Equal(t, libCalls.Load(), srvCalls.Load(), "the handler's calls: the Server hands a copy on as the library's receivers do")
+}
+
+// postSigned posts body to url with the signed header h, reads the answer
+// and returns its status.
+func postSigned(t *testing.T, client *http.Client, url string, h http.Header, body []byte) int {
+	t.Helper()
+	r, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	require.NoError(t, err)
+	r.Header = h.Clone()
+	resp, err := client.Do(r)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
