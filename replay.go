@@ -146,8 +146,9 @@ type MemoryReplayStoreOptions struct {
 //
 // It holds at most MaxEntries keys, whatever the arrival rate. Each key is
 // kept as 128 bits (see Add) with its expiry, in Go maps: one per 5 seconds
-// of delivery timestamps, all under one lock. A map is dropped whole once
-// its last entry has expired. An entry takes 43 to 54 bytes, with the room
+// of delivery timestamps, all under one lock. A map is dropped whole 5
+// seconds after its last entry has expired, so that a claim judged by its
+// window's time still finds it. An entry takes 43 to 54 bytes, with the room
 // its map keeps to grow. Deliveries on time, over the 5-minute window
 // (measured by TestMemoryReplayStore_MemoryPer1000PerSecond):
 //
