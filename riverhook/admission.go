@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -42,6 +43,14 @@ type admission struct {
 	snooze time.Duration // an attempt's time before one has ended (WorkerOptions.SnoozeFor)
 	logger *slog.Logger
 	rewake func(f func()) // runs f a second on; tests replace it
+	// local returns t, a time of the Places' clock, on the process's, and
+	// whether the process can tell: the memory's clock is the process's; a
+	// fleet's is the database's, once the Worker has read it.
+	local func(t time.Time) (time.Time, bool)
+	// lead is how long the last start's answer took to reach its run, at
+	// most maxHold: the next start is taken that far ahead, so that it
+	// reaches its run in time.
+	lead atomic.Int64
 
 	mu    sync.Mutex
 	lanes map[string]*lane // connection id -> what the process knows of it
@@ -105,7 +114,8 @@ func (t *ticket) guard(ctx context.Context) (_ context.Context, stop func()) {
 
 func newAdmission(places Places, snooze time.Duration, logger *slog.Logger) *admission {
 	return &admission{places: places, snooze: snooze, logger: logger, lanes: map[string]*lane{},
-		rewake: func(f func()) { time.AfterFunc(time.Second, f) }}
+		rewake: func(f func()) { time.AfterFunc(time.Second, f) },
+		local:  func(t time.Time) (time.Time, bool) { return t, true }}
 }
 
 // holdOnAtLeast is the least a job back at its slot holds on for a place:
@@ -163,23 +173,24 @@ func (a *admission) admit(ctx context.Context, job *river.Job[Args], lim limits)
 	return t, nil
 }
 
-// start takes the connection's next start for t: now, or, when hold is set,
-// one up to holdFor ahead, which it waits for; and reports whether it did.
+// start takes the connection's next start for t: as far ahead as the last
+// start's answer took to come back (the lead), or, when hold is set, up to
+// holdFor further, which it waits for; and reports whether it did.
 // A start taken ahead is the run's: the fleet's next one is every after it.
 // A start reached more than startLate after its turn (a busy process, a
-// slow statement) is given up: it could put one more than the rate within
-// a second.
+// slow statement, an answer held up on its way back) is given up: it could
+// put one more than the rate within a second.
 func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, error) {
 	var within time.Duration
 	if hold {
 		within = a.holdFor(t.id, t.lim)
 	}
-	wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within)
+	at, wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within, time.Duration(a.lead.Load()))
 	if err != nil || !ok {
 		return false, err
 	}
-	turn := time.Now().Add(wait)
-	if wait > 0 {
+	turn := a.turn(at, wait, time.Now())
+	if wait := time.Until(turn); wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		select {
@@ -189,6 +200,21 @@ func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, erro
 		}
 	}
 	return time.Since(turn) <= startLate, nil
+}
+
+// turn returns when a start the Places took at at, answered at answered
+// with wait to go from the statement, is due by the process's clock: at,
+// read on the Places' clock, so that an answer held up on its way back
+// shows late; answered plus wait while the process cannot read that clock
+// (a Worker not set up by Register). It notes how long the answer took, the
+// next start's lead.
+func (a *admission) turn(at time.Time, wait time.Duration, answered time.Time) time.Time {
+	turn, ok := a.local(at)
+	if !ok {
+		return answered.Add(wait)
+	}
+	a.lead.Store(int64(min(max(answered.Sub(turn.Add(-wait)), 0), maxHold)))
+	return turn
 }
 
 // take takes a place for a run of connection id, when it has a bound; a
@@ -279,8 +305,12 @@ func (a *admission) stopWaiting(id string, got chan place) (place, bool) {
 // holdFor is how long a run holds on: two spacings, at least
 // holdOnAtLeast, at most a second.
 func (a *admission) holdFor(id string, lim limits) time.Duration {
-	return min(max(2*a.spacing(id, lim), holdOnAtLeast), time.Second)
+	return min(max(2*a.spacing(id, lim), holdOnAtLeast), maxHold)
 }
+
+// maxHold is the longest a run holds on for a place, and the longest lead
+// a start is taken ahead by: one of River's workers is held meanwhile.
+const maxHold = time.Second
 
 // leave ends t's admission once its attempt has ended: its place goes to
 // the run of the connection that has held on longest in the process, or
