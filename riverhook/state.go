@@ -316,7 +316,7 @@ func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, 
 	}
 	row := cur
 	var broke bool
-	if cur.State == StateFailing {
+	if cur.State == StateFailing && now.Sub(cur.FailingSince) < unseenSuccessFor {
 		// A process whose view of the states predates the failing write
 		// takes a success then for no change: the span broke all the same.
 		broke, err = succeededSince(ctx, tx, schema, id, cur.FailingSince)
@@ -594,6 +594,14 @@ func Enable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connection
 	_, err = moveKept(ctx, db, schema, connectionID, keptFar)
 	return res, err
 }
+
+// unseenSuccessFor is how long after a connection began failing a success
+// may have been taken for no change, and its job completed: the process's
+// view was read before the failing write, at most stateCacheFor before
+// the success, and River completes a job within seconds. transitionTx looks
+// for one in River's table that long, not for the whole span, whose read
+// would cost every delivery completed since.
+const unseenSuccessFor = time.Minute
 
 // stateCacheFor is how long a process serves the connections' states
 // from memory: every process sees a change within it and a read (the

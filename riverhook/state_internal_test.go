@@ -5,8 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -198,5 +203,53 @@ func TestStateCache_ALoadBegunBeforeAPutDoesNotUndoIt(t *testing.T) {
 				assert.True(t, p.worth(s, outcomeSuccess, time.Now()), "a success after the failure must be written (it cuts the span)")
 			}
 		})
+	}
+}
+
+// readsCountingTx is a transaction that counts its statements reading
+// River's job table.
+type readsCountingTx struct {
+	pgx.Tx
+	reads int
+}
+
+func (tx *readsCountingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.Contains(sql, "river_job") {
+		tx.reads++
+	}
+	return tx.Tx.QueryRow(ctx, sql, args...)
+}
+
+// TestTransition_ASpanFailingOverAMinuteReadsNoDelivery: the write of a
+// failing connection's last failure, once a minute while it fails, looked
+// in River's table for a delivery completed since the span began, however
+// long ago: a scan of every delivery completed since, of every connection,
+// under the state's row lock (283 ms at 600,000 rows, review). A success
+// that a process took for no change was taken within stateCacheFor of the
+// failing write, by a view read before it; it is looked for while River may
+// still be completing its job, a minute, and not after.
+func TestTransition_ASpanFailingOverAMinuteReadsNoDelivery(t *testing.T) {
+	pool, schema := testdb.Schema(t, "unseen", true)
+	ctx := context.Background()
+	require.NoError(t, Migrate(ctx, pool, schema))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		failingFor string
+		reads      int
+	}{{"30 seconds", 1}, {"2 hours", 0}} {
+		_, err := pool.Exec(ctx, `INSERT INTO `+stateTable(schema)+` (connection_id, state, failing_since, last_failure, disable_at, changed)
+			VALUES ('crm', 'failing', now() - $1::interval, now() - interval '2 minutes', now() + interval '1 day', now() - $1::interval)
+			ON CONFLICT (connection_id) DO UPDATE SET failing_since = EXCLUDED.failing_since, changed = EXCLUDED.changed`, tc.failingFor)
+		require.NoError(t, err)
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			counting := &readsCountingTx{Tx: tx}
+			_, _, err := transitionTx(ctx, client, counting, "crm", 0, func(cur ConnectionState, now time.Time) (ConnectionState, []Change) {
+				cur.LastFailure = now
+				return cur, nil
+			})
+			assert.Equal(t, tc.reads, counting.reads, "failing for %s: statements reading River's deliveries", tc.failingFor)
+			return err
+		}))
 	}
 }

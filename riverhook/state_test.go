@@ -104,24 +104,25 @@ func TestLife_AKeptDeliverySnoozesAnHourAtMost(t *testing.T) {
 // TestLife_ASuccessAProcessTookForNoChangeStillBreaksTheSpan: a process
 // whose view of the states predates another's failing write takes a 2xx
 // for no change, and writes nothing; the span broke all the same. The next
-// write of a failure, due to disable a connection failing 13 hours, finds
-// the completed delivery and starts a new span instead (review: a healthy
-// connection was disabled), and tells the service first that the
-// connection was active (review: the history read failing, then failing
-// again, and the service never learned it came back).
+// write of a failure, due to disable the connection, finds the completed
+// delivery and starts a new span instead (review: a healthy connection was
+// disabled), and tells the service first that the connection was active
+// (review: the history read failing, then failing again, and the service
+// never learned it came back).
 func TestLife_ASuccessAProcessTookForNoChangeStillBreaksTheSpan(t *testing.T) {
 	b := setupLife(t, nil)
 	b.recv.status.Store(http.StatusOK)
 	ctx := context.Background()
 	ok := b.insert(t, "answered")
 	waitEvents(t, b.events, ok, func(ev *river.Event) bool { return ev.Kind == river.EventKindJobCompleted })
-	// Another process wrote the connection failing 13 hours ago; the 2xx
-	// above came an hour ago, in a process that took it for no change.
-	_, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.river_job SET finalized_at = now() - interval '1 hour' WHERE kind = $1`, riverhook.Kind)
+	// Another process wrote the connection failing 30 seconds ago, due to
+	// be disabled already; the 2xx above came 29 seconds ago, in a process
+	// whose view was read before that write and took it for no change.
+	_, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.river_job SET finalized_at = now() - interval '29 seconds' WHERE kind = $1`, riverhook.Kind)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `INSERT INTO `+b.schema+`.riverhook_connection_state
 		(connection_id, state, failing_since, last_failure, disable_at, changed)
-		VALUES ('crm', 'failing', now() - interval '13 hours', now() - interval '2 minutes', now() - interval '1 hour', now() - interval '13 hours')`)
+		VALUES ('crm', 'failing', now() - interval '30 seconds', now() - interval '30 seconds', now() - interval '1 second', now() - interval '30 seconds')`)
 	require.NoError(t, err)
 
 	b.recv.status.Store(http.StatusInternalServerError)
