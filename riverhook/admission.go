@@ -185,11 +185,12 @@ func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, erro
 	if hold {
 		within = a.holdFor(t.id, t.lim)
 	}
+	sent := time.Now()
 	at, wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within, time.Duration(a.lead.Load()))
 	if err != nil || !ok {
 		return false, err
 	}
-	turn := a.turn(at, wait, time.Now())
+	turn := a.turn(at, wait, sent, time.Now())
 	if wait := time.Until(turn); wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
@@ -202,17 +203,23 @@ func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, erro
 	return time.Since(turn) <= startLate, nil
 }
 
-// turn returns when a start the Places took at at, answered at answered
-// with wait to go from the statement, is due by the process's clock: at,
-// read on the Places' clock, so that an answer held up on its way back
-// shows late; answered plus wait while the process cannot read that clock
-// (a Worker not set up by Register). It notes how long the answer took, the
+// turn returns when a start the Places took at at, asked for at sent and
+// answered at answered with wait to go from the statement, is due by the
+// process's clock: at, read on the Places' clock, so that an answer held
+// up on its way back shows late; answered plus wait while the process
+// cannot read that clock (a Worker not set up by Register). The statement
+// ran between sent and answered, so the turn is within wait of that: a
+// reading of the Places' clock off by more (one through a busy pool, a
+// process's clock stepped since) moves it no further, and it is kept on
+// the process's monotonic clock. It notes how long the answer took, the
 // next start's lead.
-func (a *admission) turn(at time.Time, wait time.Duration, answered time.Time) time.Time {
-	turn, ok := a.local(at)
+func (a *admission) turn(at time.Time, wait time.Duration, sent, answered time.Time) time.Time {
+	local, ok := a.local(at)
 	if !ok {
 		return answered.Add(wait)
 	}
+	trip := max(answered.Sub(sent), 0)
+	turn := sent.Add(min(max(local.Sub(sent), wait), trip+wait))
 	a.lead.Store(int64(min(max(answered.Sub(turn.Add(-wait)), 0), maxHold)))
 	return turn
 }

@@ -1122,3 +1122,61 @@ func TestAdmission_AStartAnsweredLateIsNotUsedLate(t *testing.T) {
 		assert.Equal(t, 100*time.Millisecond, time.Since(t2), "as its answer came: its turn")
 	})
 }
+
+// TestAdmission_AClockReadThroughABusyPoolDoesNotPutTwoStartsInASecond: a
+// fleet's process reads the database's clock through a pool whose
+// connection it waited a second for (due's statement and readClock take
+// their sent before the pool's wait), a minute after its last reading: the
+// reading stands, 0.5 s off (half the round trip's wait, all of it on the
+// way there). A start's turn read on the database's clock through that
+// offset is 0.5 s early, and nothing bounds it by the round trip the
+// process saw: at a rate of 1 a second, two starts went out 0.52 s apart.
+func TestAdmission_AClockReadThroughABusyPoolDoesNotPutTwoStartsInASecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(newMemoryPlaces(time.Now)) // the database's clock is the process's
+		c := databaseClock(nil)
+		now := time.Now()
+		c.read(now, now, now, now) // a precise reading
+		a.local = func(t time.Time) (time.Time, bool) { return c.fromDB(t), c.db && !c.unread() }
+		time.Sleep(clockKeep)
+		ctx, t0 := context.Background(), time.Now()
+		lim := limits{every: paceEvery(1)}
+
+		tk, _ := a.enter(ctx, crmJob(t0, 1, false), lim)
+		require.NotNil(t, tk, "the connection's first start")
+		first := time.Now()
+		// A statement sent a second ago, which waited that long for the
+		// pool's connection, began now: the reading is 0.5 s off.
+		now = time.Now()
+		c.read(now.Add(-time.Second), now, now, now)
+
+		time.Sleep(100 * time.Millisecond)
+		tk, _ = a.enter(ctx, crmJob(t0, 2, true), lim)
+		require.NotNil(t, tk, "the next start, taken ahead by a run back at its slot")
+		assert.GreaterOrEqual(t, time.Since(first), time.Second, "at 1 a second, no two starts within a second")
+	})
+}
+
+// TestAdmission_AClockReadWithAnAnswerHeldUpDoesNotHoldTheRunLonger: a
+// reading of the database's clock whose answer was held up 10 s on its way
+// back (a stalled process, a lost packet) puts the database 5 s behind
+// where it is. A start's turn read through it is 5 s after the start's
+// answer said: the run held one of River's workers 5 s past its turn,
+// longer than the lead and holding on (a second each) that bound it, and
+// used the start 5 s late without noticing.
+func TestAdmission_AClockReadWithAnAnswerHeldUpDoesNotHoldTheRunLonger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(newMemoryPlaces(time.Now)) // the database's clock is the process's
+		c := databaseClock(nil)
+		now := time.Now()
+		c.read(now.Add(-10*time.Second), now, now.Add(-10*time.Second), now.Add(-10*time.Second))
+		a.local = func(t time.Time) (time.Time, bool) { return c.fromDB(t), c.db && !c.unread() }
+		ctx, t0 := context.Background(), time.Now()
+		lim := limits{every: paceEvery(1)}
+
+		tk, _ := a.enter(ctx, crmJob(t0, 1, false), lim)
+		require.NotNil(t, tk, "the connection's first start")
+		assert.LessOrEqual(t, time.Since(t0), 2*maxHold, "the run holds River's worker no longer than the lead and its holding on")
+		assert.Equal(t, t0, time.Now(), "the first start is now, by the store that took it")
+	})
+}
