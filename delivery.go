@@ -277,7 +277,7 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	d.cur.trace = &scope.trace
 	ctx := httptrace.WithClientTrace(scope, &d.cur.trace.trace)
 	if caller != nil && caller.Got1xxResponse != nil {
-		ctx = bound1xx(ctx, httptrace.ContextClientTrace(ctx), &d.cur.trace.got1xx)
+		ctx = bound1xx(ctx, httptrace.ContextClientTrace(ctx), caller.Got1xxResponse, &d.cur.trace.got1xx)
 	}
 	d.cur.ctx, d.cur.cancel = context.WithDeadline(ctx, deadline)
 	return r.WithContext(d.cur.ctx)

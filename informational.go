@@ -46,17 +46,19 @@ func (c *informational) count(h textproto.MIMEHeader) error {
 }
 
 // bound1xx bounds the 1xx answers of an attempt whose caller's context
-// carries a ClientTrace with Got1xxResponse, composed with the attempt's
-// own (caller): httptrace keeps the caller's result of the composed hook,
-// so the count's error would be lost. The returned context carries a copy
-// of the composed trace whose Got1xxResponse counts with c first.
-func bound1xx(ctx context.Context, caller *httptrace.ClientTrace, c *informational) context.Context {
-	t := *caller
+// carries a ClientTrace with Got1xxResponse, hook, composed with the
+// attempt's own (composed): httptrace keeps the caller's result of the
+// composed hook, so the count's error would be lost. The returned context
+// carries a copy of the composed trace whose Got1xxResponse counts with c,
+// once, and then calls hook: calling the composed hook would count each
+// answer twice.
+func bound1xx(ctx context.Context, composed *httptrace.ClientTrace, hook func(int, textproto.MIMEHeader) error, c *informational) context.Context {
+	t := *composed
 	t.Got1xxResponse = func(code int, h textproto.MIMEHeader) error {
 		if err := c.count(h); err != nil {
 			return err
 		}
-		return caller.Got1xxResponse(code, h)
+		return hook(code, h)
 	}
 	return &traceContext{Context: ctx, trace: &t}
 }

@@ -47,3 +47,34 @@ func TestSend_1xxFloodIsBoundedWhenTheCallersContextTraces(t *testing.T) {
 	assert.LessOrEqual(t, seen.Load(), int64(64<<10/len(answer)+1), "1xx answers read past the 64 KiB header bound")
 	assert.NotEqual(t, webhook.KindTimeout, res.Attempts[0].Kind, "the flood ran until the attempt timed out: %v", res.Attempts[0].Err)
 }
+
+// TestSend_A1xxIsCountedOnceWhenTheCallersContextTraces: a receiver may
+// send a few 1xx answers before its answer (103 Early Hints), and the
+// Sender reads up to five of them, as net/http does. A caller whose
+// context carries a ClientTrace with Got1xxResponse must not change what
+// a receiver may send: delivery.bound composes the attempt's trace (which
+// counts) with the caller's, then bound1xx counts again before calling the
+// composed hook, so every 1xx answer is counted twice (the composed hook's
+// own error is lost), and the fourth one fails an attempt that the same
+// receiver passes without the trace; the header bytes count twice too.
+func TestSend_A1xxIsCountedOnceWhenTheCallersContextTraces(t *testing.T) {
+	const hints = 4 // fewer than the five a receiver may send
+	h := newHostile(t, func(conn net.Conn, _ *http.Request) {
+		for range hints {
+			io.WriteString(conn, "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+		}
+		io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	})
+	s := faultSenderTimeout(t, h.pool, &webhook.RetryPolicy{MaxRetries: 0}, faultTimeout)
+
+	_, err := s.Send(context.Background(), h.conn(), samplePayload())
+	require.NoError(t, err, "without a trace of the caller's")
+
+	var seen atomic.Int64
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		Got1xxResponse: func(int, textproto.MIMEHeader) error { seen.Add(1); return nil },
+	})
+	res, err := s.Send(ctx, h.conn(), samplePayload())
+	require.NoError(t, err, "the same %d 1xx answers, with a trace of the caller's: %v", hints, res.Attempts)
+	assert.Equal(t, int64(hints), seen.Load(), "the caller's hook sees each 1xx answer once")
+}
