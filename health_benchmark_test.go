@@ -153,7 +153,7 @@ func newDeadEndpointsBench(b *testing.B, dead int) *deadEndpointsBench {
 // the most attempts in flight at once to a dead endpoint; dead-conns-peak
 // the most connections a dead host held at once, which counts the TLS
 // handshakes net/http goes on with after their attempt ended (a dial is not
-// the request's: it lasts up to TLSHandshakeTimeout, 10 s).
+// the request's: it lasts up to TLSHandshakeTimeout, 30 s).
 //
 //	go test -run '^$' -bench DeadEndpoints -benchtime 20000x -count 6 . | benchstat -col /impl -
 func BenchmarkDeadEndpoints(b *testing.B) {

@@ -224,7 +224,7 @@ func TestHealth_AttemptsInFlightToASilentURLAreBounded(t *testing.T) {
 
 // Nothing outlives its attempt: the dial and TLS handshake of an attempt
 // that timed out end with it (net/http would go on with the handshake up to
-// TLSHandshakeTimeout, 10 s), so a host that hangs in its handshake holds
+// TLSHandshakeTimeout, 30 s), so a host that hangs in its handshake holds
 // no connection once the attempts are over, and never more than one at a
 // time from attempts made one after another.
 func TestSend_NoHandshakeOutlivesItsAttempt(t *testing.T) {

@@ -28,8 +28,8 @@ type SenderOptions struct {
 	// does not follow redirects (a 3xx answer is a failed attempt) and
 	// AttemptTimeout replaces its Timeout. Nil means a client on
 	// NewTransport's transport, guarded unless AllowPrivateNetworks is set,
-	// on which one HTTP/2 write may wait AttemptTimeout, if that is longer
-	// than the transport's 30 seconds.
+	// on which one HTTP/2 write and a TLS handshake may wait AttemptTimeout,
+	// if that is longer than the transport's 30 seconds.
 	// A Client of your own keeps the private-network guard when its
 	// Transport is, or wraps, one from NewTransport; any other transport
 	// has no guard, no bound on response headers, and over HTTP/2 no bound
@@ -170,6 +170,9 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 		// on NewTransport's own: a shorter bound would close a connection
 		// under the deliveries queued behind a slow write.
 		tr.HTTP2.WriteByteTimeout = max(timeout, DefaultAttemptTimeout)
+		// A handshake has the attempt's time too: the attempt's deadline
+		// bounds it, not a shorter one of the transport's.
+		tr.TLSHandshakeTimeout = max(timeout, DefaultAttemptTimeout)
 		client.Transport = tr
 	}
 	rt := client.Transport

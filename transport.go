@@ -94,7 +94,9 @@ type TransportOptions struct {
 // NewTransport returns the transport a [Sender] uses by default, for a
 // Client of your own: no proxy unless opts says so, TLS 1.2 or later with
 // session resumption (sessions keyed by host and port), HTTP/2 when the
-// receiver offers it, response headers bounded to 64 KiB, a pool of
+// receiver offers it, TLS handshakes bounded by DefaultAttemptTimeout
+// (TLSHandshakeTimeout: a receiver has an attempt's time to answer, its
+// handshake included), response headers bounded to 64 KiB, a pool of
 // DefaultMaxIdleConnsPerHost idle connections per host and
 // DefaultMaxIdleConns in all, and the private-network guard. The guard
 // refuses, at dial time and on the address DNS resolved (so DNS rebinding
@@ -196,7 +198,7 @@ func NewTransport(opts *TransportOptions) (*http.Transport, error) {
 		DialContext:            d.dial,
 		DialTLSContext:         d.dialTLS,
 		TLSClientConfig:        tlsConfig,
-		TLSHandshakeTimeout:    10 * time.Second,
+		TLSHandshakeTimeout:    DefaultAttemptTimeout, // an attempt's time: the spec gives a receiver 30 s
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           total,
 		MaxIdleConnsPerHost:    perHost,

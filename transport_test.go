@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -440,4 +441,51 @@ func TestNewTransport_TraceSeesTheTLSHandshake(t *testing.T) {
 	require.NotZero(t, start.Load(), "TLSHandshakeStart was called")
 	assert.Less(t, start.Load(), hello.Load(), "TLSHandshakeStart came %v after the server had the ClientHello: the handshake was over", time.Duration(start.Load()-hello.Load()))
 	assert.Greater(t, done.Load(), hello.Load(), "TLSHandshakeDone, with the handshake's state, after it")
+}
+
+// TestSend_ASlowHandshakeHasTheAttemptsTime: the spec gives an attempt 30
+// seconds (AttemptTimeout), and a receiver that answers 2xx within them has
+// the delivery. NewTransport also cuts the TLS handshake at its
+// TLSHandshakeTimeout of 10 seconds, so a receiver whose handshake takes
+// 12 seconds (a loaded server, a slow TLS terminator) and answers 200 at
+// once fails every attempt as a timeout, though it answered within the
+// attempt's time; a longer AttemptTimeout does not help either.
+func TestSend_ASlowHandshakeHasTheAttemptsTime(t *testing.T) {
+	cert := httptest.NewUnstartedServer(nil)
+	cert.StartTLS() // only for its certificate (example.com) and TLS config
+	cfg := cert.TLS.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert.Certificate())
+	cert.Close()
+
+	synctest.Test(t, func(t *testing.T) {
+		done := make(chan struct{}) // ends the receiver, also when the test fails
+		defer close(done)
+		tr := newTransport(t, &webhook.TransportOptions{TLSClientConfig: &tls.Config{RootCAs: pool}})
+		defer tr.CloseIdleConnections()
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c1, c2 := net.Pipe()
+			go func() { // a receiver whose handshake takes 12 s, then answers 200
+				defer c2.Close()
+				select {
+				case <-time.After(12 * time.Second):
+				case <-done:
+					return
+				}
+				conn := tls.Server(c2, cfg)
+				req, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+			return c1, nil
+		}
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: &webhook.RetryPolicy{MaxRetries: 0}})
+		require.NoError(t, err)
+		res, err := s.Send(context.Background(), webhook.Connection{Name: "slow", URL: "https://example.com/hook", Secret: testSecret}, samplePayload())
+		require.NoError(t, err, "answered 200 after 12 s, within the attempt's %v: %v", webhook.DefaultAttemptTimeout, res.Attempts)
+	})
 }
