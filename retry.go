@@ -13,9 +13,9 @@ import (
 
 // RetryPolicy decides whether a failed attempt is retried and how long the
 // [Sender] waits before the retry. Whatever the policy, a delivery is never
-// retried after its context is done, after a destination was refused before
-// sending ([KindBlocked]), or when the wait would end past the context's
-// deadline.
+// retried after a 410 Gone ([ErrEndpointGone]), after its context is done,
+// after a destination was refused before sending ([KindBlocked]), or when
+// the wait would end past the context's deadline.
 type RetryPolicy struct {
 	// MaxRetries is how many retries may follow the first attempt: a
 	// delivery makes at most MaxRetries+1 requests. Zero means no retry.
@@ -30,7 +30,7 @@ type RetryPolicy struct {
 	// ShouldRetry reports whether a failed attempt is retried: resp is its
 	// response (nil when none came, body already read) and err the failure.
 	// It is not called for a success (a 2xx answer) nor for the failures
-	// that are never retried. Nil means every failure is retried.
+	// that are never retried. Nil means every other failure is retried.
 	ShouldRetry func(resp *http.Response, err error) bool
 }
 
@@ -39,7 +39,8 @@ type RetryPolicy struct {
 type BackoffFunc func(retry int, resp *http.Response) time.Duration
 
 // DefaultRetryPolicy returns the service's schedule: 3 retries after the
-// first attempt, waiting exactly 1 s, 2 s and 4 s, retrying every failure.
+// first attempt, waiting exactly 1 s, 2 s and 4 s, retrying every failure
+// but a 410 Gone ([ErrEndpointGone]).
 // Each call returns a new policy that the caller may change.
 func DefaultRetryPolicy() *RetryPolicy {
 	return &RetryPolicy{MaxRetries: 3, Backoff: defaultBackoff}

@@ -73,11 +73,12 @@
 // # Retries
 //
 // By default ([DefaultRetryPolicy]) a delivery makes one attempt and up to 3
-// retries, waiting 1 s, 2 s and 4 s. It retries every failure: a non-2xx
-// answer, a network error, or no answer within the attempt timeout
-// ([DefaultAttemptTimeout], 30 s). A 3xx answer is a failure; redirects are
-// never followed. Nothing is retried after the caller's context is done, or
-// when the destination was refused before sending. Nor is it retried when the
+// retries, waiting 1 s, 2 s and 4 s. It retries every failure but a 410
+// Gone: a non-2xx answer, a network error, or no answer within the attempt
+// timeout ([DefaultAttemptTimeout], 30 s). A 3xx answer is a failure;
+// redirects are never followed. Nothing is retried after a 410 Gone
+// ([ErrEndpointGone]), after the caller's context is done, or when the
+// destination was refused before sending. Nor is it retried when the
 // wait would end past the context's deadline. [ExponentialBackoff],
 // [WithJitter] and [WithRetryAfter] build other schedules.
 //

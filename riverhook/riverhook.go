@@ -572,8 +572,9 @@ func insertMany[TTx any](ctx context.Context, client *river.Client[TTx], tx TTx,
 
 // DurableRetryPolicy returns a schedule for deliveries that may wait hours
 // for an endpoint to come back: 6 retries after 5 s, 5 min, 30 min, 2 h, 5 h
-// and 10 h, about 17.5 hours in all, every failure retried. Use it for the
-// Sender of the [Worker] and for [InsertOptions.Retry] alike.
+// and 10 h, about 17.5 hours in all, every failure but a 410 Gone
+// retried. Use it for the Sender of the [Worker] and for
+// [InsertOptions.Retry] alike.
 func DurableRetryPolicy() *webhook.RetryPolicy {
 	waits := []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour}
 	return &webhook.RetryPolicy{
