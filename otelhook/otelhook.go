@@ -246,9 +246,11 @@ func (i *Instruments) SenderOptions(opts *webhook.SenderOptions) *webhook.Sender
 		c = *o.Client
 	} else {
 		tr, _ := webhook.NewTransport(&webhook.TransportOptions{AllowPrivateNetworks: o.AllowPrivateNetworks}) // no option that can be invalid
-		// As the Sender's own: one HTTP/2 write may wait as long as an
-		// attempt may take, and no less than NewTransport's bound.
-		tr.HTTP2.WriteByteTimeout = max(o.AttemptTimeout, webhook.DefaultAttemptTimeout)
+		// As the Sender's own: a TLS handshake and one HTTP/2 write may
+		// wait as long as an attempt may take, and no less than
+		// NewTransport's bound.
+		tr.TLSHandshakeTimeout = max(o.AttemptTimeout, webhook.DefaultAttemptTimeout)
+		tr.HTTP2.WriteByteTimeout = tr.TLSHandshakeTimeout
 		c.Transport = tr
 	}
 	c.Transport = i.Transport(c.Transport)

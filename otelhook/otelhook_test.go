@@ -869,5 +869,8 @@ func TestSenderOptions_NewTransportBoundsAWriteByTheAttempt(t *testing.T) {
 		if got := tr.HTTP2.WriteByteTimeout; got != want {
 			t.Errorf("AttemptTimeout %v: HTTP2.WriteByteTimeout is %v, want %v, as the Sender's own transport", timeout, got, want)
 		}
+		if got := tr.TLSHandshakeTimeout; got != want {
+			t.Errorf("AttemptTimeout %v: TLSHandshakeTimeout is %v, want %v, as the Sender's own transport", timeout, got, want)
+		}
 	}
 }
