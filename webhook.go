@@ -200,24 +200,32 @@ func (c Connection) Subscribes(event string) bool {
 	return len(c.Events) == 0 || slices.Contains(c.Events, event)
 }
 
-// reservedHeaders may not be set by a connection's custom headers: the
-// library or the transport owns them. Keys are in canonical form.
-var reservedHeaders = map[string]bool{
-	"Content-Type":      true,
-	"Host":              true,
-	"Content-Length":    true,
-	"Transfer-Encoding": true,
-	"Connection":        true,
-	"Keep-Alive":        true,
-	"Proxy-Connection":  true,
-	"Te":                true,
-	"Trailer":           true,
-	"Upgrade":           true,
+// reservedHeaders may not be set by a connection's custom headers, each
+// with why: the library or the transport owns most. Keys are in canonical
+// form.
+var reservedHeaders = map[string]string{
+	"Content-Type":      ownedHeader,
+	"Host":              ownedHeader,
+	"Content-Length":    ownedHeader,
+	"Transfer-Encoding": ownedHeader,
+	"Connection":        ownedHeader,
+	"Keep-Alive":        ownedHeader,
+	"Proxy-Connection":  ownedHeader,
+	"Te":                ownedHeader,
+	"Trailer":           ownedHeader,
+	"Upgrade":           ownedHeader,
 	// Expect: 100-continue changes how the request is sent, and
 	// Proxy-Authorization is for a proxy, not for the customer.
-	"Expect":              true,
-	"Proxy-Authorization": true,
+	"Expect":              ownedHeader,
+	"Proxy-Authorization": ownedHeader,
+	"Idempotency-Key":     resentHeader,
+	"X-Idempotency-Key":   resentHeader,
 }
+
+const (
+	ownedHeader  = "would replace a header the library or the transport sets"
+	resentHeader = "makes net/http send the request again, signature and all, on a connection that closes under it: the library never repeats a signature"
+)
 
 // Validate reports the first thing wrong with c. The error is a
 // [*FieldError] naming the field as JSON does ("url", "method", "secret",
@@ -234,8 +242,10 @@ var reservedHeaders = map[string]bool{
 // its value. It may not replace Content-Type, an X-Service-* header, or a
 // header the transport owns: Host, Content-Length, Transfer-Encoding,
 // Connection and the other hop-by-hop headers, Expect and
-// Proxy-Authorization. Two names may not differ only in case. Names are
-// compared without regard to case.
+// Proxy-Authorization. Nor may it be Idempotency-Key or X-Idempotency-Key,
+// with which net/http sends a request again, signature and all, when a
+// connection closes under it. Two names may not differ only in case. Names
+// are compared without regard to case.
 func (c Connection) Validate() error {
 	_, err := c.validate()
 	return err
@@ -395,8 +405,11 @@ func validateHeader(name, value string) error {
 		return connError(headerField(name), "is not a valid header name")
 	}
 	canonical := http.CanonicalHeaderKey(name)
-	if reservedHeaders[canonical] || strings.HasPrefix(canonical, "X-Service-") {
-		return connError(headerField(name), "would replace a header the library or the transport sets")
+	if why, ok := reservedHeaders[canonical]; ok {
+		return connError(headerField(name), why)
+	}
+	if strings.HasPrefix(canonical, "X-Service-") {
+		return connError(headerField(name), ownedHeader)
 	}
 	for i := 0; i < len(value); i++ {
 		if c := value[i]; (c < ' ' && c != '\t') || c == 0x7f {

@@ -82,6 +82,13 @@ func TestConnection_Validate(t *testing.T) {
 		{"port with leading zeros", func(c *webhook.Connection) { c.URL = "https://crm.example.com:00443/hooks" }, "url", "port"},
 		{"URL of 8 KiB", func(c *webhook.Connection) { c.URL = urlOfLen(8 << 10) }, "", ""},
 		{"URL over 8 KiB", func(c *webhook.Connection) { c.URL = urlOfLen(8<<10 + 1) }, "url", "over the limit of 8192"},
+		// With either, net/http sends a POST again, signature and all, when
+		// a kept-alive connection closes under it (review: one signature on
+		// the wire twice, logged as one attempt).
+		{"Idempotency-Key", func(c *webhook.Connection) { c.Headers = map[string]string{"Idempotency-Key": "k"} },
+			`headers["Idempotency-Key"]`, "send the request again"},
+		{"x-idempotency-key", func(c *webhook.Connection) { c.Headers = map[string]string{"x-idempotency-key": "k"} },
+			`headers["x-idempotency-key"]`, "send the request again"},
 	}
 	for _, name := range []string{"Content-Type", "content-type", "X-Service-Signature", "x-service-timestamp",
 		"X-SERVICE-EVENT", "X-Service-Anything", "Host", "Content-Length", "Transfer-Encoding", "connection", "Upgrade",
