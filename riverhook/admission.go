@@ -47,9 +47,9 @@ type admission struct {
 	// whether the process can tell: the memory's clock is the process's; a
 	// fleet's is the database's, once the Worker has read it.
 	local func(t time.Time) (time.Time, bool)
-	// lead is how long the last start's answer took to reach its run, at
-	// most maxHold: the next start is taken that far ahead, so that it
-	// reaches its run in time.
+	// lead is how long the starts' answers take to reach their runs (the
+	// slowest lately, at most maxHold): the next start is taken that far
+	// ahead, so that it reaches its run in time.
 	lead atomic.Int64
 
 	mu    sync.Mutex
@@ -173,8 +173,8 @@ func (a *admission) admit(ctx context.Context, job *river.Job[Args], lim limits)
 	return t, nil
 }
 
-// start takes the connection's next start for t: as far ahead as the last
-// start's answer took to come back (the lead), or, when hold is set, up to
+// start takes the connection's next start for t: as far ahead as the
+// starts' answers take to come back (the lead), or, when hold is set, up to
 // holdFor further, which it waits for; and reports whether it did.
 // A start taken ahead is the run's: the fleet's next one is every after it.
 // A start reached more than startLate after its turn (a busy process, a
@@ -220,7 +220,14 @@ func (a *admission) turn(at time.Time, wait time.Duration, sent, answered time.T
 	}
 	trip := max(answered.Sub(sent), 0)
 	turn := sent.Add(min(max(local.Sub(sent), wait), trip+wait))
-	a.lead.Store(int64(min(max(answered.Sub(turn.Add(-wait)), 0), maxHold)))
+	// The lead follows the slowest recent answer: a slower one raises it
+	// at once, and it comes down a sixteenth a start, so that one answer
+	// quicker than the others does not make the next start late (0.90 of
+	// the rate with the last answer's delay, 0.95 so, answers 0-100 ms
+	// late: TestAdmission_TheRateDeliversWhatItSaysThroughARoundTrip).
+	late := min(max(answered.Sub(turn.Add(-wait)), 0), maxHold)
+	prev := time.Duration(a.lead.Load())
+	a.lead.Store(int64(max(late, prev-prev/16)))
 	return turn
 }
 
