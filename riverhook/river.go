@@ -597,13 +597,14 @@ func kept(ctx context.Context, db queryRower, schema, connectionID string, excep
 }
 
 // succeededSince reports whether a delivery of connectionID completed
-// after since: an answer that broke a failing span, whichever process's
-// cache missed it (TestRiver/SucceededSince).
-func succeededSince(ctx context.Context, db queryRower, schema, connectionID string, since time.Time) (bool, error) {
+// after since, and no later than until: an answer that broke a failing
+// span, whichever process's cache missed it (TestRiver/SucceededSince).
+func succeededSince(ctx context.Context, db queryRower, schema, connectionID string, since, until time.Time) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+jobTable(schema)+` WHERE kind = @riverhook_kind AND `+connectionWhere+`
-		AND state = 'completed' AND finalized_at > @riverhook_since)`,
-		pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID, "riverhook_since": since}).Scan(&ok)
+		AND state = 'completed' AND finalized_at > @riverhook_since AND finalized_at <= @riverhook_until)`,
+		pgx.NamedArgs{"riverhook_kind": Kind, "riverhook_connection_id": connectionID, "riverhook_since": since,
+			"riverhook_until": until}).Scan(&ok)
 	return ok, err
 }
 

@@ -350,7 +350,7 @@ func TestRiver(t *testing.T) {
 		} {
 			var now time.Time
 			require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
-			got, err := succeededSince(ctx, pool, client.Schema(), tc.id, now.Add(-tc.ago))
+			got, err := succeededSince(ctx, pool, client.Schema(), tc.id, now.Add(-tc.ago), now)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got, "%s since %v ago", tc.id, tc.ago)
 		}

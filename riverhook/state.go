@@ -316,10 +316,14 @@ func transitionTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, 
 	}
 	row := cur
 	var broke bool
-	if cur.State == StateFailing && now.Sub(cur.FailingSince) < unseenSuccessFor {
+	if cur.State == StateFailing && (now.Sub(cur.FailingSince) < unseenSuccessFor || cur.LastFailure.Sub(cur.FailingSince) < unseenSuccessFor) {
 		// A process whose view of the states predates the failing write
 		// takes a success then for no change: the span broke all the same.
-		broke, err = succeededSince(ctx, tx, schema, id, cur.FailingSince)
+		// It is looked for while the span is young, and at the first write
+		// after, whenever that comes: a failure is written a minute on at
+		// the earliest (lastFailureEvery), so the span's first minute may
+		// see no write but the one that began it.
+		broke, err = succeededSince(ctx, tx, schema, id, cur.FailingSince, cur.FailingSince.Add(unseenSuccessFor))
 		if err != nil {
 			return cur, nil, fmt.Errorf("riverhook: reading the deliveries of connection %q completed since it began failing: %w", id, err)
 		}
@@ -599,8 +603,8 @@ func Enable(ctx context.Context, client *river.Client[pgx.Tx], db DB, connection
 // may have been taken for no change, and its job completed: the process's
 // view was read before the failing write, at most stateCacheFor before
 // the success, and River completes a job within seconds. transitionTx looks
-// for one in River's table that long, not for the whole span, whose read
-// would cost every delivery completed since.
+// for one completed that long into the span, until a write after it, not
+// for the whole span, whose read would cost every delivery completed since.
 const unseenSuccessFor = time.Minute
 
 // stateCacheFor is how long a process serves the connections' states

@@ -137,3 +137,42 @@ func TestLife_ASuccessAProcessTookForNoChangeStillBreaksTheSpan(t *testing.T) {
 	assert.Equal(t, riverhook.StateFailing, s.State)
 	assert.Less(t, time.Since(s.FailingSince), time.Minute, "the span began again at this failure")
 }
+
+// TestLife_ASuccessTakenForNoChangeBreaksTheSpanAtTheNextWrite: the same
+// success, taken for no change a second after the failing write, as it
+// can be (a view read before the write, stateCacheFor at most). The next
+// write of a failure comes a minute on at the earliest (lastFailureEvery:
+// a failure sooner is not worth one), so transitionTx, which looks for the
+// success only while the span is younger than unseenSuccessFor, never
+// looks: the span that broke goes on, and the service is never told the
+// connection came back.
+func TestLife_ASuccessTakenForNoChangeBreaksTheSpanAtTheNextWrite(t *testing.T) {
+	b := setupLife(t, nil)
+	b.recv.status.Store(http.StatusOK)
+	ctx := context.Background()
+	ok := b.insert(t, "answered")
+	waitEvents(t, b.events, ok, func(ev *river.Event) bool { return ev.Kind == river.EventKindJobCompleted })
+	// Another process wrote the connection failing 61 seconds ago; the 2xx
+	// came a second later, in a process whose view predates that write.
+	_, err := b.pool.Exec(ctx, `UPDATE `+b.schema+`.river_job SET finalized_at = now() - interval '60 seconds' WHERE kind = $1`, riverhook.Kind)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `INSERT INTO `+b.schema+`.riverhook_connection_state
+		(connection_id, state, failing_since, last_failure, disable_at, changed)
+		VALUES ('crm', 'failing', now() - interval '61 seconds', now() - interval '61 seconds', now() + interval '3 days', now() - interval '61 seconds')`)
+	require.NoError(t, err)
+
+	b.recv.status.Store(http.StatusInternalServerError)
+	b.insert(t, "failed")
+	var s *riverhook.ConnectionState
+	require.Eventually(t, func() bool {
+		s, err = riverhook.StateOf(ctx, b.client, b.pool, "crm")
+		return err == nil && time.Since(s.LastFailure) < 30*time.Second
+	}, 20*time.Second, 50*time.Millisecond, "the failure is written")
+	assert.Less(t, time.Since(s.FailingSince), 30*time.Second, "the span broke at the success: a new one began at this failure, not 61 s ago")
+	select {
+	case n := <-b.notices:
+		assert.Equal(t, riverhook.ChangeActive, n.Change, "the broken span told first: %+v", n)
+	case <-time.After(5 * time.Second):
+		t.Error("no notice: the service never learns the connection came back")
+	}
+}
