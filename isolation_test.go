@@ -2,9 +2,13 @@ package webhook_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/url"
 	"runtime"
@@ -248,6 +252,65 @@ func TestSend_NoHandshakeOutlivesItsAttempt(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	assert.LessOrEqual(t, host.peak.Load(), int32(2), "attempts made one after another")
+}
+
+// Behind an egress proxy too, nothing outlives its attempt: net/http does
+// the TLS handshake through the proxy's tunnel itself (addTLS), on the
+// dial's context, which is not the request's, bounded only by
+// TLSHandshakeTimeout, now the attempt's time (30 s) rather than 10 s. A
+// host that hangs in its handshake holds, through the proxy, a connection
+// per attempt for 30 s after the attempt timed out.
+func TestSend_NoHandshakeOutlivesItsAttemptThroughAProxy(t *testing.T) {
+	host := newDeadHost(t)
+	proxy := newConnectProxy(t)
+	proxy.route("example.com:443", host.ln.Addr().String())
+	// The same proxy behind TLS: an https:// proxy, whose connection
+	// dialTLS makes.
+	front := httptest.NewUnstartedServer(nil)
+	front.StartTLS() // for its certificate, valid for 127.0.0.1
+	cert, roots := front.TLS.Certificates, x509.NewCertPool()
+	roots.AddCert(front.Certificate())
+	front.Close()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: cert})
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", proxy.addr)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { io.Copy(up, c); up.Close() }()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	for _, proxyURL := range []*url.URL{{Scheme: "http", Host: proxy.addr}, {Scheme: "https", Host: ln.Addr().String()}} {
+		tr, err := webhook.NewTransport(&webhook.TransportOptions{Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{RootCAs: roots}})
+		require.NoError(t, err)
+		defer tr.CloseIdleConnections()
+		s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: &webhook.RetryPolicy{},
+			AttemptTimeout: 500 * time.Millisecond})
+		require.NoError(t, err)
+		conn := webhook.Connection{Name: "dead", URL: "https://example.com/hooks", Secret: testSecret}
+		for range 3 {
+			res, err := s.Send(context.Background(), conn, samplePayload())
+			require.Error(t, err)
+			require.Equal(t, webhook.KindTimeout, res.Attempts[0].Kind, "%s: %v", proxyURL.Scheme, res.Attempts)
+		}
+		for deadline := time.Now().Add(3 * time.Second); host.held.Load() > 0; {
+			require.True(t, time.Now().Before(deadline), "%d connections still held, through the %s proxy, 3 s after their attempts ended", host.held.Load(), proxyURL.Scheme)
+			runtime.Gosched()
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
 
 // Behind an egress proxy, a proxy's answer that it could not reach the

@@ -50,6 +50,7 @@ type boundedConn struct {
 	net.Conn
 	allowance int64        // readAllowance, with the stream window its transport opens
 	inflight  atomic.Int64 // attempts on it
+	used      atomic.Bool  // an attempt has had it (begin)
 	budget    atomic.Int64 // bytes it may still read
 }
 
@@ -108,6 +109,7 @@ func boundOverrun(ctx context.Context, t *connTrace) (stop func()) {
 
 // begin lends the connection an attempt's allowance.
 func (c *boundedConn) begin() {
+	c.used.Store(true)
 	c.inflight.Add(1)
 	c.budget.Add(c.allowance)
 }

@@ -238,9 +238,27 @@ func (d *dialer) dial(ctx context.Context, network, addr string) (net.Conn, erro
 	if err == nil && proxied && ctx.Value(tlsDialKey{}) == nil {
 		// An http:// proxy's: net/http makes the receiver's TLS handshake
 		// over it itself, so dialTLS never sees it (readbudget.go).
-		conn = newBoundedConn(conn, d.streamWindow())
+		bc := newBoundedConn(conn, d.streamWindow())
+		closeUnlessUsed(ctx, bc)
+		conn = bc
 	}
 	return conn, err
+}
+
+// closeUnlessUsed ends c, a connection to a proxy, at the deadline of the
+// attempt that dialled it unless an attempt has had it by then: net/http
+// makes the receiver's TLS handshake through the proxy's tunnel on the
+// dial's context, not the request's, bounded by TLSHandshakeTimeout alone,
+// and it would go on after its attempt, as dialTLS's own does not
+// (TestSend_NoHandshakeOutlivesItsAttemptThroughAProxy).
+func closeUnlessUsed(ctx context.Context, c *boundedConn) {
+	if s := dialScopeOf(ctx); s != nil && !s.deadline.IsZero() {
+		time.AfterFunc(time.Until(s.deadline), func() {
+			if !c.used.Load() {
+				c.Conn.SetDeadline(time.Now()) // its handshake fails as a timeout, and net/http closes it
+			}
+		})
+	}
 }
 
 // streamWindow is the window the transport opens to an HTTP/2 stream when
@@ -300,7 +318,8 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 	if trace != nil && trace.TLSHandshakeStart != nil {
 		trace.TLSHandshakeStart()
 	}
-	conn = newBoundedConn(conn, d.streamWindow()) // see readbudget.go
+	bc := newBoundedConn(conn, d.streamWindow()) // see readbudget.go
+	conn = bc
 	tc := tls.Client(conn, cfg)
 	err = tc.HandshakeContext(ctx)
 	if trace != nil && trace.TLSHandshakeDone != nil {
@@ -313,6 +332,9 @@ func (d *dialer) dialTLS(ctx context.Context, network, addr string) (net.Conn, e
 	if err != nil {
 		conn.Close()
 		return nil, err
+	}
+	if routedToProxy(ctx, addr) { // an https:// proxy's
+		closeUnlessUsed(ctx, bc)
 	}
 	return tc, nil
 }
