@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -43,14 +42,6 @@ type admission struct {
 	snooze time.Duration // an attempt's time before one has ended (WorkerOptions.SnoozeFor)
 	logger *slog.Logger
 	rewake func(f func()) // runs f a second on; tests replace it
-	// local returns t, a time of the Places' clock, on the process's, and
-	// whether the process can tell: the memory's clock is the process's; a
-	// fleet's is the database's, once the Worker has read it.
-	local func(t time.Time) (time.Time, bool)
-	// lead is how long the starts' answers take to reach their runs (the
-	// slowest lately, at most maxHold): the next start is taken that far
-	// ahead, so that it reaches its run in time.
-	lead atomic.Int64
 
 	mu    sync.Mutex
 	lanes map[string]*lane // connection id -> what the process knows of it
@@ -114,8 +105,7 @@ func (t *ticket) guard(ctx context.Context) (_ context.Context, stop func()) {
 
 func newAdmission(places Places, snooze time.Duration, logger *slog.Logger) *admission {
 	return &admission{places: places, snooze: snooze, logger: logger, lanes: map[string]*lane{},
-		rewake: func(f func()) { time.AfterFunc(time.Second, f) },
-		local:  func(t time.Time) (time.Time, bool) { return t, true }}
+		rewake: func(f func()) { time.AfterFunc(time.Second, f) }}
 }
 
 // holdOnAtLeast is the least a job back at its slot holds on for a place:
@@ -173,25 +163,23 @@ func (a *admission) admit(ctx context.Context, job *river.Job[Args], lim limits)
 	return t, nil
 }
 
-// start takes the connection's next start for t: as far ahead as the
-// starts' answers take to come back (the lead), or, when hold is set, up to
-// holdFor further, which it waits for; and reports whether it did.
+// start takes the connection's next start for t: now, or, when hold is set,
+// one up to holdFor ahead, which it waits for; and reports whether it did.
 // A start taken ahead is the run's: the fleet's next one is every after it.
 // A start reached more than startLate after its turn (a busy process, a
-// slow statement, an answer held up on its way back) is given up: it could
-// put one more than the rate within a second.
+// slow statement) is given up: it could put one more than the rate within
+// a second.
 func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, error) {
 	var within time.Duration
 	if hold {
 		within = a.holdFor(t.id, t.lim)
 	}
-	sent := time.Now()
-	at, wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within, time.Duration(a.lead.Load()))
+	wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within)
 	if err != nil || !ok {
 		return false, err
 	}
-	turn := a.turn(at, wait, sent, time.Now())
-	if wait := time.Until(turn); wait > 0 {
+	turn := time.Now().Add(wait)
+	if wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		select {
@@ -201,34 +189,6 @@ func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, erro
 		}
 	}
 	return time.Since(turn) <= startLate, nil
-}
-
-// turn returns when a start the Places took at at, asked for at sent and
-// answered at answered with wait to go from the statement, is due by the
-// process's clock: at, read on the Places' clock, so that an answer held
-// up on its way back shows late; answered plus wait while the process
-// cannot read that clock (a Worker not set up by Register). The statement
-// ran between sent and answered, so the turn is within wait of that: a
-// reading of the Places' clock off by more (one through a busy pool, a
-// process's clock stepped since) moves it no further, and it is kept on
-// the process's monotonic clock. It notes how long the answer took, the
-// next start's lead.
-func (a *admission) turn(at time.Time, wait time.Duration, sent, answered time.Time) time.Time {
-	local, ok := a.local(at)
-	if !ok {
-		return answered.Add(wait)
-	}
-	trip := max(answered.Sub(sent), 0)
-	turn := sent.Add(min(max(local.Sub(sent), wait), trip+wait))
-	// The lead follows the slowest recent answer: a slower one raises it
-	// at once, and it comes down a sixteenth a start, so that one answer
-	// quicker than the others does not make the next start late (0.90 of
-	// the rate with the last answer's delay, 0.95 so, answers 0-100 ms
-	// late: TestAdmission_TheRateDeliversWhatItSaysThroughARoundTrip).
-	late := min(max(answered.Sub(turn.Add(-wait)), 0), maxHold)
-	prev := time.Duration(a.lead.Load())
-	a.lead.Store(int64(max(late, prev-prev/16)))
-	return turn
 }
 
 // take takes a place for a run of connection id, when it has a bound; a
@@ -319,12 +279,8 @@ func (a *admission) stopWaiting(id string, got chan place) (place, bool) {
 // holdFor is how long a run holds on: two spacings, at least
 // holdOnAtLeast, at most a second.
 func (a *admission) holdFor(id string, lim limits) time.Duration {
-	return min(max(2*a.spacing(id, lim), holdOnAtLeast), maxHold)
+	return min(max(2*a.spacing(id, lim), holdOnAtLeast), time.Second)
 }
-
-// maxHold is the longest a run holds on for a place, and the longest lead
-// a start is taken ahead by: one of River's workers is held meanwhile.
-const maxHold = time.Second
 
 // leave ends t's admission once its attempt has ended: its place goes to
 // the run of the connection that has held on longest in the process, or

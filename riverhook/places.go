@@ -34,11 +34,9 @@ type Places interface {
 	// longer than its session.
 	give(ctx context.Context, p place) error
 	// start takes the connection's next start, every after its last one
-	// or lead from now if later, when that is no further than lead plus
-	// within from now, and returns it, at, by the store's clock, and how
-	// long from now until it; ok is false when it is further. lead is
-	// how long its answer is expected to take to reach the run.
-	start(ctx context.Context, connectionID string, every, within, lead time.Duration) (at time.Time, wait time.Duration, ok bool, err error)
+	// or now if later, when that is no further than within from now, and
+	// returns how long until it; ok is false when it is further.
+	start(ctx context.Context, connectionID string, every, within time.Duration) (wait time.Duration, ok bool, err error)
 	// slot hands the next slot of the connection's chain, at least after
 	// from now and spacing after the last slot handed, and returns how
 	// long until it.
@@ -143,17 +141,17 @@ func (m *memoryPlaces) give(_ context.Context, p place) error {
 	return nil
 }
 
-func (m *memoryPlaces) start(_ context.Context, id string, every, within, lead time.Duration) (time.Time, time.Duration, bool, error) {
+func (m *memoryPlaces) start(_ context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, now := m.conn(id), m.now()
 	c.every = max(c.every, every)
-	next := later(now.Add(lead), c.lastStart.Add(every))
-	if next.Sub(now) > lead+within {
-		return time.Time{}, 0, false, nil
+	next := later(now, c.lastStart.Add(every))
+	if next.Sub(now) > within {
+		return 0, false, nil
 	}
 	c.lastStart = next
-	return next, next.Sub(now), true, nil
+	return next.Sub(now), true, nil
 }
 
 func (m *memoryPlaces) slot(_ context.Context, id string, after, spacing time.Duration) (time.Duration, error) {
@@ -631,28 +629,26 @@ func (p *ConnectionPlaces) Close(ctx context.Context) {
 	p.lost(ctx, errors.New("the places were closed"))
 }
 
-func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within, lead time.Duration) (time.Time, time.Duration, bool, error) {
+func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {
 	// The update's WHERE leaves the row, and returns none, when the next
-	// start is further than lead plus within. Its now is clock_timestamp(),
-	// read once the statement has the row: a statement that waited for
-	// another process's start to commit starts its run after the wait
+	// start is further than within. Its now is clock_timestamp(), read
+	// once the statement has the row: a statement that waited for another
+	// process's start to commit starts its run after the wait
 	// (TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree).
-	var at time.Time
 	var wait int64
-	err := p.pool.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, last_start)
-			VALUES ($1, clock_timestamp() + $4 * interval '1 microsecond')
+	err := p.pool.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, last_start) VALUES ($1, clock_timestamp())
 		ON CONFLICT (connection_id) DO UPDATE
-			SET last_start = greatest(p.last_start + $2 * interval '1 microsecond', clock_timestamp() + $4 * interval '1 microsecond')
-			WHERE p.last_start + $2 * interval '1 microsecond' <= clock_timestamp() + ($3 + $4) * interval '1 microsecond'
-		RETURNING p.last_start, greatest(extract(epoch FROM p.last_start - clock_timestamp()) * 1e6, 0)::bigint`,
-		id, every.Microseconds(), max(within, 0).Microseconds(), max(lead, 0).Microseconds()).Scan(&at, &wait)
+			SET last_start = greatest(p.last_start + $2 * interval '1 microsecond', clock_timestamp())
+			WHERE p.last_start + $2 * interval '1 microsecond' <= clock_timestamp() + $3 * interval '1 microsecond'
+		RETURNING greatest(extract(epoch FROM p.last_start - clock_timestamp()) * 1e6, 0)::bigint`,
+		id, every.Microseconds(), max(within, 0).Microseconds()).Scan(&wait)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return time.Time{}, 0, false, nil
+		return 0, false, nil
 	case err != nil:
-		return time.Time{}, 0, false, fmt.Errorf("riverhook: pacing connection %q: %w", id, err)
+		return 0, false, fmt.Errorf("riverhook: pacing connection %q: %w", id, err)
 	}
-	return at, micros(wait), true, nil
+	return micros(wait), true, nil
 }
 
 func (p *ConnectionPlaces) slot(ctx context.Context, id string, after, spacing time.Duration) (time.Duration, error) {

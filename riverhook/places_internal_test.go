@@ -221,9 +221,9 @@ func TestConnectionPlaces_TheSearchPathsSchemaIsTheNamedOne(t *testing.T) {
 	t.Cleanup(byPath.Close)
 	named, unnamed := NewConnectionPlaces(pool, schema), NewConnectionPlaces(byPath, "")
 	t.Cleanup(func() { named.Close(ctx); unnamed.Close(ctx) })
-	_, _, _, err = unnamed.start(ctx, "crm", time.Hour, 0, 0)
+	_, _, err = unnamed.start(ctx, "crm", time.Hour, 0)
 	require.NoError(t, err)
-	_, _, ok, err := named.start(ctx, "crm", time.Hour, 0, 0)
+	_, ok, err := named.start(ctx, "crm", time.Hour, 0)
 	require.NoError(t, err)
 	require.False(t, ok, "one riverhook_pace: the start is taken")
 	_, ok, err = named.take(ctx, "crm", 1)
@@ -249,7 +249,7 @@ func TestConnectionPlaces_OneStartEachEveryAcrossTheFleet(t *testing.T) {
 			p = b
 		}
 		wg.Go(func() {
-			_, _, ok, err := p.start(ctx, "hr", time.Hour, 0, 0)
+			_, ok, err := p.start(ctx, "hr", time.Hour, 0)
 			if assert.NoError(t, err) && ok {
 				started.Add(1)
 			}
@@ -257,19 +257,18 @@ func TestConnectionPlaces_OneStartEachEveryAcrossTheFleet(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, int32(1), started.Load(), "one start in an hour at 1 an hour")
-	_, _, ok, err := a.start(ctx, "hr", time.Hour, time.Minute, 0)
+	_, ok, err := a.start(ctx, "hr", time.Hour, time.Minute)
 	require.NoError(t, err)
 	assert.False(t, ok, "the next start is an hour on")
-	now, wait, ok, err := b.start(ctx, "hr", time.Microsecond, 0, 0)
+	wait, ok, err := b.start(ctx, "hr", time.Microsecond, 0)
 	require.NoError(t, err)
 	assert.True(t, ok, "a raised rate: its next start comes at once, not after the old period")
 	assert.Zero(t, wait)
-	at, wait, ok, err := a.start(ctx, "hr", time.Hour, 2*time.Hour, 0)
+	wait, ok, err = a.start(ctx, "hr", time.Hour, 2*time.Hour)
 	require.NoError(t, err)
 	require.True(t, ok, "taken ahead")
 	assert.InDelta(t, time.Hour, wait, float64(time.Minute), "an hour after the last start")
-	assert.Equal(t, time.Hour, at.Sub(now), "the start itself, by the database's clock: an hour after the last")
-	_, _, ok, err = b.start(ctx, "hr", time.Hour, 90*time.Minute, 0)
+	_, ok, err = b.start(ctx, "hr", time.Hour, 90*time.Minute)
 	require.NoError(t, err)
 	assert.False(t, ok, "the start after the one taken ahead is two hours on")
 }
@@ -313,42 +312,17 @@ func TestConnectionPlaces_OneChainForTheFleet(t *testing.T) {
 	assert.InDelta(t, 11*time.Second, wait, float64(5*time.Second), "after the moved jobs")
 }
 
-// TestConnectionPlaces_AStartIsTakenItsLeadAhead: a process whose answers
-// take a while to reach it asks for its start that far ahead: a minute
-// here, the first start of a row included. The next start is every after
-// it, and available only once it is within the lead.
-func TestConnectionPlaces_AStartIsTakenItsLeadAhead(t *testing.T) {
-	t.Parallel()
-	a, b := twoProcesses(t)
-	ctx := context.Background()
-	at, wait, ok, err := a.start(ctx, "crm", time.Hour, 0, time.Minute)
-	require.NoError(t, err)
-	require.True(t, ok)
-	assert.InDelta(t, time.Minute, wait, float64(time.Second), "a minute ahead: the row's first start")
-	_, _, ok, err = b.start(ctx, "crm", time.Hour, 0, time.Minute)
-	require.NoError(t, err)
-	assert.False(t, ok, "the next start is an hour after the last: further than the lead")
-	_, _, ok, err = b.start(ctx, "crm", time.Second, 0, time.Minute)
-	require.NoError(t, err)
-	assert.False(t, ok, "a raised rate: its next start, a second after the last, is further than the lead")
-	next, wait, ok, err := b.start(ctx, "crm", time.Second, 10*time.Second, time.Minute)
-	require.NoError(t, err)
-	require.True(t, ok, "within the lead and 10 s")
-	assert.Equal(t, time.Second, next.Sub(at), "every after the last")
-	assert.InDelta(t, time.Minute+time.Second, wait, float64(time.Second))
-}
-
 // TestConnectionPlaces_PaceOutlivesItsRow: a connection's pace row lost
 // (a failover, rows pruned) is made again by the next start or slot.
 func TestConnectionPlaces_PaceOutlivesItsRow(t *testing.T) {
 	t.Parallel()
 	a, _ := twoProcesses(t)
 	ctx := context.Background()
-	_, _, _, err := a.start(ctx, "crm", time.Hour, 0, 0)
+	_, _, err := a.start(ctx, "crm", time.Hour, 0)
 	require.NoError(t, err)
 	_, err = a.pool.Exec(ctx, `DELETE FROM `+a.pace)
 	require.NoError(t, err)
-	_, wait, ok, err := a.start(ctx, "crm", time.Hour, 0, 0)
+	wait, ok, err := a.start(ctx, "crm", time.Hour, 0)
 	require.NoError(t, err)
 	assert.True(t, ok, "the first start of the row made again")
 	assert.Zero(t, wait)
@@ -364,11 +338,11 @@ func TestConnectionPlaces_Prune(t *testing.T) {
 	t.Parallel()
 	a, _ := twoProcesses(t)
 	ctx := context.Background()
-	_, _, _, err := a.start(ctx, "crm", time.Millisecond, 0, 0)
+	_, _, err := a.start(ctx, "crm", time.Millisecond, 0)
 	require.NoError(t, err)
 	_, err = a.pool.Exec(ctx, `UPDATE `+a.pace+` SET last_start = last_start - interval '366 days'`)
 	require.NoError(t, err) // a start over a year ago: no rate needs it
-	_, _, _, err = a.start(ctx, "erp", time.Millisecond, 0, 0)
+	_, _, err = a.start(ctx, "erp", time.Millisecond, 0)
 	require.NoError(t, err)
 	_, err = a.slot(ctx, "ops", time.Hour, time.Hour)
 	require.NoError(t, err)
@@ -454,7 +428,7 @@ func TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree(t *testing.T) {
 	a, b := twoProcesses(t)
 	ctx := context.Background()
 	const every = time.Hour
-	_, _, ok, err := a.start(ctx, "crm", every, 0, 0)
+	_, ok, err := a.start(ctx, "crm", every, 0)
 	require.NoError(t, err)
 	require.True(t, ok)
 	_, err = a.pool.Exec(ctx, `UPDATE `+a.pace+` SET last_start = last_start - interval '2 hours'`)
@@ -472,7 +446,7 @@ func TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree(t *testing.T) {
 	}
 	done := make(chan started, 1)
 	go func() {
-		_, wait, ok, err := b.start(ctx, "crm", every, 0, 0)
+		wait, ok, err := b.start(ctx, "crm", every, 0)
 		done <- started{wait, ok, err}
 	}()
 	require.Eventually(t, func() bool {

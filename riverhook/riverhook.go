@@ -111,10 +111,6 @@
 //   - Starts 2% over 1/rate apart: a start reaches the wire a moment
 //     after its turn, and 20 ms a second absorb that, so that no second
 //     holds one more than the rate. A start used later is given up.
-//   - A fleet's start is taken ahead by its lead: the slowest recent delay
-//     of a start's answer, coming down a sixteenth a start, at most a
-//     second (it holds a River worker). Answers 0 to 100 ms late then
-//     keep 0.95 of the rate, against 0.90 with the last answer's delay.
 //   - The attempt time is a moving average, each attempt weighing 1/8:
 //     it follows a change within a few attempts, not one outlier.
 //   - Holding on: two spacings, at least 100 ms (River's polls bring slots
@@ -153,9 +149,10 @@
 //     change within 2 s.
 //   - A success a process took for no change (its view of the states
 //     read before another's failing write) is looked for in River's table
-//     in a span's first minute only: such a view is a second old at most,
-//     and a scan of the span's completed deliveries would cost each of
-//     them once a minute.
+//     among the deliveries completed in a span's first minute, until the
+//     first write after it: such a view is a second old at most, and a
+//     scan of the span's completed deliveries would cost each of them once
+//     a minute.
 //   - Its last failure is written at most a minute apart: the spans are
 //     hours, and a failing connection costs a write a minute, not one per
 //     attempt. A LifePolicy.Within under an hour writes it a sixtieth of

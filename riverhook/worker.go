@@ -172,12 +172,6 @@ func NewWorker(sender *webhook.Sender, resolve Resolver, opts *WorkerOptions) (*
 		places = newMemoryPlaces(time.Now)
 	}
 	w.admission = newAdmission(places, w.snooze, w.logger)
-	if opts.Places != nil { // a fleet's: its times are the database's
-		w.admission.local = func(t time.Time) (time.Time, bool) {
-			c := w.clock.Load()
-			return c.fromDB(t), c.db && !c.unread()
-		}
-	}
 	return w, nil
 }
 

@@ -50,15 +50,9 @@ type WorkerOptions struct {
 	// not put one more than the rate within a second. A job that comes
 	// early is snoozed to a slot, costing no attempt; one back at its slot
 	// takes the next start up to its holding on ahead and waits for it. A
-	// changed rate takes effect at the next start. A start used over 20 ms
-	// after its turn is given up, and its job snoozed to a slot. In a
-	// fleet, the turn is read on the database's clock, so that a start
-	// whose answer came back late counts as late, and a process takes its
-	// starts as far ahead as its slowest recent answer took to come back,
-	// up to a second. Answers whose delays differ by more than 20 ms cost
-	// starts: 0.95 of the rate with answers 0 to 100 ms late. It is called
-	// once per run, from River's worker goroutines: answer from memory, not
-	// from a query per call. A panic in it is logged, and the delivery waits for
+	// changed rate takes effect at the next start. It is called once per
+	// run, from River's worker goroutines: answer from memory, not from a
+	// query per call. A panic in it is logged, and the delivery waits for
 	// SnoozeFor.
 	RateLimit func(connectionID string) float64
 
