@@ -25,8 +25,9 @@ const DefaultMaxConcurrency = 16
 // field, selects the documented default.
 type SenderOptions struct {
 	// Client makes the requests. It is copied, never modified: the copy
-	// does not follow redirects (a 3xx answer is a failed attempt) and
-	// AttemptTimeout replaces its Timeout. Nil means a client on
+	// does not follow redirects (a 3xx answer is a failed attempt), has no
+	// cookie Jar (one receiver's cookie would reach another on its host)
+	// and AttemptTimeout replaces its Timeout. Nil means a client on
 	// NewTransport's transport, guarded unless AllowPrivateNetworks is set,
 	// on which one HTTP/2 write and a TLS handshake may wait AttemptTimeout,
 	// if that is longer than the transport's 30 seconds.
@@ -189,6 +190,7 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 	}
 	client.Transport = &attemptTransport{rt: rt}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client.Jar = nil   // a receiver's cookie is never sent to another, nor kept
 	client.Timeout = 0 // each attempt's request is bounded (delivery.bound), without a goroutine per request
 	s.client = &client
 	return s, nil

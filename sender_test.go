@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"strconv"
 	"strings"
@@ -294,6 +295,38 @@ func TestNewSender_DoesNotModifyTheClient(t *testing.T) {
 	assert.Zero(t, client.Timeout)
 	assert.Nil(t, client.CheckRedirect)
 	assert.Equal(t, before.Transport, client.Transport)
+}
+
+// A receiver is a URL a stranger typed in: a cookie one sets must not
+// reach another receiver on the same host (cookies ignore the port and, by
+// default, the path), nor grow a jar without end. The Sender's copy of a
+// client drops its Jar (review: a caller's cookiejar carried one
+// receiver's session to the next).
+func TestSend_NoCookieOfOneReceiverReachesAnother(t *testing.T) {
+	setter := newReceiver(t)
+	setter.handle = func(w http.ResponseWriter, _ *http.Request) bool {
+		http.SetCookie(w, &http.Cookie{Name: "session", Value: "setters-secret", Path: "/"})
+		return false
+	}
+	other := newReceiver(t)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := setter.Client()
+	client.Jar = jar
+	s := newTestSender(t, setter, &webhook.SenderOptions{Client: client, Retry: shortPolicy(0)})
+
+	_, err = s.Send(context.Background(), setter.conn("/a"), samplePayload())
+	require.NoError(t, err)
+	_, err = s.Send(context.Background(), other.conn("/b"), samplePayload())
+	require.NoError(t, err)
+
+	got := other.deliveries()
+	require.Len(t, got, 1)
+	assert.Empty(t, got[0].Header.Values("Cookie"), "another receiver on the same host gets no cookie of the first")
+	u, err := url.Parse(setter.URL)
+	require.NoError(t, err)
+	assert.Empty(t, jar.Cookies(u), "the caller's jar stores nothing a receiver sets")
+	assert.Same(t, jar, client.Jar, "the caller's client is not modified")
 }
 
 func TestSender_AttemptIgnoresTheContextDeadline(t *testing.T) {

@@ -239,8 +239,9 @@ const (
 // The method is POST, PUT or PATCH, and the secret is not empty.
 //
 // A custom header has a valid name and no control character (CR, LF) in
-// its value. It may not replace Content-Type, an X-Service-* header, or a
-// header the transport owns: Host, Content-Length, Transfer-Encoding,
+// its value. It may not replace Content-Type, an X-Service-* header (nor
+// X_Service_*: CGI-style servers read '_' as '-'), or a header the
+// transport owns: Host, Content-Length, Transfer-Encoding,
 // Connection and the other hop-by-hop headers, Expect and
 // Proxy-Authorization. Nor may it be Idempotency-Key or X-Idempotency-Key,
 // with which net/http sends a request again, signature and all, when a
@@ -408,7 +409,9 @@ func validateHeader(name, value string) error {
 	if why, ok := reservedHeaders[canonical]; ok {
 		return connError(headerField(name), why)
 	}
-	if strings.HasPrefix(canonical, "X-Service-") {
+	// CGI-style servers (PHP, WSGI, Rack) read '_' as '-': to them,
+	// X_Service_Signature is the signature's header.
+	if strings.HasPrefix(http.CanonicalHeaderKey(strings.ReplaceAll(name, "_", "-")), "X-Service-") {
 		return connError(headerField(name), ownedHeader)
 	}
 	for i := 0; i < len(value); i++ {

@@ -89,10 +89,14 @@ func TestConnection_Validate(t *testing.T) {
 			`headers["Idempotency-Key"]`, "send the request again"},
 		{"x-idempotency-key", func(c *webhook.Connection) { c.Headers = map[string]string{"x-idempotency-key": "k"} },
 			`headers["x-idempotency-key"]`, "send the request again"},
+		{"an underscore elsewhere is fine", func(c *webhook.Connection) { c.Headers = map[string]string{"X_Tenant": "1"} }, "", ""},
 	}
 	for _, name := range []string{"Content-Type", "content-type", "X-Service-Signature", "x-service-timestamp",
 		"X-SERVICE-EVENT", "X-Service-Anything", "Host", "Content-Length", "Transfer-Encoding", "connection", "Upgrade",
-		"Expect", "proxy-authorization"} {
+		"Expect", "proxy-authorization",
+		// CGI-style servers (PHP, WSGI, Rack) read '_' and '-' alike
+		// (HTTP_X_SERVICE_SIGNATURE): an underscore name is the header.
+		"X_Service_Signature", "x_service_timestamp", "X-Service_Event"} {
 		tests = append(tests, struct {
 			name      string
 			mutate    func(*webhook.Connection)
