@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -46,6 +47,8 @@ type admission struct {
 	mu    sync.Mutex
 	lanes map[string]*lane // connection id -> what the process knows of it
 	swept time.Time        // the last sweep of idle lanes
+
+	trip atomic.Int64 // how long the store has taken lately to answer a start, the slowest, in ns (answered)
 }
 
 // lane is what a process knows of a connection, under admission.mu.
@@ -166,20 +169,31 @@ func (a *admission) admit(ctx context.Context, job *river.Job[Args], lim limits)
 // start takes the connection's next start for t: now, or, when hold is set,
 // one up to holdFor ahead, which it waits for; and reports whether it did.
 // A start taken ahead is the run's: the fleet's next one is every after it.
-// A start reached more than startLate after its turn (a busy process, a
-// slow statement) is given up: it could put one more than the rate within
-// a second.
+//
+// The store takes a start at some moment between the ask and its answer,
+// so a start is used up to that round trip after its turn, more when the
+// process is busy. Each start keeps room after it, for as long as the
+// store's answers have taken lately past startLate; a start used later
+// than startLate and its room is given up: it could put one more than the
+// rate within a second. A store that answers in 20 ms keeps no room, and a
+// slower one lowers the rate a backlog gets, never the bound.
 func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, error) {
 	var within time.Duration
 	if hold {
 		within = a.holdFor(t.id, t.lim)
 	}
-	wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within)
-	if err != nil || !ok {
+	room := max(time.Duration(a.trip.Load())-startLate, 0)
+	asked := time.Now()
+	wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within, room)
+	if err != nil {
 		return false, err
 	}
-	turn := time.Now().Add(wait)
+	a.answered(time.Since(asked))
+	if !ok {
+		return false, nil
+	}
 	if wait > 0 {
+		// Waited from the answer, not the ask: the turn may be that late.
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		select {
@@ -188,7 +202,20 @@ func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, erro
 		case <-timer.C:
 		}
 	}
-	return time.Since(turn) <= startLate, nil
+	return time.Since(asked)-wait <= startLate+room, nil
+}
+
+// answered notes that the store answered a start in trip: the room the
+// next starts keep follows the slowest answer, coming down a sixteenth of
+// the way each start, so that one quick answer does not make the next
+// start late.
+func (a *admission) answered(trip time.Duration) {
+	for {
+		old := a.trip.Load()
+		if a.trip.CompareAndSwap(old, max(int64(trip), old-old/16)) {
+			return
+		}
+	}
 }
 
 // take takes a place for a run of connection id, when it has a bound; a

@@ -35,8 +35,10 @@ type Places interface {
 	give(ctx context.Context, p place) error
 	// start takes the connection's next start, every after its last one
 	// or now if later, when that is no further than within from now, and
-	// returns how long until it; ok is false when it is further.
-	start(ctx context.Context, connectionID string, every, within time.Duration) (wait time.Duration, ok bool, err error)
+	// returns how long until it; ok is false when it is further. The start
+	// after it comes room later still: the room kept for this one to be
+	// used late.
+	start(ctx context.Context, connectionID string, every, within, room time.Duration) (wait time.Duration, ok bool, err error)
 	// slot hands the next slot of the connection's chain, at least after
 	// from now and spacing after the last slot handed, and returns how
 	// long until it.
@@ -141,7 +143,7 @@ func (m *memoryPlaces) give(_ context.Context, p place) error {
 	return nil
 }
 
-func (m *memoryPlaces) start(_ context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {
+func (m *memoryPlaces) start(_ context.Context, id string, every, within, room time.Duration) (time.Duration, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, now := m.conn(id), m.now()
@@ -150,7 +152,7 @@ func (m *memoryPlaces) start(_ context.Context, id string, every, within time.Du
 	if next.Sub(now) > within {
 		return 0, false, nil
 	}
-	c.lastStart = next
+	c.lastStart = next.Add(room)
 	return next.Sub(now), true, nil
 }
 
@@ -629,19 +631,20 @@ func (p *ConnectionPlaces) Close(ctx context.Context) {
 	p.lost(ctx, errors.New("the places were closed"))
 }
 
-func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within time.Duration) (time.Duration, bool, error) {
+func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within, room time.Duration) (time.Duration, bool, error) {
 	// The update's WHERE leaves the row, and returns none, when the next
 	// start is further than within. Its now is clock_timestamp(), read
 	// once the statement has the row: a statement that waited for another
 	// process's start to commit starts its run after the wait
-	// (TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree).
+	// (TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree). last_start
+	// keeps the start's room after it.
 	var wait int64
-	err := p.pool.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, last_start) VALUES ($1, clock_timestamp())
+	err := p.pool.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, last_start) VALUES ($1, clock_timestamp() + $4 * interval '1 microsecond')
 		ON CONFLICT (connection_id) DO UPDATE
-			SET last_start = greatest(p.last_start + $2 * interval '1 microsecond', clock_timestamp())
+			SET last_start = greatest(p.last_start + $2 * interval '1 microsecond', clock_timestamp()) + $4 * interval '1 microsecond'
 			WHERE p.last_start + $2 * interval '1 microsecond' <= clock_timestamp() + $3 * interval '1 microsecond'
-		RETURNING greatest(extract(epoch FROM p.last_start - clock_timestamp()) * 1e6, 0)::bigint`,
-		id, every.Microseconds(), max(within, 0).Microseconds()).Scan(&wait)
+		RETURNING greatest(extract(epoch FROM p.last_start - $4 * interval '1 microsecond' - clock_timestamp()) * 1e6, 0)::bigint`,
+		id, every.Microseconds(), max(within, 0).Microseconds(), max(room, 0).Microseconds()).Scan(&wait)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, false, nil
