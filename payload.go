@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -130,7 +132,7 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if len(b) == 0 || b[0] != '"' {
-		return errors.New("webhook: time must be a JSON string")
+		return timeError(jsonKind(b), "want a string")
 	}
 	var s string
 	if bytes.IndexByte(b, '\\') < 0 && len(b) >= 2 && b[len(b)-1] == '"' {
@@ -152,10 +154,33 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("webhook: time is not ISO 8601 (RFC 3339): %w", err)
+		return timeError("string "+strconv.Quote(s), "not an ISO 8601 (RFC 3339) date-time")
 	}
 	t.Time = parsed
 	return nil
+}
+
+// timeError says why a JSON value is not a Time as a json.UnmarshalTypeError,
+// which encoding/json completes with the field's path (such as
+// "user.createdAt"): an error of another type would not say which of a
+// body's times it is.
+func timeError(value, why string) error {
+	return &json.UnmarshalTypeError{Value: value + " (" + why + ")", Type: reflect.TypeFor[Time]()}
+}
+
+// jsonKind names the kind of the JSON value b, for an error.
+func jsonKind(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return "nothing"
+	case b[0] == '{':
+		return "object"
+	case b[0] == '[':
+		return "array"
+	case b[0] == 't' || b[0] == 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 // isoLayouts are the ISO 8601 forms of the spec's "UTC date-time" that

@@ -285,3 +285,18 @@ func TestSend_UnencodablePayloadIsInvalid(t *testing.T) {
 		assert.ErrorIs(t, results[0].Err, webhook.ErrInvalidPayload, name)
 	}
 }
+
+// A time that does not decode is named by its field, as every other field
+// of the wrong type is: a body has three times.
+func TestParsePayload_TimeErrorNamesItsField(t *testing.T) {
+	for field, body := range map[string]string{
+		"timestamp":      `{"event":"user.identified","timestamp":"yesterday"}`,
+		"user.createdAt": `{"event":"user.identified","user":{"createdAt":"yesterday"}}`,
+		"user.updatedAt": `{"event":"user.identified","user":{"updatedAt":12}}`,
+	} {
+		_, err := webhook.ParsePayload([]byte(body))
+		require.ErrorIs(t, err, webhook.ErrMalformedPayload, field)
+		assert.Contains(t, err.Error(), "field", field)
+		assert.Contains(t, err.Error(), "."+field+" ", "the error names the field")
+	}
+}
