@@ -38,7 +38,9 @@ var ErrInProgress = errors.New("webhook: delivery is being handled")
 
 // ErrReplayStore is matched by the error of a delivery that verified but
 // whose signature could not be checked against the [ReplayStore], because
-// the store failed (a shared store that cannot be reached, say). It does not
+// the store failed (a shared store that cannot be reached, say), or the
+// memory store let go of what it knew of the delivery's time while the
+// delivery was held, more than 5 seconds, before it could look. It does not
 // match [ErrVerification]: the delivery may be authentic. Middleware and
 // NewHandler answer it 503, so that the sender retries later.
 var ErrReplayStore = errors.New("webhook: cannot check for a replay")
@@ -360,7 +362,24 @@ type replayEntries struct {
 	n        int             // entries in all buckets, some maybe expired
 	max      int
 	nextDrop int64 // no bucket can be dropped before, Unix ns by the store's clock
+
+	// What drop forgot: the latest expiry of a bucket it dropped (Unix
+	// ns) and the greatest index of one, if forgot. A claim judged before
+	// gone, for a bucket of index up to goneIndex, may miss an entry live
+	// by its time (see replayUnknown).
+	forgot    bool
+	gone      int64
+	goneIndex int64
 }
+
+// replayUnknown is what claim answers for a Verifier's delivery judged by a
+// time before an entry that drop forgot expired, in a bucket it may have
+// been in: a claim held longer than dropLag between the window's judgement
+// and the memory's lock (a goroutine starved by a flood), while another
+// delivery's, judged later, dropped the buckets expired by its own time.
+// The memory cannot tell a copy then, and says so rather than take it for
+// a new delivery.
+const replayUnknown ReplayState = -1
 
 // replayBucket holds the entries of the deliveries whose timestamps fall in
 // one span (for keys given without a timestamp, whose expiries do).
@@ -382,6 +401,9 @@ func (m *replayEntries) claim(k replayKey, index, now int64, st stamp) ReplaySta
 	m.drop(now)
 	if _, old, ok := m.find(k, index, now); ok {
 		return old.state()
+	}
+	if index != noIndex && m.forgot && now < m.gone && index <= m.goneIndex {
+		return replayUnknown
 	}
 	m.put(k, index, st)
 	return ReplayUnseen
@@ -495,6 +517,13 @@ func (m *replayEntries) drop(now int64) {
 			return false
 		}
 		m.n -= len(b.seen)
+		if !m.forgot || b.until > m.gone {
+			m.gone = b.until
+		}
+		if !m.forgot || b.index > m.goneIndex {
+			m.goneIndex = b.index
+		}
+		m.forgot = true
 		return true
 	})
 	m.nextDrop = next
@@ -568,7 +597,12 @@ func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
 	if v.mem != nil {
 		k, index := v.mem.delivery(&d.sig, d.ts)
 		now := v.memNow(d)
-		added = v.mem.entries.claim(k, index, now, newStamp(expiryAt(now, ttl), false)) == ReplayUnseen
+		switch v.mem.entries.claim(k, index, now, newStamp(expiryAt(now, ttl), false)) {
+		case replayUnknown:
+			return errReplayForgotten
+		case ReplayUnseen:
+			added = true
+		}
 	} else {
 		var err error
 		added, err = v.store.Add(ctx, hex.EncodeToString(d.sig[:]), ttl)
@@ -582,6 +616,10 @@ func (v *Verifier) checkReplay(ctx context.Context, d *signed) error {
 	return nil
 }
 
+// errReplayForgotten refuses a delivery the memory store answered
+// replayUnknown for: so that the sender retries, signing afresh.
+var errReplayForgotten = fmt.Errorf("%w: this delivery was verified by a time the replay memory has moved past since (its verification was held over %v), so it cannot tell a copy of it", ErrReplayStore, dropLag)
+
 // claim claims the delivery d for its handler, and returns what its
 // signature held: ReplayUnseen when the handler is to run.
 func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
@@ -589,7 +627,11 @@ func (v *Verifier) claim(ctx context.Context, d *signed) (ReplayState, error) {
 	if v.mem != nil {
 		k, index := v.mem.delivery(&d.sig, d.ts)
 		d.claimed = v.memNow(d)
-		return v.mem.entries.claim(k, index, d.claimed, newStamp(expiryAt(d.claimed, lease), true)), nil
+		st := v.mem.entries.claim(k, index, d.claimed, newStamp(expiryAt(d.claimed, lease), true))
+		if st == replayUnknown {
+			return 0, errReplayForgotten
+		}
+		return st, nil
 	}
 	st, err := v.store.Claim(ctx, hex.EncodeToString(d.sig[:]), lease)
 	if err != nil {

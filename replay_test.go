@@ -549,3 +549,43 @@ func TestVerifier_ACopyTheWindowAcceptsIsRefusedWhileAnotherDeliveryIsClaimed(t 
 	}
 	assert.ErrorIs(t, v.Verify(h, body), webhook.ErrReplayed, "a copy within the window")
 }
+
+// TestVerifier_ACopyIsNeverAcceptedHoweverLongAnotherClaimCameFirst: the
+// test above, with the copy held longer than the memory's dropLag between
+// reading the clock and claiming (a goroutine starved by a flood of
+// requests, a stop of its own): the other delivery's claim, judged 6 s
+// later, drops the copy's first delivery, which the copy's own time still
+// finds live. However late it claims, a copy is never accepted.
+func TestVerifier_ACopyIsNeverAcceptedHoweverLongAnotherClaimCameFirst(t *testing.T) {
+	body := []byte(`{"event":"user.identified"}`)
+	ts := testNow.UnixMilli()
+	lastMillisecond := testNow.Add(webhook.DefaultTolerance) // age exactly the tolerance: accepted
+	later := lastMillisecond.Add(6 * time.Second)
+	other := []byte(`{"event":"user.deleted"}`)
+
+	var v *webhook.Verifier
+	now := testNow
+	var during func() // run as the copy reads the clock: while it is held
+	clock := func() time.Time {
+		if f := during; f != nil {
+			during = nil
+			t := now
+			f()
+			return t
+		}
+		return now
+	}
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{Now: clock})
+	require.NoError(t, err)
+	h := signedHeader(testSecret, ts, body)
+	require.NoError(t, v.Verify(h, body))
+
+	now = lastMillisecond
+	during = func() {
+		now = later
+		require.NoError(t, v.Verify(signedHeader(testSecret, later.UnixMilli(), other), other), "another delivery")
+	}
+	err = v.Verify(h, body)
+	require.Error(t, err, "a copy within the window is never accepted")
+	assert.ErrorIs(t, err, webhook.ErrReplayStore, "the memory cannot tell: the sender retries")
+}
