@@ -21,7 +21,7 @@ import (
 // receiver's handler: a POST to "/webhooks" with the JSON body, Content-Type
 // and all three X-Service-* headers, signed with secret at time at. Give a
 // time more than 5 minutes ago, or ahead, for an expired or a future
-// delivery.
+// delivery (the zero time.Time is one too: see SignedHeader).
 //
 // Two requests are two deliveries, as the sender would make them: a request
 // that would carry a signature made before in this process (the same
@@ -53,11 +53,13 @@ func NewRawRequest(secret, event string, body []byte, at time.Time) *http.Reques
 // SignedHeader returns the headers of a delivery of body signed with secret
 // at time at: Content-Type, X-Service-Event, X-Service-Timestamp and
 // X-Service-Signature. With another body, they make a tampered delivery.
+// A time before 1970 (the zero time.Time) is signed at 1970, the earliest
+// time the header holds: an expired delivery too.
 // As with NewRequest, a signature made before in this process is never made
 // again: the timestamp moves on to the first millisecond not signed at for
 // that secret and body, at the cost of one search however many were.
 func SignedHeader(secret, event string, body []byte, at time.Time) http.Header {
-	ts := signatures.next(signedKey(secret, body), at.UnixMilli())
+	ts := signatures.next(signedKey(secret, body), max(at.UnixMilli(), 0)) // the header holds no sign
 	sig := webhook.Sign(secret, ts, body)
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")

@@ -90,3 +90,16 @@ func TestDuplicate_OfADeliveryServedAlready(t *testing.T) {
 		})
 	}
 }
+
+// TestNewRequest_ATimeBefore1970IsExpired: the zero time.Time, the usual
+// "long ago", makes an expired delivery as the doc says, not a timestamp
+// header no receiver parses ("-62135596800000").
+func TestNewRequest_ATimeBefore1970IsExpired(t *testing.T) {
+	v, err := webhook.NewVerifier([]string{secret}, nil)
+	require.NoError(t, err)
+	for _, at := range []time.Time{{}, time.Unix(-1, 0)} {
+		r := webhooktest.NewRequest(secret, webhook.Payload{Event: webhook.EventUserIdentified}, at)
+		_, err := v.VerifyRequest(r)
+		assert.ErrorIs(t, err, webhook.ErrTimestampExpired, "signed at %v", at)
+	}
+}
