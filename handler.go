@@ -24,7 +24,8 @@ var ErrUnreadableBody = errors.New("webhook: cannot read request body")
 // VerifyRequest reads r's body (at most the body limit), verifies it with
 // r's headers, and returns it. Whatever the outcome, r.Body is replaced by a
 // reader of the bytes read, so the next handler reads the identical body. A
-// body over the limit gives an error matching [ErrBodyTooLarge]; an error
+// body over the limit, or over that of an http.MaxBytesReader in front
+// (http.MaxBytesHandler), gives an error matching [ErrBodyTooLarge]; an error
 // while reading matches [ErrUnreadableBody] and wraps the reader's error.
 //
 // Inside the Middleware or NewHandler of a Verifier on the same replay
@@ -374,6 +375,12 @@ func readBody(buf []byte, rc io.ReadCloser, contentLength, limit int64) ([]byte,
 			return buf, nil
 		}
 		if err != nil {
+			// A limit of the receiver's own in front (http.MaxBytesHandler)
+			// is a body too large, not one that cannot be read.
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return buf, bodyTooLarge(mbe.Limit)
+			}
 			return buf, fmt.Errorf("%w: %w", ErrUnreadableBody, err)
 		}
 	}

@@ -749,3 +749,46 @@ func TestMiddleware_ADeliveryThroughOneVerifierTwiceIsHandled(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddleware_ABodyOverTheLimitOfAMaxBytesHandlerIsTooLarge: a receiver
+// that bounds bodies itself with http.MaxBytesHandler in front of the
+// Middleware, over a real socket, with a chunked body (no Content-Length):
+// a body over that limit is too large (413, ErrBodyTooLarge), as the
+// Middleware's doc answers a body over the limit, not a body that "cannot
+// be read" (400, ErrUnreadableBody: the client went away or sent garbage).
+func TestMiddleware_ABodyOverTheLimitOfAMaxBytesHandlerIsTooLarge(t *testing.T) {
+	refused := make(chan error, 1)
+	v, err := webhook.NewVerifier([]string{testSecret}, &webhook.VerifierOptions{
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			refused <- err
+			http.Error(w, "refused", http.StatusTeapot)
+		},
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(http.MaxBytesHandler(v.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("a body over the limit reached the handler")
+	})), 1000))
+	defer srv.Close()
+
+	body := bytes.Repeat([]byte("a"), 5000)
+	r := newSignedRequest(testSecret, time.Now().UnixMilli(), body)
+	req, err := http.NewRequest(http.MethodPost, srv.URL, io.MultiReader(bytes.NewReader(body))) // chunked
+	require.NoError(t, err)
+	req.Header = r.Header
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	got := <-refused
+	assert.ErrorIs(t, got, webhook.ErrBodyTooLarge)
+	assert.NotErrorIs(t, got, webhook.ErrUnreadableBody)
+
+	// The default answer.
+	v2, err := webhook.NewVerifier([]string{testSecret}, nil)
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	req2 := newSignedRequest(testSecret, time.Now().UnixMilli(), body)
+	req2.ContentLength = -1
+	req2.Body = http.MaxBytesReader(rec, io.NopCloser(io.MultiReader(bytes.NewReader(body))), 1000)
+	v2.Middleware(http.NotFoundHandler()).ServeHTTP(rec, req2)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
+}
