@@ -23,7 +23,8 @@ var ErrUnreadableBody = errors.New("webhook: cannot read request body")
 
 // VerifyRequest reads r's body (at most the body limit), verifies it with
 // r's headers, and returns it. Whatever the outcome, r.Body is replaced by a
-// reader of the bytes read, so the next handler reads the identical body. A
+// reader of the bytes read, so the next handler reads the identical body
+// (a zero Verifier, which refuses every request, reads nothing). A
 // body over the limit, or over that of an http.MaxBytesReader in front
 // (http.MaxBytesHandler), gives an error matching [ErrBodyTooLarge]; an error
 // while reading matches [ErrUnreadableBody] and wraps the reader's error.

@@ -89,7 +89,9 @@ type VerifierOptions struct {
 	Now func() time.Time
 
 	// Logger receives, at level Warn, why each request refused by
-	// Middleware or NewHandler was refused. Nil means no logging.
+	// Middleware or NewHandler was refused, and at level Info each copy
+	// of a delivery they acknowledged or asked to retry. Nil means no
+	// logging.
 	Logger *slog.Logger
 
 	// ErrorHandler, if not nil, answers the requests that Middleware and
