@@ -489,3 +489,34 @@ func TestSend_ASlowHandshakeHasTheAttemptsTime(t *testing.T) {
 		require.NoError(t, err, "answered 200 after 12 s, within the attempt's %v: %v", webhook.DefaultAttemptTimeout, res.Attempts)
 	})
 }
+
+// TestNewTransport_NumericHostNamesNeverReachTheProxy: a URL whose host
+// ends in a number (127.1, 2130706433, 0x7f.0.0.1, 127.0.0.1.) is an IPv4
+// address to inet_aton, to browsers and to many proxies, though not to
+// netip: through an egress proxy, which resolves what it is given, the
+// guard's check of IP literals must not let it pass as a host name.
+func TestNewTransport_NumericHostNamesNeverReachTheProxy(t *testing.T) {
+	rv := newReceiver(t)
+	proxy := newConnectProxy(t)
+	_, port, _ := net.SplitHostPort(rv.Listener.Addr().String())
+	tr := newTransport(t, &webhook.TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: certPool(rv)},
+		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.addr}),
+	})
+	defer tr.CloseIdleConnections()
+	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+	for _, host := range []string{"127.1", "2130706433", "0x7f.0.0.1", "0x7f000001", "127.0.0.1.", "0177.0.0.1", "169.254.169.254."} {
+		proxy.route(host+":"+port, rv.Listener.Addr().String()) // as a proxy resolving it would
+		c := webhook.Connection{URL: "https://" + host + ":" + port + "/", Secret: testSecret}
+		res, err := s.Send(context.Background(), c, samplePayload())
+		require.Error(t, err, host)
+		assert.ErrorIs(t, err, webhook.ErrInvalidConnection, host)
+		assert.Empty(t, res.Attempts, host)
+		assert.ErrorIs(t, c.Validate(), webhook.ErrInvalidConnection, host)
+	}
+	assert.Zero(t, proxy.connects.Load(), "nothing reached the proxy")
+	assert.Empty(t, rv.deliveries())
+	for _, host := range []string{"example.com", "1x.example.com", "a.b1", "8.8.8.8", "host-0x1.example", "[::ffff:8.8.8.8]", "[64:ff9b::8.8.8.8]"} {
+		assert.NoError(t, webhook.Connection{URL: "https://" + host + "/", Secret: testSecret}.Validate(), host)
+	}
+}

@@ -233,7 +233,10 @@ const (
 //
 // The URL must be an absolute https:// URL of at most [MaxURLBytes] bytes.
 // Its host is an IP address or an ASCII host name (an internationalised name
-// in its xn-- form), and its port, if any, 1 to 65535. Plain http:// is
+// in its xn-- form), and its port, if any, 1 to 65535. A host whose last
+// label is a number (127.1, 2130706433, 0x7f.0.0.1, 127.0.0.1.) is an IPv4
+// address to browsers and proxies: only the dotted form, without a final
+// dot, is taken. Plain http:// is
 // refused; there is no switch.
 //
 // The method is POST, PUT or PATCH, and the secret is not empty.
@@ -356,6 +359,12 @@ func validateURL(raw string) (*url.URL, error) {
 		// net/http would rewrite anything else (IDNA), or dial the raw bytes
 		// when that fails: the host dialled must be the host validated.
 		return nil, connError("url", "host must be an IP address or an ASCII host name (write an internationalised name in its xn-- form)")
+	case endsInNumber(host) && !validIPv4(host):
+		// 127.1, 2130706433, 0x7f.0.0.1, 127.0.0.1.: an IPv4 address to
+		// inet_aton, browsers and the egress proxies that resolve what
+		// they are given, a host name to netip, so the guard's check of IP
+		// literals before a proxy would let it pass.
+		return nil, connError("url", "a host ending in a number must be an IPv4 address in its dotted form, such as 203.0.113.7, without a final dot")
 	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {
@@ -374,6 +383,41 @@ func validHost(host string) bool {
 	}
 	_, err := netip.ParseAddr(host)
 	return err == nil
+}
+
+// endsInNumber reports whether host's last label (less a final dot) is a
+// number, decimal or 0x hexadecimal, as the WHATWG URL standard has it: such
+// a host is read as an IPv4 address, whatever form it is in.
+func endsInNumber(host string) bool {
+	if strings.Contains(host, ":") { // an IPv6 address, which may end in an IPv4 one
+		return false
+	}
+	host = strings.TrimSuffix(host, ".")
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if last == "" {
+		return false
+	}
+	if len(last) >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') {
+		last = last[2:]
+		for i := 0; i < len(last); i++ {
+			if !('0' <= last[i] && last[i] <= '9' || 'a' <= last[i] && last[i] <= 'f' || 'A' <= last[i] && last[i] <= 'F') {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i < len(last); i++ {
+		if last[i] < '0' || last[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// validIPv4 reports whether host is an IPv4 address in its dotted form.
+func validIPv4(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Is4()
 }
 
 // validHostName reports whether host is an ASCII host name: dot-separated
