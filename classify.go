@@ -75,7 +75,7 @@ func classify(ctx context.Context, resp *http.Response, err error, rawURL string
 		kind = KindTimeout
 	case errors.Is(err, syscall.ECONNREFUSED):
 		kind = KindRefused
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+	case errors.Is(err, errNotResent), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		// net/http's HTTP/2 stream error (RST_STREAM) is not exported.
 		strings.HasPrefix(cause.Error(), "stream error: "):

@@ -3,6 +3,8 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -171,8 +173,7 @@ func (d *delivery) request(ctx context.Context) *http.Request {
 	hreq.Proto, hreq.ProtoMajor, hreq.ProtoMinor = "HTTP/1.1", 1, 1
 	hreq.Header = h
 	hreq.Body = newRequestBody(body)
-	hreq.GetBody = func() (io.ReadCloser, error) { return newRequestBody(body), nil }
-	hreq.ContentLength = int64(len(body))
+	hreq.ContentLength = int64(len(body)) // GetBody is the attempt's: see bound
 	return d.bound(hreq)
 }
 
@@ -275,12 +276,15 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 	scope := withDialScope(d.ctx, deadline)
 	caller := httptrace.ContextClientTrace(scope)
 	d.cur.trace = &scope.trace
+	d.cur.trace.body = d.body
 	ctx := httptrace.WithClientTrace(scope, &d.cur.trace.trace)
 	if caller != nil && caller.Got1xxResponse != nil {
 		ctx = bound1xx(ctx, httptrace.ContextClientTrace(ctx), caller.Got1xxResponse, &d.cur.trace.got1xx)
 	}
 	d.cur.ctx, d.cur.cancel = context.WithDeadline(ctx, deadline)
-	return r.WithContext(d.cur.ctx)
+	r = r.WithContext(d.cur.ctx)
+	r.GetBody = d.cur.trace.getBody
+	return r
 }
 
 // validEvent reports whether event may name an event: not empty, no
@@ -526,6 +530,10 @@ func (d *delivery) scrubText(s string) string {
 type connTrace struct {
 	connected atomic.Bool
 	conn      atomic.Pointer[boundedConn] // lent the attempt's allowance
+	h2        atomic.Bool                 // the connection it got last speaks HTTP/2
+	sent      atomic.Bool                 // its headers, signature and all, were written on an HTTP/2 connection
+	answered  atomic.Bool                 // an answer began
+	body      []byte                      // the delivery's, for getBody
 	got1xx    informational
 	trace     httptrace.ClientTrace
 }
@@ -534,10 +542,42 @@ type connTrace struct {
 func (t *connTrace) init() {
 	t.trace.GotConn = t.gotConn
 	t.trace.Got1xxResponse = func(_ int, h textproto.MIMEHeader) error { return t.got1xx.count(h) }
+	t.trace.WroteHeaders = t.wroteHeaders
+	t.trace.GotFirstResponseByte = func() { t.answered.Store(true) }
+}
+
+// errNotResent fails an attempt whose request net/http would send again,
+// signature and all: see connTrace.getBody.
+var errNotResent = errors.New("webhook: the receiver's HTTP/2 connection dropped the request after it was sent (GOAWAY, or its stream refused or reset), and it is not sent again with the same signature; a retry is signed afresh")
+
+// getBody is the request's GetBody, with which net/http sends a request
+// again within its round trip: over HTTP/1, only when nothing of it was
+// written (a kept-alive connection closed under it); over HTTP/2, also
+// after its stream was refused or reset, or its connection went away
+// (GOAWAY), its HEADERS sent: a receiver answering each request with
+// GOAWAY got it again and again on new connections until the attempt's
+// time was up, thousands of copies of one signature. Once the headers went
+// out on an HTTP/2 connection with no answer, it refuses: the attempt
+// fails, and the policy's retry is signed afresh. (After an answer,
+// net/http's client asks for the body of a 307 or 308's redirect, which
+// is never sent.)
+func (t *connTrace) getBody() (io.ReadCloser, error) {
+	if t.sent.Load() && !t.answered.Load() {
+		return nil, errNotResent
+	}
+	return newRequestBody(t.body), nil
+}
+
+func (t *connTrace) wroteHeaders() {
+	if t.h2.Load() {
+		t.sent.Store(true)
+	}
 }
 
 func (t *connTrace) gotConn(info httptrace.GotConnInfo) {
 	t.connected.Store(true)
+	tc, ok := info.Conn.(*tls.Conn)
+	t.h2.Store(ok && tc.ConnectionState().NegotiatedProtocol == "h2")
 	if c := boundedOf(info.Conn); c != nil {
 		c.begin()
 		if old := t.conn.Swap(c); old != nil {
