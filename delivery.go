@@ -532,7 +532,7 @@ type connTrace struct {
 	conn      atomic.Pointer[boundedConn] // lent the attempt's allowance
 	h2        atomic.Bool                 // the connection it got last speaks HTTP/2
 	sent      atomic.Bool                 // its headers, signature and all, were written on an HTTP/2 connection
-	answered  atomic.Bool                 // an answer began
+	answered  atomic.Bool                 // a final answer came (attemptTransport)
 	body      []byte                      // the delivery's, for getBody
 	got1xx    informational
 	trace     httptrace.ClientTrace
@@ -543,7 +543,6 @@ func (t *connTrace) init() {
 	t.trace.GotConn = t.gotConn
 	t.trace.Got1xxResponse = func(_ int, h textproto.MIMEHeader) error { return t.got1xx.count(h) }
 	t.trace.WroteHeaders = t.wroteHeaders
-	t.trace.GotFirstResponseByte = func() { t.answered.Store(true) }
 }
 
 // errNotResent fails an attempt whose request net/http would send again,
@@ -558,9 +557,9 @@ var errNotResent = errors.New("webhook: the receiver's HTTP/2 connection dropped
 // GOAWAY got it again and again on new connections until the attempt's
 // time was up, thousands of copies of one signature. Once the headers went
 // out on an HTTP/2 connection with no answer, it refuses: the attempt
-// fails, and the policy's retry is signed afresh. (After an answer,
+// fails, and the policy's retry is signed afresh. (After a final answer,
 // net/http's client asks for the body of a 307 or 308's redirect, which
-// is never sent.)
+// is never sent; a 1xx answer is none: a 103 then a GOAWAY was sent again.)
 func (t *connTrace) getBody() (io.ReadCloser, error) {
 	if t.sent.Load() && !t.answered.Load() {
 		return nil, errNotResent

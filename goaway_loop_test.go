@@ -30,6 +30,10 @@ func TestSend_HTTP2RequestDroppedAfterItWasSentIsNotSentAgain(t *testing.T) {
 	}{
 		{"GOAWAY", func(p *h2Peer, _ uint32) { p.frame(0x7, 0, 0, make([]byte, 8)) }},                        // last stream 0, NO_ERROR
 		{"REFUSED_STREAM", func(p *h2Peer, stream uint32) { p.frame(0x3, 0, stream, []byte{0, 0, 0, 0x7}) }}, // RST_STREAM
+		{"103 then GOAWAY", func(p *h2Peer, stream uint32) { // an informational answer is no answer
+			p.frame(0x1, 0x4, stream, []byte{0x08, 0x03, '1', '0', '3'}) // HEADERS :status 103
+			p.frame(0x7, 0, 0, make([]byte, 8))
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newRawH2(t)

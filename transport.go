@@ -388,9 +388,15 @@ type scopeContext struct {
 
 type dialScopeKey struct{}
 
+// connTraceKey finds the connTrace of the attempt a context is of.
+type connTraceKey struct{}
+
 func (c *scopeContext) Value(key any) any {
-	if key == (dialScopeKey{}) {
+	switch key {
+	case dialScopeKey{}:
 		return &c.s
+	case connTraceKey{}:
+		return &c.trace
 	}
 	return c.Context.Value(key)
 }
@@ -478,6 +484,11 @@ type attemptTransport struct {
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.rt.RoundTrip(req)
+	if err == nil {
+		if ct, _ := req.Context().Value(connTraceKey{}).(*connTrace); ct != nil {
+			ct.answered.Store(true) // its request may be asked for again now (connTrace.getBody)
+		}
+	}
 	switch {
 	case err != nil:
 	case resp.StatusCode < 100 || resp.StatusCode > 599:
