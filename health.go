@@ -169,7 +169,9 @@ type HealthOptions struct {
 	// found down, and a process starting up starts from the marks: they
 	// are read at NewSender, and the first attempts wait for that read
 	// (at most OnChangeTimeout). Later reads are off the attempt path; an
-	// error is logged and the Sender goes on with what it knows.
+	// error, or a panic of Since, is logged and the Sender goes on with
+	// what it knows. A nil pointer (a store never made) is an error of
+	// NewSender.
 	Marks HealthMarks
 
 	// FollowEvery is how often, at most, the marks are read while
@@ -376,6 +378,10 @@ func newHealth(o *HealthOptions, attemptTimeout time.Duration, now func() time.T
 		return nil, fmt.Errorf("webhook: HealthOptions.FollowEvery must not be negative, got %v", o.FollowEvery)
 	case o.MaxUnansweredTotal < 0:
 		return nil, fmt.Errorf("webhook: HealthOptions.MaxUnansweredTotal must not be negative, got %d", o.MaxUnansweredTotal)
+	case o.Marks != nil && nilValue(o.Marks):
+		// Read on a goroutine of the Sender's, where its panic would end
+		// the process.
+		return nil, fmt.Errorf("webhook: HealthOptions.Marks holds a nil %T: a store declared and never made", o.Marks)
 	}
 	h := &health{
 		policy: healthPolicy{
@@ -1195,7 +1201,7 @@ func (h *health) follow() {
 	if !from.IsZero() {
 		from = from.Add(-marksOverlap)
 	}
-	marks, next, err := h.fleet.marks.Since(ctx, from)
+	marks, next, err := h.readMarks(ctx, from)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	select {
@@ -1216,6 +1222,18 @@ func (h *health) follow() {
 	for i := range marks {
 		h.apply(&marks[i], now, h.fleet.reads)
 	}
+}
+
+// readMarks calls the store's Since; a panic of it (the caller's store)
+// is a failed read: on this goroutine of the Sender's, no caller could
+// recover it, and it would end the process.
+func (h *health) readMarks(ctx context.Context, from time.Time) (marks []EndpointHealth, next time.Time, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			marks, next, err = nil, from, fmt.Errorf("HealthMarks.Since panicked: %v", v)
+		}
+	}()
+	return h.fleet.marks.Since(ctx, from)
 }
 
 // appliedMark is a down mark of another process that was applied: its
