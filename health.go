@@ -169,7 +169,7 @@ type HealthOptions struct {
 	// found down, and a process starting up starts from the marks: they
 	// are read at NewSender, and the first attempts wait for that read
 	// (at most OnChangeTimeout). Later reads are off the attempt path; an
-	// error, or a panic of Since, is logged and the Sender goes on with
+	// error, or a panic of the store, is logged and the Sender goes on with
 	// what it knows. A nil pointer (a store never made) is an error of
 	// NewSender.
 	Marks HealthMarks
@@ -1142,7 +1142,7 @@ type fleet struct {
 func newFleet(marks HealthMarks, every time.Duration, onChange *func(context.Context, EndpointHealth), logger *slog.Logger) *fleet {
 	next := *onChange
 	*onChange = func(ctx context.Context, c EndpointHealth) {
-		if err := marks.Mark(ctx, c); err != nil {
+		if err := writeMark(ctx, marks, c); err != nil {
 			logger.LogAttrs(ctx, slog.LevelWarn, "webhook: cannot write an endpoint health mark",
 				slog.String("endpoint", c.Endpoint), slog.Bool("down", c.Down), slog.String("error", err.Error()))
 		}
@@ -1152,6 +1152,17 @@ func newFleet(marks HealthMarks, every time.Duration, onChange *func(context.Con
 	}
 	return &fleet{marks: marks, every: every, urlMarks: map[string]EndpointHealth{}, applied: map[string]appliedMark{},
 		first: make(chan struct{}), firstBy: time.Now().Add(OnChangeTimeout)}
+}
+
+// writeMark writes c to marks; a panic of the store is its error, so
+// that OnChange, called next, still reports the change.
+func writeMark(ctx context.Context, marks HealthMarks, c EndpointHealth) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("HealthMarks.Mark panicked: %v", v)
+		}
+	}()
+	return marks.Mark(ctx, c)
 }
 
 // seeded waits, with HealthOptions.Marks, until the Sender's first read of

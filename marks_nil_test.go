@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,5 +65,25 @@ func TestHealth_AMarksStoreThatPanicsIsLoggedNotFatal(t *testing.T) {
 	_, err = s.Send(context.Background(), fakeConn, samplePayload())
 	require.NoError(t, err)
 	require.NoError(t, s.Flush(context.Background()))
+	assert.Contains(t, logs.String(), "the store's bug")
+}
+
+// TestHealth_AMarksStoreThatPanicsStillLetsOnChangeReport: the store's Mark
+// is written before OnChange is called; its panic skipped OnChange (the
+// change never reached the service) and was logged as OnChange's.
+func TestHealth_AMarksStoreThatPanicsStillLetsOnChangeReport(t *testing.T) {
+	var logs lockedBuffer
+	changes := make(chan webhook.EndpointHealth, 4)
+	rt := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, syscall.ECONNREFUSED })
+	s, err := webhook.NewSender(&webhook.SenderOptions{Client: &http.Client{Transport: rt}, Retry: &webhook.RetryPolicy{},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Health: &webhook.HealthOptions{DownAfter: 1, Marks: panickingMarks{}, OnChange: func(_ context.Context, h webhook.EndpointHealth) { changes <- h }}})
+	require.NoError(t, err)
+	_, err = s.Send(context.Background(), fakeConn, samplePayload())
+	require.Error(t, err)
+	require.NoError(t, s.Flush(context.Background()))
+	require.Len(t, changes, 1, "the change is reported")
+	assert.True(t, (<-changes).Down)
+	assert.NotContains(t, logs.String(), "OnChange panicked")
 	assert.Contains(t, logs.String(), "the store's bug")
 }
