@@ -177,8 +177,12 @@ func NewSender(opts *SenderOptions) (*Sender, error) {
 		client.Transport = tr
 	}
 	rt := client.Transport
-	if rt == nil {
+	switch {
+	case rt == nil:
 		rt = http.DefaultTransport
+	case nilValue(rt):
+		// Every delivery would panic in it.
+		return nil, fmt.Errorf("webhook: SenderOptions.Client's Transport is a nil %T: a transport declared and never made", rt)
 	}
 	s.timeout = timeout
 	if opts.Health != nil {
