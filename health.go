@@ -96,9 +96,12 @@ var ErrEndpointNotAnswering = fmt.Errorf("%w: not answering", ErrEndpointDown)
 // nothing whose answer would show that the URLs are dead. Nothing tells
 // such callers from a stall of the Sender, where every answer is late: in
 // a stall, the waits past MaxUnansweredTotal are refused as well, while
-// the first attempts go and no URL is found silent. A URL heard from,
-// however slowly it answers and at whatever concurrency, is never held
-// back (one slower than that while is remembered for it).
+// the first attempts go and no URL is found silent. A URL is never held
+// back for answering as slowly as it has answered before, at whatever
+// concurrency: its slowest answer is remembered. One that turns slower
+// than ever, past that short while, cannot be told from one that stopped
+// answering until its next answer comes: until then, its attempts past
+// MaxUnanswered are refused, and Send retries them by its policy.
 //
 // Each Sender keeps its own view, in memory, of what is failing, in
 // flight or slow only. With several processes, each learns and probes on its own.
@@ -644,9 +647,9 @@ func (h *health) quiet() time.Duration {
 
 // quietOf returns how long URL u may be silent, with attempts in flight,
 // before it is found not answering: quiet, or for a URL heard from that
-// took longer to answer, twice its longest answer, so that a URL that
-// answers every attempt, however slowly and at whatever concurrency, is
-// never held back; at most an attempt's time. Under h.mu.
+// took longer to answer, twice its longest answer, so that a URL is never
+// held back for answering as slowly as it has before, at whatever
+// concurrency; at most an attempt's time. Under h.mu.
 func (h *health) quietOf(u *urlEntry) time.Duration {
 	return max(h.quiet(), min(2*u.longest, h.policy.probeFor))
 }

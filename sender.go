@@ -89,8 +89,10 @@ type SenderOptions struct {
 }
 
 // Sender delivers payloads to connections, signing each attempt and
-// retrying failures by its policy. It keeps no state between deliveries
-// apart from its connection pool, and is safe for concurrent use. Create one
+// retrying failures by its policy. Between deliveries it keeps its
+// connection pool, each secret's keyed HMAC and last URL checked (4,096
+// secrets at most), the timestamps signed lately and, with endpoint health
+// on, the endpoints' health; it is safe for concurrent use. Create one
 // with [NewSender]: a zero Sender refuses every delivery with an error.
 type Sender struct {
 	client    *http.Client
