@@ -282,9 +282,9 @@ func (d *delivery) bound(r *http.Request) *http.Request {
 		ctx = bound1xx(ctx, httptrace.ContextClientTrace(ctx), caller.Got1xxResponse, &d.cur.trace.got1xx)
 	}
 	d.cur.ctx, d.cur.cancel = context.WithDeadline(ctx, deadline)
-	r = r.WithContext(d.cur.ctx)
-	r.GetBody = d.cur.trace.getBody
-	return r
+	bounded := r.WithContext(d.cur.ctx) // a name of its own: r stays where its caller made it
+	bounded.GetBody = d.cur.trace.getBody
+	return bounded
 }
 
 // validEvent reports whether event may name an event: not empty, no
