@@ -133,15 +133,7 @@ func TestNewTransport_UsesTheCallersSessionCache(t *testing.T) {
 // own private address is dialled, and a URL with a private IP literal is
 // still refused before anything is sent.
 func TestNewTransport_EgressProxy(t *testing.T) {
-	rv := newReceiver(t)
-	proxy := newConnectProxy(t)
-	_, port, _ := net.SplitHostPort(rv.Listener.Addr().String())
-	tr := newTransport(t, &webhook.TransportOptions{
-		TLSClientConfig: &tls.Config{RootCAs: certPool(rv)},
-		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.addr}),
-	})
-	defer tr.CloseIdleConnections()
-	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+	rv, proxy, port, s := proxiedSender(t)
 
 	// The test certificate is valid for example.com; the proxy maps it to
 	// the receiver, as a real proxy would resolve it.
@@ -167,6 +159,22 @@ type connectProxy struct {
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	conns    []net.Conn
+}
+
+// proxiedSender returns a receiver, a CONNECT proxy on loopback, the
+// receiver's port and a Sender, without retries, whose transport from
+// NewTransport goes through the proxy.
+func proxiedSender(t *testing.T) (*receiver, *connectProxy, string, *webhook.Sender) {
+	t.Helper()
+	rv := newReceiver(t)
+	proxy := newConnectProxy(t)
+	_, port, _ := net.SplitHostPort(rv.Listener.Addr().String())
+	tr := newTransport(t, &webhook.TransportOptions{
+		TLSClientConfig: &tls.Config{RootCAs: certPool(rv)},
+		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.addr}),
+	})
+	t.Cleanup(tr.CloseIdleConnections)
+	return rv, proxy, port, newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
 }
 
 func newConnectProxy(t *testing.T) *connectProxy {
@@ -496,15 +504,7 @@ func TestSend_ASlowHandshakeHasTheAttemptsTime(t *testing.T) {
 // netip: through an egress proxy, which resolves what it is given, the
 // guard's check of IP literals must not let it pass as a host name.
 func TestNewTransport_NumericHostNamesNeverReachTheProxy(t *testing.T) {
-	rv := newReceiver(t)
-	proxy := newConnectProxy(t)
-	_, port, _ := net.SplitHostPort(rv.Listener.Addr().String())
-	tr := newTransport(t, &webhook.TransportOptions{
-		TLSClientConfig: &tls.Config{RootCAs: certPool(rv)},
-		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: proxy.addr}),
-	})
-	defer tr.CloseIdleConnections()
-	s := newTestSender(t, nil, &webhook.SenderOptions{Client: &http.Client{Transport: tr}, Retry: shortPolicy(0)})
+	rv, proxy, port, s := proxiedSender(t)
 	for _, host := range []string{"127.1", "2130706433", "0x7f.0.0.1", "0x7f000001", "127.0.0.1.", "0177.0.0.1", "169.254.169.254."} {
 		proxy.route(host+":"+port, rv.Listener.Addr().String()) // as a proxy resolving it would
 		c := webhook.Connection{URL: "https://" + host + ":" + port + "/", Secret: testSecret}
