@@ -173,16 +173,17 @@ func (a *admission) admit(ctx context.Context, job *river.Job[Args], lim limits)
 // The store takes a start at some moment between the ask and its answer,
 // so a start is used up to that round trip after its turn, more when the
 // process is busy. Each start keeps room after it, for as long as the
-// store's answers have taken lately past startLate; a start used later
-// than startLate and its room is given up: it could put one more than the
-// rate within a second. A store that answers in 20 ms keeps no room, and a
+// store's answers have taken lately, less half of startLate: the other half
+// is the margin of an answer slower than those. A start used later than
+// startLate and its room is given up: it could put one more than the rate
+// within a second. A store that answers in 10 ms keeps no room, and a
 // slower one lowers the rate a backlog gets, never the bound.
 func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, error) {
 	var within time.Duration
 	if hold {
 		within = a.holdFor(t.id, t.lim)
 	}
-	room := max(time.Duration(a.trip.Load())-startLate, 0)
+	room := max(time.Duration(a.trip.Load())-startLate/2, 0)
 	asked := time.Now()
 	wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within, room)
 	if err != nil {

@@ -926,8 +926,8 @@ func answeredLate(late func(n int64) time.Duration) lateAnswerPlaces {
 // takes keep room for how late its answers come: never more than the rate
 // within a second, whether the answers come 100 ms late, anywhere from 0
 // to 100 ms late, or 1.5 s late (slow commits), and never stalled. The
-// room costs a backlog part of its rate: at 100 ms, 0.55 of it (the
-// spacing 102 ms and 80 ms of room).
+// room costs a backlog part of its rate: at 100 ms, about half of it (the
+// spacing 102 ms and 90 ms of room).
 func TestAdmission_AStartAnsweredLateIsNotUsedLate(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -1124,4 +1124,38 @@ func TestWorker_ASnoozeForOfNanosecondsIsRefused(t *testing.T) {
 		waits = append(waits, wait)
 	}
 	assert.Greater(t, waits[4], waits[0], "the jobs over the bound wait in a chain, not all for nothing: %v", waits)
+}
+
+// TestAdmission_AStoreSlowingDownStillStarts: answers growing a
+// millisecond a start (30 to 80 ms): room kept from the slowest answer
+// lately, less the slack, gave up every start (review: 0 of 50 used).
+func TestAdmission_AStoreSlowingDownStillStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _ := testAdmission(answeredLate(func(n int64) time.Duration { return 30*time.Millisecond + time.Duration(n)*time.Millisecond }))
+		ctx := context.Background()
+		tk := &ticket{id: "crm", lim: limits{every: paceEvery(10)}}
+		used := 0
+		for range 50 {
+			ok, err := a.start(ctx, tk, false)
+			require.NoError(t, err)
+			if ok {
+				used++
+			}
+			time.Sleep(time.Second)
+		}
+		assert.GreaterOrEqual(t, used, 25, "starts used of 50 asked a second apart")
+	})
+}
+
+// TestAdmission_AnswersThatVaryALittleDoNotBurnStarts: answers 100 to
+// 102 ms late gave up a start whenever one came a millisecond slower than
+// the slowest lately less its decay (review: 0.22 of the rate).
+func TestAdmission_AnswersThatVaryALittleDoNotBurnStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		late := func(n int64) time.Duration { return 100*time.Millisecond + time.Duration(n%3)*time.Millisecond }
+		starts := runBacklog(t, answeredLate(late), limits{bound: 8, every: paceEvery(10)}, 40)
+		rate := startRate(starts)
+		assert.GreaterOrEqual(t, rate/10, 0.4, "the backlog goes on as at 100 ms: %.3f a second", rate)
+		assert.LessOrEqual(t, mostWithinASecond(starts), 10, "starts within any second")
+	})
 }

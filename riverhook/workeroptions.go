@@ -48,7 +48,7 @@ type WorkerOptions struct {
 	// year is one a year. Deliveries begin evenly spaced, with no burst:
 	// 2% over 1/rate apart, so that a start a few milliseconds late does
 	// not put one more than the rate within a second; with Places whose
-	// database takes longer than 20 ms to answer a start, further apart by
+	// database takes longer than 10 ms to answer a start, further apart by
 	// the excess, since a start may be used that late. A job that comes
 	// early is snoozed to a slot, costing no attempt; one back at its slot
 	// takes the next start up to its holding on ahead and waits for it. A
