@@ -3,7 +3,7 @@ module github.com/signedhook/webhook/otelhook
 go 1.26.0
 
 require (
-	github.com/signedhook/webhook v0.0.0-20261206014139-9fa8fce72b3a
+	github.com/signedhook/webhook v0.0.0-20261208005119-23c8ffd1587c
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

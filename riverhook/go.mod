@@ -9,7 +9,7 @@ require (
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
-	github.com/signedhook/webhook v0.0.0-20261206014139-9fa8fce72b3a
+	github.com/signedhook/webhook v0.0.0-20261208005119-23c8ffd1587c
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

@@ -6,7 +6,7 @@ require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/labstack/echo/v4 v4.16.0
-	github.com/signedhook/webhook v0.0.0-20261206014139-9fa8fce72b3a
+	github.com/signedhook/webhook v0.0.0-20261208005119-23c8ffd1587c
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/google/go-github/v75 v75.0.0
-	github.com/signedhook/webhook v0.0.0-20261206014139-9fa8fce72b3a
+	github.com/signedhook/webhook v0.0.0-20261208005119-23c8ffd1587c
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	github.com/stripe/stripe-go/v85 v85.0.0
 	github.com/svix/svix-webhooks v1.44.0
