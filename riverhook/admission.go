@@ -176,34 +176,60 @@ func (a *admission) admit(ctx context.Context, job *river.Job[Args], lim limits)
 // store's answers have taken lately, less half of startLate: the other half
 // is the margin of an answer slower than those. A start used later than
 // startLate and its room is given up: it could put one more than the rate
-// within a second. A store that answers in 10 ms keeps no room, and a
-// slower one lowers the rate a backlog gets, never the bound.
+// within a second. Found so at its answer, it is first given back, when
+// no other start was taken since, and asked for once more. A store that
+// answers in 10 ms keeps no room, and a slower one lowers the rate a
+// backlog gets, never the bound.
 func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, error) {
 	var within time.Duration
 	if hold {
 		within = a.holdFor(t.id, t.lim)
 	}
-	room := max(time.Duration(a.trip.Load())-startLate/2, 0)
-	asked := time.Now()
-	wait, ok, err := a.places.start(ctx, t.id, t.lim.every, within, room)
-	if err != nil {
-		return false, err
-	}
-	a.answered(time.Since(asked))
-	if !ok {
-		return false, nil
-	}
-	if wait > 0 {
-		// Waited from the answer, not the ask: the turn may be that late.
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
-		select {
-		case <-ctx.Done():
-			return false, nil
-		case <-timer.C:
+	for again := true; ; again = false {
+		room := max(time.Duration(a.trip.Load())-startLate/2, 0)
+		asked := time.Now()
+		wait, mark, ok, err := a.places.start(ctx, t.id, t.lim.every, within, room)
+		if err != nil {
+			return false, err
 		}
+		a.answered(time.Since(asked))
+		if !ok {
+			return false, nil
+		}
+		if again && time.Since(asked)-wait > startLate+room {
+			// Answered too late to be used: given back, unless another
+			// start was taken since, and asked for once more, with the
+			// room of how late the answers come now. Given up, it would
+			// cost the run a spacing: a year at one a year.
+			back, err := a.places.giveStart(ctx, t.id, mark, t.lim.every, room)
+			if err != nil {
+				return false, err
+			}
+			if back {
+				continue
+			}
+		}
+		// Waited from the answer, not the ask: the turn may be that late.
+		if !sleep(ctx, wait) {
+			return false, nil
+		}
+		return time.Since(asked)-wait <= startLate+room, nil
 	}
-	return time.Since(asked)-wait <= startLate+room, nil
+}
+
+// sleep waits for d, and reports whether ctx was not done first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
 }
 
 // answered notes that the store answered a start in trip: the room the

@@ -710,7 +710,7 @@ func TestMemoryPlaces_ForgetsConnectionsWithNothingHeld(t *testing.T) {
 			require.NoError(t, m.give(ctx, p))
 		}
 		for i := range 1000 {
-			_, ok, err := m.start(ctx, fmt.Sprint("rate", i), time.Second, 0, 0)
+			_, _, ok, err := m.start(ctx, fmt.Sprint("rate", i), time.Second, 0, 0)
 			require.NoError(t, err)
 			require.True(t, ok)
 		}
@@ -755,14 +755,14 @@ func TestConnectionPlaces_PruneKeepsAStartItsRateNeeds(t *testing.T) {
 	t.Parallel()
 	a, _ := twoProcesses(t)
 	ctx, week := context.Background(), 7*24*time.Hour
-	_, ok, err := a.start(ctx, "crm", week, 0, 0) // one delivery a week
+	_, _, ok, err := a.start(ctx, "crm", week, 0, 0) // one delivery a week
 	require.NoError(t, err)
 	require.True(t, ok)
 	_, err = a.pool.Exec(ctx, `UPDATE `+a.pace+` SET last_start = last_start - interval '2 days'`)
 	require.NoError(t, err) // the start was two days ago
 	_, err = a.Prune(ctx, time.Now().Add(-24*time.Hour))
 	require.NoError(t, err)
-	wait, ok, err := a.start(ctx, "crm", week, week, 0)
+	wait, _, ok, err := a.start(ctx, "crm", week, week, 0)
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Greater(t, wait, 4*24*time.Hour, "the next start is five days on")
@@ -879,7 +879,7 @@ type distantPlaces struct {
 	trip time.Duration
 }
 
-func (d distantPlaces) start(ctx context.Context, id string, every, within, room time.Duration) (time.Duration, bool, error) {
+func (d distantPlaces) start(ctx context.Context, id string, every, within, room time.Duration) (time.Duration, time.Time, bool, error) {
 	time.Sleep(d.trip / 2)
 	defer time.Sleep(d.trip / 2)
 	return d.memoryPlaces.start(ctx, id, every, within, room)
@@ -909,7 +909,7 @@ type lateAnswerPlaces struct {
 	late func(n int64) time.Duration
 }
 
-func (l lateAnswerPlaces) start(ctx context.Context, id string, every, within, room time.Duration) (time.Duration, bool, error) {
+func (l lateAnswerPlaces) start(ctx context.Context, id string, every, within, room time.Duration) (time.Duration, time.Time, bool, error) {
 	defer time.Sleep(l.late(l.n.Add(1)))
 	return l.memoryPlaces.start(ctx, id, every, within, room)
 }
@@ -1158,4 +1158,62 @@ func TestAdmission_AnswersThatVaryALittleDoNotBurnStarts(t *testing.T) {
 		assert.GreaterOrEqual(t, rate/10, 0.4, "the backlog goes on as at 100 ms: %.3f a second", rate)
 		assert.LessOrEqual(t, mostWithinASecond(starts), 10, "starts within any second")
 	})
+}
+
+// TestAdmission_ASlowRatesStartAnsweredSlowOnceIsNotGivenUp: a process's
+// first start keeps no room, and one answered 30 ms late was given up:
+// its job snoozed a spacing, a year at one a year, a minute at one a
+// minute (review). It is given back to the store, no other start having
+// been taken since, and asked for again with room: the delivery starts at
+// once.
+func TestAdmission_ASlowRatesStartAnsweredSlowOnceIsNotGivenUp(t *testing.T) {
+	for _, rate := range []float64{1.0 / (365 * 24 * 3600), 1.0 / 60} {
+		t.Run(fmt.Sprint(rate), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				t0 := time.Now()
+				places := answeredLate(func(n int64) time.Duration {
+					if n == 1 {
+						return 30 * time.Millisecond
+					}
+					return time.Millisecond
+				})
+				starts := runBacklog(t, places, limits{bound: 8, every: paceEvery(rate)}, 1)
+				assert.Less(t, starts[0].Sub(t0), time.Second, "the one delivery starts at once")
+			})
+		})
+	}
+}
+
+// TestMemoryPlaces_AStartIsGivenBackOnlyIfNoneWasTakenSince: a start
+// given back is as though not taken; one followed by another start stays
+// taken, and the one after it comes every later.
+func TestMemoryPlaces_AStartIsGivenBackOnlyIfNoneWasTakenSince(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		testGiveStart(t, newMemoryPlaces(time.Now))
+	})
+}
+
+func testGiveStart(t *testing.T, p Places) {
+	t.Helper()
+	ctx, every, room := context.Background(), time.Hour, time.Minute
+	_, mark, ok, err := p.start(ctx, "crm", every, 0, room)
+	require.NoError(t, err)
+	require.True(t, ok)
+	back, err := p.giveStart(ctx, "crm", mark, every, room)
+	require.NoError(t, err)
+	require.True(t, back, "no start taken since")
+	wait, mark, ok, err := p.start(ctx, "crm", every, 0, room)
+	require.NoError(t, err)
+	require.True(t, ok, "the start given back is taken again, now")
+	assert.Less(t, wait, time.Second)
+
+	_, _, ok, err = p.start(ctx, "crm", every, 2*every, room)
+	require.NoError(t, err)
+	require.True(t, ok, "another start, taken ahead")
+	back, err = p.giveStart(ctx, "crm", mark, every, room)
+	require.NoError(t, err)
+	assert.False(t, back, "a start followed by another is not given back")
+	back, err = p.giveStart(ctx, "erp", mark, every, room)
+	require.NoError(t, err)
+	assert.False(t, back, "nor one of another connection")
 }

@@ -35,10 +35,14 @@ type Places interface {
 	give(ctx context.Context, p place) error
 	// start takes the connection's next start, every after its last one
 	// or now if later, when that is no further than within from now, and
-	// returns how long until it; ok is false when it is further. The start
-	// after it comes room later still: the room kept for this one to be
-	// used late.
-	start(ctx context.Context, connectionID string, every, within, room time.Duration) (wait time.Duration, ok bool, err error)
+	// returns how long until it, and its mark for giveStart; ok is false
+	// when it is further. The start after it comes room later still: the
+	// room kept for this one to be used late.
+	start(ctx context.Context, connectionID string, every, within, room time.Duration) (wait time.Duration, mark time.Time, ok bool, err error)
+	// giveStart gives back the start of mark, taken with every and room,
+	// as though it had not been taken, unless another start was taken
+	// since; it reports whether it did.
+	giveStart(ctx context.Context, connectionID string, mark time.Time, every, room time.Duration) (bool, error)
 	// slot hands the next slot of the connection's chain, at least after
 	// from now and spacing after the last slot handed, and returns how
 	// long until it.
@@ -143,17 +147,28 @@ func (m *memoryPlaces) give(_ context.Context, p place) error {
 	return nil
 }
 
-func (m *memoryPlaces) start(_ context.Context, id string, every, within, room time.Duration) (time.Duration, bool, error) {
+func (m *memoryPlaces) start(_ context.Context, id string, every, within, room time.Duration) (time.Duration, time.Time, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, now := m.conn(id), m.now()
 	c.every = max(c.every, every)
 	next := later(now, c.lastStart.Add(every))
 	if next.Sub(now) > within {
-		return 0, false, nil
+		return 0, time.Time{}, false, nil
 	}
 	c.lastStart = next.Add(room)
-	return next.Sub(now), true, nil
+	return next.Sub(now), c.lastStart, true, nil
+}
+
+func (m *memoryPlaces) giveStart(_ context.Context, id string, mark time.Time, every, room time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.conns[id]
+	if c == nil || !c.lastStart.Equal(mark) {
+		return false, nil
+	}
+	c.lastStart = mark.Add(-room - every)
+	return true, nil
 }
 
 func (m *memoryPlaces) slot(_ context.Context, id string, after, spacing time.Duration) (time.Duration, error) {
@@ -631,7 +646,7 @@ func (p *ConnectionPlaces) Close(ctx context.Context) {
 	p.lost(ctx, errors.New("the places were closed"))
 }
 
-func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within, room time.Duration) (time.Duration, bool, error) {
+func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within, room time.Duration) (time.Duration, time.Time, bool, error) {
 	// The update's WHERE leaves the row, and returns none, when the next
 	// start is further than within. Its now is clock_timestamp(), read
 	// once the statement has the row: a statement that waited for another
@@ -639,19 +654,29 @@ func (p *ConnectionPlaces) start(ctx context.Context, id string, every, within, 
 	// (TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree). last_start
 	// keeps the start's room after it.
 	var wait int64
+	var mark time.Time
 	err := p.pool.QueryRow(ctx, `INSERT INTO `+p.pace+` AS p (connection_id, last_start) VALUES ($1, clock_timestamp() + $4 * interval '1 microsecond')
 		ON CONFLICT (connection_id) DO UPDATE
 			SET last_start = greatest(p.last_start + $2 * interval '1 microsecond', clock_timestamp()) + $4 * interval '1 microsecond'
 			WHERE p.last_start + $2 * interval '1 microsecond' <= clock_timestamp() + $3 * interval '1 microsecond'
-		RETURNING greatest(extract(epoch FROM p.last_start - $4 * interval '1 microsecond' - clock_timestamp()) * 1e6, 0)::bigint`,
-		id, every.Microseconds(), max(within, 0).Microseconds(), max(room, 0).Microseconds()).Scan(&wait)
+		RETURNING greatest(extract(epoch FROM p.last_start - $4 * interval '1 microsecond' - clock_timestamp()) * 1e6, 0)::bigint, p.last_start`,
+		id, every.Microseconds(), max(within, 0).Microseconds(), max(room, 0).Microseconds()).Scan(&wait, &mark)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, false, nil
+		return 0, time.Time{}, false, nil
 	case err != nil:
-		return 0, false, fmt.Errorf("riverhook: pacing connection %q: %w", id, err)
+		return 0, time.Time{}, false, fmt.Errorf("riverhook: pacing connection %q: %w", id, err)
 	}
-	return micros(wait), true, nil
+	return micros(wait), mark, true, nil
+}
+
+func (p *ConnectionPlaces) giveStart(ctx context.Context, id string, mark time.Time, every, room time.Duration) (bool, error) {
+	tag, err := p.pool.Exec(ctx, `UPDATE `+p.pace+` SET last_start = last_start - $3 * interval '1 microsecond'
+		WHERE connection_id = $1 AND last_start = $2`, id, mark, (max(room, 0) + every).Microseconds())
+	if err != nil {
+		return false, fmt.Errorf("riverhook: giving back a start of connection %q: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 func (p *ConnectionPlaces) slot(ctx context.Context, id string, after, spacing time.Duration) (time.Duration, error) {

@@ -221,9 +221,9 @@ func TestConnectionPlaces_TheSearchPathsSchemaIsTheNamedOne(t *testing.T) {
 	t.Cleanup(byPath.Close)
 	named, unnamed := NewConnectionPlaces(pool, schema), NewConnectionPlaces(byPath, "")
 	t.Cleanup(func() { named.Close(ctx); unnamed.Close(ctx) })
-	_, _, err = unnamed.start(ctx, "crm", time.Hour, 0, 0)
+	_, _, _, err = unnamed.start(ctx, "crm", time.Hour, 0, 0)
 	require.NoError(t, err)
-	_, ok, err := named.start(ctx, "crm", time.Hour, 0, 0)
+	_, _, ok, err := named.start(ctx, "crm", time.Hour, 0, 0)
 	require.NoError(t, err)
 	require.False(t, ok, "one riverhook_pace: the start is taken")
 	_, ok, err = named.take(ctx, "crm", 1)
@@ -249,7 +249,7 @@ func TestConnectionPlaces_OneStartEachEveryAcrossTheFleet(t *testing.T) {
 			p = b
 		}
 		wg.Go(func() {
-			_, ok, err := p.start(ctx, "hr", time.Hour, 0, 0)
+			_, _, ok, err := p.start(ctx, "hr", time.Hour, 0, 0)
 			if assert.NoError(t, err) && ok {
 				started.Add(1)
 			}
@@ -257,18 +257,18 @@ func TestConnectionPlaces_OneStartEachEveryAcrossTheFleet(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, int32(1), started.Load(), "one start in an hour at 1 an hour")
-	_, ok, err := a.start(ctx, "hr", time.Hour, time.Minute, 0)
+	_, _, ok, err := a.start(ctx, "hr", time.Hour, time.Minute, 0)
 	require.NoError(t, err)
 	assert.False(t, ok, "the next start is an hour on")
-	wait, ok, err := b.start(ctx, "hr", time.Microsecond, 0, 0)
+	wait, _, ok, err := b.start(ctx, "hr", time.Microsecond, 0, 0)
 	require.NoError(t, err)
 	assert.True(t, ok, "a raised rate: its next start comes at once, not after the old period")
 	assert.Zero(t, wait)
-	wait, ok, err = a.start(ctx, "hr", time.Hour, 2*time.Hour, 0)
+	wait, _, ok, err = a.start(ctx, "hr", time.Hour, 2*time.Hour, 0)
 	require.NoError(t, err)
 	require.True(t, ok, "taken ahead")
 	assert.InDelta(t, time.Hour, wait, float64(time.Minute), "an hour after the last start")
-	_, ok, err = b.start(ctx, "hr", time.Hour, 90*time.Minute, 0)
+	_, _, ok, err = b.start(ctx, "hr", time.Hour, 90*time.Minute, 0)
 	require.NoError(t, err)
 	assert.False(t, ok, "the start after the one taken ahead is two hours on")
 }
@@ -318,11 +318,11 @@ func TestConnectionPlaces_PaceOutlivesItsRow(t *testing.T) {
 	t.Parallel()
 	a, _ := twoProcesses(t)
 	ctx := context.Background()
-	_, _, err := a.start(ctx, "crm", time.Hour, 0, 0)
+	_, _, _, err := a.start(ctx, "crm", time.Hour, 0, 0)
 	require.NoError(t, err)
 	_, err = a.pool.Exec(ctx, `DELETE FROM `+a.pace)
 	require.NoError(t, err)
-	wait, ok, err := a.start(ctx, "crm", time.Hour, 0, 0)
+	wait, _, ok, err := a.start(ctx, "crm", time.Hour, 0, 0)
 	require.NoError(t, err)
 	assert.True(t, ok, "the first start of the row made again")
 	assert.Zero(t, wait)
@@ -338,11 +338,11 @@ func TestConnectionPlaces_Prune(t *testing.T) {
 	t.Parallel()
 	a, _ := twoProcesses(t)
 	ctx := context.Background()
-	_, _, err := a.start(ctx, "crm", time.Millisecond, 0, 0)
+	_, _, _, err := a.start(ctx, "crm", time.Millisecond, 0, 0)
 	require.NoError(t, err)
 	_, err = a.pool.Exec(ctx, `UPDATE `+a.pace+` SET last_start = last_start - interval '366 days'`)
 	require.NoError(t, err) // a start over a year ago: no rate needs it
-	_, _, err = a.start(ctx, "erp", time.Millisecond, 0, 0)
+	_, _, _, err = a.start(ctx, "erp", time.Millisecond, 0, 0)
 	require.NoError(t, err)
 	_, err = a.slot(ctx, "ops", time.Hour, time.Hour)
 	require.NoError(t, err)
@@ -428,7 +428,7 @@ func TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree(t *testing.T) {
 	a, b := twoProcesses(t)
 	ctx := context.Background()
 	const every = time.Hour
-	_, ok, err := a.start(ctx, "crm", every, 0, 0)
+	_, _, ok, err := a.start(ctx, "crm", every, 0, 0)
 	require.NoError(t, err)
 	require.True(t, ok)
 	_, err = a.pool.Exec(ctx, `UPDATE `+a.pace+` SET last_start = last_start - interval '2 hours'`)
@@ -446,7 +446,7 @@ func TestConnectionPlaces_AStartIsTakenOnceItsRowIsFree(t *testing.T) {
 	}
 	done := make(chan started, 1)
 	go func() {
-		wait, ok, err := b.start(ctx, "crm", every, 0, 0)
+		wait, _, ok, err := b.start(ctx, "crm", every, 0, 0)
 		done <- started{wait, ok, err}
 	}()
 	require.Eventually(t, func() bool {
@@ -493,4 +493,22 @@ func TestConnectionPlaces_AConnectionIDTheInsertTakesIsPaced(t *testing.T) {
 	tk, wait := a.enter(context.Background(), job, limits{bound: 1, every: 100 * time.Millisecond})
 	require.NotNil(t, tk, "the delivery the insert took is admitted, not snoozed %v at each run", wait)
 	a.leave(context.Background(), tk)
+}
+
+// TestConnectionPlaces_AStartIsGivenBackOnlyIfNoneWasTakenSince: as one
+// process's memory does, across two processes.
+func TestConnectionPlaces_AStartIsGivenBackOnlyIfNoneWasTakenSince(t *testing.T) {
+	t.Parallel()
+	a, b := twoProcesses(t)
+	testGiveStart(t, a)
+	ctx, every := context.Background(), time.Hour
+	_, mark, ok, err := a.start(ctx, "hr", every, 0, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, _, ok, err = b.start(ctx, "hr", every, 2*every, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "another process's start, taken ahead")
+	back, err := a.giveStart(ctx, "hr", mark, every, 0)
+	require.NoError(t, err)
+	assert.False(t, back, "a start followed by another process's is not given back")
 }
