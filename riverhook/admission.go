@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -47,8 +46,6 @@ type admission struct {
 	mu    sync.Mutex
 	lanes map[string]*lane // connection id -> what the process knows of it
 	swept time.Time        // the last sweep of idle lanes
-
-	trip atomic.Int64 // how long the store has taken lately to answer a start, the slowest, in ns (answered)
 }
 
 // lane is what a process knows of a connection, under admission.mu.
@@ -59,6 +56,7 @@ type lane struct {
 	chain   time.Time     // the end of the chain as this process last handed it a slot
 	handed  time.Duration // the longest spacing this process handed slots at since the chain was last rewritten
 	used    time.Time     // when a run last entered or left
+	trip    time.Duration // how long the store has taken lately to answer its starts, the slowest (answered)
 }
 
 // waiter is a run holding on for a place, and its bound: a place handed
@@ -186,13 +184,13 @@ func (a *admission) start(ctx context.Context, t *ticket, hold bool) (bool, erro
 		within = a.holdFor(t.id, t.lim)
 	}
 	for again := true; ; again = false {
-		room := max(time.Duration(a.trip.Load())-startLate/2, 0)
+		room := a.room(t.id)
 		asked := time.Now()
 		wait, mark, ok, err := a.places.start(ctx, t.id, t.lim.every, within, room)
 		if err != nil {
 			return false, err
 		}
-		a.answered(time.Since(asked))
+		a.answered(t.id, time.Since(asked))
 		if !ok {
 			return false, nil
 		}
@@ -232,17 +230,25 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// answered notes that the store answered a start in trip: the room the
-// next starts keep follows the slowest answer, coming down a sixteenth of
-// the way each start, so that one quick answer does not make the next
-// start late.
-func (a *admission) answered(trip time.Duration) {
-	for {
-		old := a.trip.Load()
-		if a.trip.CompareAndSwap(old, max(int64(trip), old-old/16)) {
-			return
-		}
-	}
+// room returns the room the next start of connection id keeps: how long
+// the store has taken lately to answer its starts, less half of startLate.
+// Each connection has its own: a row other processes hold (a hot
+// connection's) slows its own starts only.
+func (a *admission) room(id string) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(a.lane(id).trip-startLate/2, 0)
+}
+
+// answered notes that the store answered a start of connection id in trip:
+// the room its next starts keep follows the slowest answer, coming down a
+// sixteenth of the way each start, so that one quick answer does not make
+// the next start late.
+func (a *admission) answered(id string, trip time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.lane(id)
+	l.trip = max(trip, l.trip-l.trip/16)
 }
 
 // take takes a place for a run of connection id, when it has a bound; a
@@ -502,8 +508,8 @@ const laneKeep = time.Hour
 
 // use counts a run in, or out of, connection id's lane. A lane no run
 // uses, with no slot ahead, is forgotten at once when nothing is learnt of
-// its endpoint, else once idle for laneKeep (swept at most once per
-// sweepEvery).
+// its endpoint nor of its starts' room, else once idle for laneKeep (swept
+// at most once per sweepEvery).
 func (a *admission) use(id string, n int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -512,7 +518,7 @@ func (a *admission) use(id string, n int) {
 	l.users += n
 	l.used = now
 	idle := func(l *lane) bool { return l.users == 0 && len(l.waiting) == 0 && l.chain.Before(now) }
-	if idle(l) && l.took == 0 {
+	if idle(l) && l.took == 0 && l.trip <= startLate/2 {
 		delete(a.lanes, id)
 	}
 	if now.Sub(a.swept) >= sweepEvery {

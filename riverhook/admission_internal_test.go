@@ -1217,3 +1217,49 @@ func testGiveStart(t *testing.T, p Places) {
 	require.NoError(t, err)
 	assert.False(t, back, "nor one of another connection")
 }
+
+// perConnLate is a store whose answers to a connection's starts come late
+// by late[id]: a row other processes hold, say.
+type perConnLate struct {
+	*memoryPlaces
+	late map[string]time.Duration
+}
+
+func (p perConnLate) start(ctx context.Context, id string, every, within, room time.Duration) (time.Duration, time.Time, bool, error) {
+	defer time.Sleep(p.late[id])
+	return p.memoryPlaces.start(ctx, id, every, within, room)
+}
+
+// TestAdmission_AFastConnectionPaysNoOtherConnectionsRoom: connection
+// erp's starts answered 200 ms late (its row hot) made connection crm,
+// answered at once, keep room too, with one estimate per process: 0.83 of
+// a rate of 50 (review). Each connection keeps its own.
+func TestAdmission_AFastConnectionPaysNoOtherConnectionsRoom(t *testing.T) {
+	for _, erp := range []time.Duration{0, 200 * time.Millisecond} {
+		synctest.Test(t, func(t *testing.T) {
+			a, _ := testAdmission(perConnLate{newMemoryPlaces(time.Now), map[string]time.Duration{"erp": erp}})
+			ctx := context.Background()
+			end := time.Now().Add(10 * time.Second)
+			done := make(chan struct{})
+			defer func() { <-done }()
+			go func() {
+				defer close(done)
+				tk := &ticket{id: "erp", lim: limits{every: paceEvery(1)}}
+				for time.Now().Before(end) {
+					_, _ = a.start(ctx, tk, false)
+					time.Sleep(time.Second)
+				}
+			}()
+			tk := &ticket{id: "crm", lim: limits{every: paceEvery(50)}}
+			used := 0
+			for time.Now().Before(end) {
+				if ok, _ := a.start(ctx, tk, true); ok {
+					used++
+				} else {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			assert.GreaterOrEqual(t, float64(used)/10/50, 0.95, "crm, erp answered in %v: %d starts in 10 s", erp, used)
+		})
+	}
+}
